@@ -1,0 +1,99 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// Settings shared by every Swift target: strict Swift 6 with the upcoming features the
+/// swift-server projects we follow enable.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "subscriptions",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "ingress", targets: ["Ingress"]),
+        .executable(name: "fulfillment", targets: ["Fulfillment"]),
+    ],
+    targets: [
+        // C libraries from Debian, one system module each; CShims holds the only C we write.
+        .systemLibrary(
+            name: "CPostgres", path: "Shared/System/CPostgres", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(
+            name: "CRdKafka", path: "Shared/System/CRdKafka", pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(
+            name: "COpenSSL", path: "Shared/System/COpenSSL", pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CMicroHTTPD", path: "Shared/System/CMicroHTTPD", pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]),
+        .target(name: "CShims", dependencies: ["CMicroHTTPD"], path: "Shared/System/CShims"),
+
+        // Runtime: configuration, logging, metrics, service lifecycle. Pure Swift.
+        .target(name: "ServiceRuntime", path: "Shared/ServiceRuntime", swiftSettings: swiftSettings),
+
+        // Thin wrappers, the only modules that touch C APIs.
+        .target(
+            name: "Postgres", dependencies: ["CPostgres", "ServiceRuntime"], path: "Shared/Postgres",
+            swiftSettings: swiftSettings),
+        .target(
+            name: "Kafka", dependencies: ["CRdKafka", "ServiceRuntime"], path: "Shared/Kafka",
+            swiftSettings: swiftSettings),
+        .target(
+            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "ServiceRuntime"],
+            path: "Shared/HTTPServer", swiftSettings: swiftSettings),
+        .target(
+            name: "Crypto", dependencies: ["COpenSSL"], path: "Shared/Crypto",
+            swiftSettings: swiftSettings),
+
+        // Storage: migrations and the SQL of the event pipeline.
+        .target(
+            name: "Storage", dependencies: ["Postgres", "ServiceRuntime"], path: "Shared/Storage",
+            resources: [.copy("Migrations")], swiftSettings: swiftSettings),
+        // Event envelope shared by ingress and workers (the Kafka message schema).
+        .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
+
+        // The two services: a library with all logic (testable) and a thin executable each.
+        .target(
+            name: "IngressApp",
+            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Crypto"],
+            path: "Services/Ingress/App", swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "Ingress", dependencies: ["IngressApp"], path: "Services/Ingress/Main",
+            swiftSettings: swiftSettings),
+        .target(
+            name: "FulfillmentApp",
+            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events"],
+            path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
+            swiftSettings: swiftSettings),
+
+        // Helpers for tests: the local services, process control, HTTP client.
+        .target(
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka"],
+            path: "Tests/Support", swiftSettings: swiftSettings),
+
+        .testTarget(
+            name: "ServiceRuntimeTests", dependencies: ["ServiceRuntime"], path: "Tests/ServiceRuntimeTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "PostgresTests", dependencies: ["Postgres", "Storage", "TestSupport"],
+            path: "Tests/PostgresTests", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "KafkaTests", dependencies: ["Kafka", "TestSupport"], path: "Tests/KafkaTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "HTTPServerTests", dependencies: ["HTTPServer", "TestSupport"], path: "Tests/HTTPServerTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "CryptoTests", dependencies: ["Crypto"], path: "Tests/CryptoTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["TestSupport", "Postgres", "Kafka", "Storage", "Events", "ServiceRuntime"],
+            path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
+    ]
+)

@@ -1,0 +1,1 @@
+print("fulfillment: not yet")

@@ -1,0 +1,13 @@
+#ifndef CSHIMS_H
+#define CSHIMS_H
+// Non-variadic entry points for the few C functions Swift cannot call (variadic or macro APIs).
+// Nothing else belongs here: every other C call goes straight through the system modules.
+#include <stdint.h>
+#include <microhttpd.h>
+
+/// MHD_start_daemon with its options passed as an MHD_OPTION_ARRAY (terminated by MHD_OPTION_END).
+struct MHD_Daemon *cshims_mhd_start_daemon(unsigned int flags, uint16_t port,
+                                           MHD_AccessHandlerCallback handler, void *handler_cls,
+                                           const struct MHD_OptionItem *options);
+
+#endif

