@@ -71,9 +71,14 @@ let package = Package(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
+        // Benchmark peers (not tests): small servers measured by the scripts in Tests/Benchmarks.
+        .executableTarget(
+            name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
+            path: "Tests/Benchmarks/BenchHTTPServer", swiftSettings: swiftSettings),
+
         // Helpers for tests: the local services, process control, HTTP client.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka"],
+            name: "TestSupport", dependencies: ["ServiceRuntime"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
         .testTarget(
