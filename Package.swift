@@ -52,20 +52,24 @@ let package = Package(
         .target(
             name: "Storage", dependencies: ["Postgres", "ServiceRuntime"], path: "Shared/Storage",
             resources: [.copy("Migrations")], swiftSettings: swiftSettings),
+        // The event pipeline shared by both services: settings, start-up, outbox relay, sweeper.
+        .target(
+            name: "Pipeline", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events"],
+            path: "Shared/Pipeline", swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
         .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
 
         // The two services: a library with all logic (testable) and a thin executable each.
         .target(
             name: "IngressApp",
-            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Crypto"],
+            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto"],
             path: "Services/Ingress/App", swiftSettings: swiftSettings),
         .executableTarget(
             name: "Ingress", dependencies: ["IngressApp"], path: "Services/Ingress/Main",
             swiftSettings: swiftSettings),
         .target(
             name: "FulfillmentApp",
-            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events"],
+            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Pipeline"],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
@@ -98,7 +102,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["TestSupport", "Postgres", "Kafka", "Storage", "Events", "ServiceRuntime"],
+            dependencies: [
+                "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
+            ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]
 )

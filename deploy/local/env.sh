@@ -25,3 +25,5 @@ export EVENT_TOPIC_PARTITIONS="${EVENT_TOPIC_PARTITIONS:-12}"
 export LD_LIBRARY_PATH="$RDKAFKA_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 log() { printf '[local] %s\n' "$*" >&2; }
+# Drops the per-file progress lines of `swift build`, keeping warnings, errors and the summary.
+quiet_build() { grep -Ev '^\[[0-9]+/[0-9]+\] ' || true; }

@@ -1,0 +1,51 @@
+import Kafka
+import Pipeline
+import Postgres
+import ServiceRuntime
+import Storage
+
+/// The worker process: consumer group member, processor, and the pipeline sweeper.
+public struct FulfillmentApplication: Sendable {
+    public let configuration: FulfillmentConfiguration
+    public let pool: PostgresPool
+    public let producer: KafkaProducer
+    public let consumer: KafkaConsumer
+    public let sweeper: PipelineSweeper
+    public let logger: Logger
+
+    public init(configuration: FulfillmentConfiguration, logger: Logger) throws {
+        let logger = logger.with(["worker.id": .string(configuration.workerID)])
+        self.configuration = configuration
+        self.logger = logger
+        pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
+        producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
+        let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        let processor = EventProcessor(store: store, configuration: configuration, logger: logger)
+        consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
+                topics: [configuration.pipeline.eventTopic], maxConcurrentPartitions: configuration.concurrency),
+            logger: logger, handler: processor.handle)
+        consumer.onAssignmentChange { assigned in
+            logger.info(
+                "partition assignment changed",
+                [
+                    "kafka.partitions": .string(assigned.map { "\($0.topic)/\($0.partition)" }.joined(separator: ",")),
+                    "kafka.partition_count": .int(Int64(assigned.count)),
+                ])
+        }
+        sweeper = PipelineSweeper(
+            publisher: EventPublisher(producer: producer, store: store, logger: logger),
+            interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
+            logger: logger)
+    }
+
+    /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
+    public var services: [any Service] { [pool, producer, sweeper, consumer] }
+
+    public func run() async throws {
+        try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)
+        logger.info("fulfillment worker starting", ["kafka.group": .string(configuration.groupID)])
+        try await ServiceGroup(services: services, logger: logger).run()
+    }
+}

@@ -1,0 +1,41 @@
+import Foundation
+import Pipeline
+import ServiceRuntime
+
+/// Everything a fulfillment worker reads from its environment, validated at start-up.
+public struct FulfillmentConfiguration: Sendable {
+    public var pipeline: PipelineConfiguration
+    /// Consumer group shared by all workers (`FULFILLMENT_GROUP_ID`). Default `fulfillment`.
+    public var groupID: String
+    /// This worker's name in leases and logs (`WORKER_ID`). Default host name and process id.
+    public var workerID: String
+    /// How long a claimed event stays ours (`FULFILLMENT_LEASE_SECONDS`). Default 30.
+    public var lease: Duration
+    /// Attempts before an event is DEAD (`FULFILLMENT_MAX_ATTEMPTS`). Default 8.
+    public var maxAttempts: Int
+    /// First retry delay; doubles per attempt, full jitter (`FULFILLMENT_RETRY_BASE_MS`). Default 1000.
+    public var retryBase: Duration
+    /// Longest retry delay (`FULFILLMENT_RETRY_MAX_MS`). Default 300000.
+    public var retryMax: Duration
+    /// Partitions processed at once by this worker (`FULFILLMENT_CONCURRENCY`). Default 8.
+    public var concurrency: Int
+
+    public init(reader: ConfigurationReader) {
+        pipeline = PipelineConfiguration(reader: reader)
+        groupID = reader.string("FULFILLMENT_GROUP_ID", default: "fulfillment")
+        workerID = reader.string(
+            "WORKER_ID", default: "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)")
+        lease = .seconds(reader.int("FULFILLMENT_LEASE_SECONDS", default: 30, range: 1...3600))
+        maxAttempts = reader.int("FULFILLMENT_MAX_ATTEMPTS", default: 8, range: 1...1000)
+        retryBase = .milliseconds(reader.int("FULFILLMENT_RETRY_BASE_MS", default: 1000, range: 1...3_600_000))
+        retryMax = .milliseconds(reader.int("FULFILLMENT_RETRY_MAX_MS", default: 300_000, range: 1...86_400_000))
+        concurrency = reader.int("FULFILLMENT_CONCURRENCY", default: 8, range: 1...256)
+    }
+
+    public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {
+        let reader = ConfigurationReader(environment: environment)
+        let configuration = FulfillmentConfiguration(reader: reader)
+        try reader.validate()
+        return configuration
+    }
+}

@@ -1,0 +1,50 @@
+import Foundation
+import HTTPServer
+import Kafka
+import Pipeline
+import Postgres
+import ServiceRuntime
+import Storage
+
+/// The ingress process: its services in start order and its HTTP routes.
+public struct IngressApplication: Sendable {
+    public let configuration: IngressConfiguration
+    public let pool: PostgresPool
+    public let producer: KafkaProducer
+    public let intake: NotificationIntake
+    public let sweeper: PipelineSweeper
+    public let server: HTTPServer
+    public let logger: Logger
+
+    public init(configuration: IngressConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
+        producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
+        let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        let publisher = EventPublisher(producer: producer, store: store, logger: logger)
+        intake = NotificationIntake(store: store, publisher: publisher)
+        sweeper = PipelineSweeper(
+            publisher: publisher, interval: configuration.pipeline.sweepInterval,
+            stuckAfter: configuration.pipeline.stuckAfter, logger: logger)
+        let health = HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger)
+        var router = Router()
+        health.register(in: &router)
+        server = HTTPServer(
+            configuration: HTTPServerConfiguration(
+                host: configuration.httpHost, port: configuration.httpPort,
+                threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes),
+            router: router, logger: logger)
+    }
+
+    /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
+    public var services: [any Service] { [pool, producer, sweeper, server] }
+
+    /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
+    public func run() async throws {
+        try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)
+        try server.start()
+        logger.info("ingress listening", ["http.port": .int(Int64(server.port))])
+        try await ServiceGroup(services: services, logger: logger).run()
+    }
+}

@@ -1,0 +1,41 @@
+import Events
+import Pipeline
+import ServiceRuntime
+import Storage
+
+/// Makes an inbound event durable, then publishes it: the ingress's one write path.
+///
+/// The caller may acknowledge the sender as soon as `accept` returns: the row and its outbox mark
+/// are committed. Publishing happens after the commit; if it fails or the process dies first, the
+/// outbox relay publishes the row later.
+public struct NotificationIntake: Sendable {
+    public let store: EventStore
+    public let publisher: EventPublisher
+    private let accepted = MetricsRegistry.shared.counter(
+        "subs_notifications_accepted_total", help: "Notifications stored (new)")
+    private let duplicates = MetricsRegistry.shared.counter(
+        "subs_notifications_duplicate_total", help: "Notifications received again (already stored)")
+
+    public init(store: EventStore, publisher: EventPublisher) {
+        self.store = store
+        self.publisher = publisher
+    }
+
+    /// Stores the event (a duplicate UUID is a success that writes nothing) and starts publishing it.
+    @discardableResult
+    public func accept(_ event: NewNotificationEvent, awaitPublish: Bool = false) async throws -> StoredEvent {
+        let stored = try await store.insertNotification(event)
+        guard let outbox = stored.outbox else {
+            duplicates.increment()
+            return stored
+        }
+        accepted.increment()
+        if awaitPublish {
+            await publisher.publish([outbox])
+        } else {
+            let publisher = publisher
+            Task { await publisher.publish([outbox]) }
+        }
+        return stored
+    }
+}

@@ -1,0 +1,57 @@
+import Foundation
+import Kafka
+import Postgres
+import ServiceRuntime
+
+/// Settings both services share: where PostgreSQL and the broker are, and the event topic.
+public struct PipelineConfiguration: Sendable {
+    /// libpq URI (`DATABASE_URL`). Required.
+    public var databaseURL: String
+    /// Pool size per process (`DATABASE_MAX_CONNECTIONS`). Default 16.
+    public var databaseMaxConnections: Int
+    /// Bootstrap servers (`KAFKA_BROKERS`). Required.
+    public var kafkaBrokers: String
+    /// Extra librdkafka properties: every `KAFKA_PROPERTY_<NAME>` becomes `<name>` with `_` → `.`
+    /// (e.g. `KAFKA_PROPERTY_SECURITY_PROTOCOL=SASL_SSL` → `security.protocol`).
+    public var kafkaProperties: [String: String]
+    /// The event topic (`EVENT_TOPIC`). Default `appstore.events.v1`.
+    public var eventTopic: String
+    /// Partitions of the event topic when it is created (`EVENT_TOPIC_PARTITIONS`). Default 12.
+    public var eventTopicPartitions: Int
+    /// Events still RECEIVED after this long are re-published (`EVENT_STUCK_AFTER_SECONDS`). Default 60.
+    public var stuckAfter: Duration
+    /// Sweeper and relay period (`EVENT_SWEEP_INTERVAL_MS`). Default 1000.
+    public var sweepInterval: Duration
+
+    public init(reader: ConfigurationReader) {
+        databaseURL = reader.requiredString("DATABASE_URL", expected: "a libpq URI, postgresql://user:pass@host:port/db")
+        if !databaseURL.isEmpty, !(databaseURL.hasPrefix("postgresql://") || databaseURL.hasPrefix("postgres://")) {
+            reader.report("DATABASE_URL", databaseURL, "a libpq URI, postgresql://user:pass@host:port/db")
+        }
+        databaseMaxConnections = reader.int("DATABASE_MAX_CONNECTIONS", default: 16, range: 1...500)
+        kafkaBrokers = reader.hostPorts("KAFKA_BROKERS")
+        kafkaProperties = Self.kafkaProperties(from: reader.environment)
+        eventTopic = reader.string("EVENT_TOPIC", default: "appstore.events.v1")
+        if eventTopic.range(of: "^[A-Za-z0-9._-]{1,249}$", options: .regularExpression) == nil {
+            reader.report("EVENT_TOPIC", eventTopic, "a Kafka topic name: letters, digits, '.', '_' or '-'")
+        }
+        eventTopicPartitions = reader.int("EVENT_TOPIC_PARTITIONS", default: 12, range: 1...10_000)
+        stuckAfter = .seconds(reader.int("EVENT_STUCK_AFTER_SECONDS", default: 60, range: 1...86_400))
+        sweepInterval = .milliseconds(reader.int("EVENT_SWEEP_INTERVAL_MS", default: 1000, range: 10...600_000))
+    }
+
+    static func kafkaProperties(from environment: [String: String]) -> [String: String] {
+        let prefix = "KAFKA_PROPERTY_"
+        var properties: [String: String] = [:]
+        for (name, value) in environment where name.hasPrefix(prefix) && name.count > prefix.count {
+            properties[name.dropFirst(prefix.count).lowercased().replacingOccurrences(of: "_", with: ".")] = value
+        }
+        return properties
+    }
+
+    public var postgres: PostgresConfiguration {
+        PostgresConfiguration(url: databaseURL, maximumConnections: databaseMaxConnections)
+    }
+
+    public var kafka: KafkaConfiguration { KafkaConfiguration(brokers: kafkaBrokers, properties: kafkaProperties) }
+}

@@ -1,0 +1,289 @@
+import Events
+import Foundation
+import Postgres
+
+/// A notification to store: the columns of `apple_notification_event`.
+public struct NewNotificationEvent: Sendable {
+    public var notificationUUID: String
+    public var notificationType: String
+    public var subtype: String?
+    public var environment: String
+    public var signedDate: Date?
+    public var transactionID: String?
+    public var originalTransactionID: String?
+    /// Kafka key: the original transaction id, else the notification UUID.
+    public var routingKey: String
+    public var sealedPayload: [UInt8]?
+    public var payloadKeyID: String?
+    public var traceID: String?
+
+    public init(
+        notificationUUID: String, notificationType: String, subtype: String? = nil, environment: String,
+        signedDate: Date? = nil, transactionID: String? = nil, originalTransactionID: String? = nil,
+        routingKey: String, sealedPayload: [UInt8]? = nil, payloadKeyID: String? = nil, traceID: String? = nil
+    ) {
+        self.notificationUUID = notificationUUID
+        self.notificationType = notificationType
+        self.subtype = subtype
+        self.environment = environment
+        self.signedDate = signedDate
+        self.transactionID = transactionID
+        self.originalTransactionID = originalTransactionID
+        self.routingKey = routingKey
+        self.sealedPayload = sealedPayload
+        self.payloadKeyID = payloadKeyID
+        self.traceID = traceID
+    }
+}
+
+/// A message waiting in the outbox to be published.
+public struct OutboxEntry: Sendable, Equatable {
+    public var id: Int64
+    public var envelope: EventEnvelope
+    public var topic: String
+    public var routingKey: String
+}
+
+/// Result of storing an inbound event.
+public struct StoredEvent: Sendable, Equatable {
+    public var eventID: Int64
+    /// False when the event was already stored (a duplicate delivery): nothing new was written.
+    public var isNew: Bool
+    /// The outbox row to publish and then delete; nil for a duplicate.
+    public var outbox: OutboxEntry?
+}
+
+/// An event row a worker holds under a lease.
+public struct ClaimedEvent: Sendable {
+    public var kind: EventKind
+    public var id: Int64
+    /// Number of earlier failed attempts.
+    public var retryCount: Int
+    public var routingKey: String
+    public var traceID: String?
+}
+
+/// The SQL of the event pipeline: intake with outbox, worker leases, retries and the sweeper.
+public struct EventStore: Sendable {
+    public let pool: PostgresPool
+    public let topic: String
+
+    public init(pool: PostgresPool, topic: String) {
+        self.pool = pool
+        self.topic = topic
+    }
+
+    /// Stores a notification and its outbox row in one transaction. A duplicate UUID writes nothing.
+    ///
+    /// The outbox row becomes due only after `publishGrace`, leaving the caller time to publish
+    /// it directly; the relay takes over if the caller crashes or the broker is down.
+    public func insertNotification(_ event: NewNotificationEvent, publishGrace: Duration = .seconds(10))
+        async throws -> StoredEvent
+    {
+        try await pool.transaction { connection in
+            try await insertNotification(event, publishGrace: publishGrace, on: connection)
+        }
+    }
+
+    /// The same, inside a caller's transaction (the ingress commits several notifications at once).
+    public func insertNotification(
+        _ event: NewNotificationEvent, publishGrace: Duration = .seconds(10), on connection: PostgresConnection
+    ) async throws -> StoredEvent {
+        let inserted = try await connection.query(
+            """
+            INSERT INTO apple_notification_event
+                (notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
+                 original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id)
+            VALUES (\(event.notificationUUID), \(event.notificationType), \(event.subtype), \(event.environment),
+                    \(event.signedDate), \(event.transactionID), \(event.originalTransactionID), \(event.routingKey),
+                    \(event.sealedPayload), \(event.payloadKeyID), \(event.traceID))
+            ON CONFLICT (notification_uuid) DO NOTHING
+            RETURNING id
+            """)
+        guard let row = inserted.first else {
+            let existing = try await connection.query(
+                "SELECT id FROM apple_notification_event WHERE notification_uuid = \(event.notificationUUID)")
+            return StoredEvent(eventID: try existing.first!.decode("id", as: Int64.self), isNew: false, outbox: nil)
+        }
+        let id = try row.decode("id", as: Int64.self)
+        let outbox = try await enqueue(
+            kind: .notification, eventID: id, routingKey: event.routingKey, traceID: event.traceID,
+            delay: publishGrace, on: connection)
+        return StoredEvent(eventID: id, isNew: true, outbox: outbox)
+    }
+
+    func enqueue(
+        kind: EventKind, eventID: Int64, routingKey: String, traceID: String?, delay: Duration,
+        on connection: PostgresConnection
+    ) async throws -> OutboxEntry {
+        let seconds = Self.seconds(delay)
+        let rows = try await connection.query(
+            """
+            INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, trace_id, next_attempt_at)
+            VALUES (\(kind.rawValue), \(eventID), \(topic), \(routingKey), \(traceID),
+                    now() + make_interval(secs => \(seconds)))
+            RETURNING id
+            """)
+        return OutboxEntry(
+            id: try rows.first!.decode("id", as: Int64.self),
+            envelope: EventEnvelope(kind: kind, eventID: eventID, traceID: traceID), topic: topic,
+            routingKey: routingKey)
+    }
+
+    /// Deletes outbox rows whose messages the broker acknowledged.
+    public func markPublished(_ ids: [Int64]) async throws {
+        guard !ids.isEmpty else { return }
+        let list = "{" + ids.map(String.init).joined(separator: ",") + "}"
+        try await pool.query("DELETE FROM event_outbox WHERE id = ANY(\(list)::bigint[])")
+    }
+
+    /// Takes due outbox rows for publishing, safe with many relays: each row is taken by one relay
+    /// (SKIP LOCKED) and pushed back by `retryAfter`, so a relay that dies mid-publish only delays it.
+    public func claimDueOutbox(limit: Int, retryAfter: Duration) async throws -> [OutboxEntry] {
+        let seconds = Self.seconds(retryAfter)
+        let rows = try await pool.query(
+            """
+            WITH due AS (
+                SELECT id FROM event_outbox WHERE next_attempt_at <= now()
+                ORDER BY next_attempt_at LIMIT \(limit) FOR UPDATE SKIP LOCKED
+            )
+            UPDATE event_outbox o
+               SET attempts = o.attempts + 1, next_attempt_at = now() + make_interval(secs => \(seconds))
+              FROM due WHERE o.id = due.id
+            RETURNING o.id, o.event_kind, o.event_id, o.topic, o.routing_key, o.trace_id
+            """)
+        return try rows.map { row in
+            let traceID = try row.decode("trace_id", as: String?.self)
+            return OutboxEntry(
+                id: try row.decode("id"),
+                envelope: EventEnvelope(
+                    kind: EventKind(rawValue: try row.decode("event_kind")), eventID: try row.decode("event_id"),
+                    traceID: traceID),
+                topic: try row.decode("topic"), routingKey: try row.decode("routing_key"))
+        }
+    }
+
+    /// Claims an event for `owner` until the lease runs out, if it is claimable now: new, due for a
+    /// retry, or abandoned by a worker whose lease expired. Nil means someone else has it or it is done.
+    public func claim(_ envelope: EventEnvelope, owner: String, lease: Duration) async throws -> ClaimedEvent? {
+        guard let table = Self.table(for: envelope.kind) else { return nil }
+        let rows = try await pool.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    UPDATE \(table)
+                       SET process_status = 'PROCESSING', lease_owner = $1,
+                           lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
+                     WHERE id = $3
+                       AND (process_status = 'RECEIVED'
+                            OR (process_status = 'RETRY_WAIT' AND next_retry_at <= now())
+                            OR (process_status = 'PROCESSING' AND lease_expires_at < now()))
+                    RETURNING id, retry_count, routing_key, trace_id
+                    """,
+                binds: [owner.postgresData, Self.seconds(lease).postgresData, envelope.eventID.postgresData]))
+        guard let row = rows.first else { return nil }
+        return ClaimedEvent(
+            kind: envelope.kind, id: try row.decode("id"), retryCount: try row.decode("retry_count"),
+            routingKey: try row.decode("routing_key"), traceID: try row.decode("trace_id", as: String?.self))
+    }
+
+    /// Inside the worker's transaction, before any effect: locks the event row and checks that the
+    /// lease is still ours, so a worker whose lease ran out can never commit effects twice.
+    public func lockLease(of event: ClaimedEvent, owner: String, on connection: PostgresConnection) async throws
+        -> Bool
+    {
+        let table = Self.table(for: event.kind)!
+        let rows = try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    SELECT id FROM \(table)
+                     WHERE id = $1 AND process_status = 'PROCESSING' AND lease_owner = $2
+                     FOR UPDATE
+                    """,
+                binds: [event.id.postgresData, owner.postgresData]))
+        return rows.count == 1
+    }
+
+    /// Marks the event done and records that its effects were applied, in the worker's transaction.
+    public func complete(_ event: ClaimedEvent, owner: String, on connection: PostgresConnection) async throws {
+        let table = Self.table(for: event.kind)!
+        try await connection.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    UPDATE \(table)
+                       SET process_status = 'SUCCEEDED', processed_at = now(), lease_owner = NULL,
+                           lease_expires_at = NULL, error_code = NULL, error_message = NULL, updated_at = now()
+                     WHERE id = $1
+                    """,
+                binds: [event.id.postgresData]))
+        try await connection.query(
+            """
+            INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
+            VALUES (\(event.kind.rawValue), \(event.id), \(owner), \(event.retryCount + 1))
+            """)
+    }
+
+    /// Gives the event back for a later attempt (`RETRY_WAIT`), or buries it (`DEAD`) when `retryAt` is nil.
+    public func fail(
+        _ event: ClaimedEvent, owner: String, code: String, message: String, retryAt delay: Duration?
+    ) async throws {
+        let table = Self.table(for: event.kind)!
+        let status = delay == nil ? "DEAD" : "RETRY_WAIT"
+        try await pool.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    UPDATE \(table)
+                       SET process_status = $1, retry_count = retry_count + 1,
+                           next_retry_at = CASE WHEN $2::float8 IS NULL THEN NULL
+                                                ELSE now() + make_interval(secs => $2::float8) END,
+                           error_code = $3, error_message = $4, lease_owner = NULL, lease_expires_at = NULL,
+                           updated_at = now()
+                     WHERE id = $5 AND process_status = 'PROCESSING' AND lease_owner = $6
+                    """,
+                binds: [
+                    status.postgresData, delay.map(Self.seconds).postgresData, code.postgresData,
+                    message.postgresData, event.id.postgresData, owner.postgresData,
+                ]))
+    }
+
+    /// Re-publishes events that need a worker and have no message on the way: retries that are due,
+    /// leases that ran out (a crashed worker), and events still RECEIVED after `stuckAfter` (a broker
+    /// that lost the message). Returns how many were queued; safe with several sweepers.
+    public func sweep(stuckAfter: Duration, republishGrace: Duration, limit: Int = 500) async throws -> Int {
+        var queued = 0
+        for (kind, table) in Self.tables {
+            let rows = try await pool.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        WITH due AS (
+                            SELECT id FROM \(table)
+                             WHERE ((process_status = 'RETRY_WAIT' AND next_retry_at <= now())
+                                 OR (process_status = 'PROCESSING' AND lease_expires_at < now())
+                                 OR (process_status = 'RECEIVED' AND received_at < now() - make_interval(secs => $1)))
+                               AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => $2))
+                             ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED
+                        ), marked AS (
+                            UPDATE \(table) e SET republished_at = now() FROM due WHERE e.id = due.id
+                            RETURNING e.id, e.routing_key, e.trace_id
+                        )
+                        INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, trace_id)
+                        SELECT $4, m.id, $5, m.routing_key, m.trace_id FROM marked m
+                         WHERE NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_kind = $4 AND o.event_id = m.id)
+                        """,
+                    binds: [
+                        Self.seconds(stuckAfter).postgresData, Self.seconds(republishGrace).postgresData,
+                        limit.postgresData, kind.rawValue.postgresData, topic.postgresData,
+                    ]))
+            queued += rows.affectedRows
+        }
+        return queued
+    }
+
+    /// Event kinds and their tables; table names are constants, never input.
+    static let tables: [(EventKind, String)] = [(.notification, "apple_notification_event")]
+
+    static func table(for kind: EventKind) -> String? { tables.first { $0.0 == kind }?.1 }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+
+/// A service binary of this package started by a test, with its output captured in a log file.
+public final class ServiceProcess: @unchecked Sendable {
+    // Invariant: `process` is only started once, in init; afterwards only its thread-safe
+    // members (isRunning, processIdentifier, terminate, waitUntilExit) are used.
+    public let name: String
+    public let logFile: URL
+    private let process: Process
+
+    /// Where `swift build` put the executables: `SUBS_BIN_DIR` (set by the test command), else `.build/debug`.
+    public static var binaryDirectory: URL {
+        if let dir = ProcessInfo.processInfo.environment["SUBS_BIN_DIR"], !dir.isEmpty {
+            return URL(fileURLWithPath: dir)
+        }
+        return packageRoot.appendingPathComponent(".build/debug")
+    }
+
+    /// The repository root, found from this file's location.
+    public static var packageRoot: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+    }
+
+    /// Starts `executable` (a product name such as `fulfillment`) with the test's environment plus `environment`.
+    public init(executable: String, name: String, environment: [String: String]) throws {
+        self.name = name
+        let binary = Self.binaryDirectory.appendingPathComponent(executable)
+        guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+            throw MissingServiceError(variable: "executable \(binary.path) (build with `swift build` first)")
+        }
+        logFile = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString).log")
+        FileManager.default.createFile(atPath: logFile.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: logFile)
+        process = Process()
+        process.executableURL = binary
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+    }
+
+    public var pid: Int32 { process.processIdentifier }
+    public var isRunning: Bool { process.isRunning }
+
+    /// `kill -9`: no chance to finish anything, as in a crash.
+    public func kill() {
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// SIGTERM, then waits for the exit; returns the exit status (nil if it had to be killed).
+    @discardableResult
+    public func terminate(timeout: TimeInterval = 30) -> Int32? {
+        guard process.isRunning else { return process.terminationStatus }
+        Foundation.kill(process.processIdentifier, SIGTERM)
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning, Date() < deadline { usleep(20_000) }
+        if process.isRunning {
+            kill()
+            return nil
+        }
+        return process.terminationStatus
+    }
+
+    /// Everything the process wrote so far.
+    public var output: String { (try? String(contentsOf: logFile, encoding: .utf8)) ?? "" }
+
+    /// Waits until the output contains `text`; false on timeout or if the process exited first.
+    public func waitForOutput(_ text: String, timeout: TimeInterval) async -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if output.contains(text) { return true }
+            if !process.isRunning { return output.contains(text) }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return false
+    }
+
+    deinit {
+        if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` passes; for waiting on asynchronous effects.
+public func eventually(
+    timeout: TimeInterval, every interval: Duration = .milliseconds(200), _ condition: () async throws -> Bool
+) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: interval)
+    }
+    return try await condition()
+}
