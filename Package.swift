@@ -56,6 +56,8 @@ let package = Package(
         .target(
             name: "Pipeline", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events"],
             path: "Shared/Pipeline", swiftSettings: swiftSettings),
+        // The domain core: projection, order state machine, notification matrix, credit rules. No I/O.
+        .target(name: "Domain", path: "Shared/Domain", swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
         .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
 
@@ -97,6 +99,8 @@ let package = Package(
         .testTarget(
             name: "HTTPServerTests", dependencies: ["HTTPServer", "TestSupport"], path: "Tests/HTTPServerTests",
             swiftSettings: swiftSettings),
+        .testTarget(
+            name: "DomainTests", dependencies: ["Domain"], path: "Tests/DomainTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "CryptoTests", dependencies: ["Crypto"], path: "Tests/CryptoTests",
             swiftSettings: swiftSettings),

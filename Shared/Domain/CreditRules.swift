@@ -1,0 +1,123 @@
+import Foundation
+
+/// Integer micro-credits: fractional usage stays exact, and no floating point touches money.
+public typealias MicroCredits = Int64
+
+public enum Credits {
+    public static let micro: MicroCredits = 1_000_000
+    public static func micro(_ whole: Int64) -> MicroCredits { whole * micro }
+    /// Whole credits available, rounded down (a partial credit is not spendable as a whole one).
+    public static func whole(_ micro: MicroCredits) -> Int64 { micro / Self.micro }
+}
+
+/// Balance pools, drawn from in this order by usage.
+public enum CreditPool: String, Sendable, Codable, CaseIterable {
+    /// Period quota of a subscription; cleared after true expiry.
+    case subscription = "SUBSCRIPTION"
+    /// Operator-configured welcome credits, once per user.
+    case welcome = "WELCOME"
+    /// Purchased credits; never expire (App Review 3.1.1).
+    case permanent = "PERMANENT"
+}
+
+/// A grant the processor must write; `grantKey` is unique in the database, so recomputing
+/// never grants twice.
+public struct GrantDecision: Sendable, Hashable {
+    public var grantKey: String
+    public var pool: CreditPool
+    public var amount: MicroCredits
+    public var reason: String
+
+    public init(grantKey: String, pool: CreditPool, amount: MicroCredits, reason: String) {
+        self.grantKey = grantKey
+        self.pool = pool
+        self.amount = amount
+        self.reason = reason
+    }
+}
+
+/// The credit rules of domain.md, as pure functions.
+public enum CreditRules {
+    /// Grants owed for one verified transaction (the first month only, for a yearly plan).
+    ///
+    /// - Parameter replaced: the product this transaction upgraded from, when it is an upgrade.
+    public static func grants(
+        for transaction: TransactionFact, product: CatalogueProduct, replaced: CatalogueProduct? = nil
+    ) -> [GrantDecision] {
+        guard transaction.revocationDate == nil else { return [] }
+        if transaction.isFamilyShared, !product.familySharedGrantsCredits { return [] }
+        if transaction.isFreeTrial, !product.trialGrantsCredits { return [] }
+        var amount = Credits.micro(product.creditsAmount)
+        var reason = transaction.transactionReason == "RENEWAL" ? "RENEWAL" : "PURCHASE"
+        if let replaced {
+            reason = "UPGRADE"
+            if product.upgradeGrant == .difference {
+                amount = max(0, amount - Credits.micro(replaced.creditsAmount))
+            }
+        }
+        guard amount > 0 else { return [] }
+        let key = periodGrantKey(transaction, monthIndex: product.duration == .year ? 0 : nil)
+        return [GrantDecision(grantKey: key, pool: .subscription, amount: amount, reason: reason)]
+    }
+
+    /// `environment:transactionId` for a period grant; `:m<index>` for the months of a yearly plan.
+    public static func periodGrantKey(_ transaction: TransactionFact, monthIndex: Int?) -> String {
+        let base = "period:\(transaction.environment):\(transaction.transactionID)"
+        return monthIndex.map { "\(base):m\($0)" } ?? base
+    }
+
+    /// The grant dates of a yearly plan: month 0 at purchase, then each month on the anchor day
+    /// (UTC, clamped to the month's last day), 12 in all, never after the period ends.
+    public static func yearlyGrantDates(purchase: Date, expires: Date?) -> [Date] {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        let anchor = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: purchase)
+        return (0..<12).compactMap { index -> Date? in
+            if index == 0 { return purchase }
+            guard let firstOfMonth = calendar.date(
+                from: DateComponents(year: anchor.year, month: anchor.month! + index, day: 1))
+            else { return nil }
+            let days = calendar.range(of: .day, in: .month, for: firstOfMonth)!.count
+            var components = calendar.dateComponents([.year, .month], from: firstOfMonth)
+            components.day = min(anchor.day!, days)
+            components.hour = anchor.hour
+            components.minute = anchor.minute
+            components.second = anchor.second
+            let date = calendar.date(from: components)!
+            if let expires, date >= expires { return nil }
+            return date
+        }
+    }
+
+    /// Revoking a grant takes back what remains of it, never more than the pool holds: the balance
+    /// never goes negative; what could not be taken back is recorded as unrecoverable.
+    public static func revocation(granted: MicroCredits, alreadyRevoked: MicroCredits, poolBalance: MicroCredits)
+        -> (revoke: MicroCredits, unrecoverable: MicroCredits)
+    {
+        let outstanding = max(0, granted - alreadyRevoked)
+        let revoke = min(outstanding, max(0, poolBalance))
+        return (revoke, outstanding - revoke)
+    }
+
+    /// Usage drawn from the pools in order (subscription, welcome, permanent), or nil when the
+    /// total cannot cover it, in which case nothing may change.
+    public static func draw(_ cost: MicroCredits, from balances: [CreditPool: MicroCredits]) -> [CreditPool: MicroCredits]? {
+        precondition(cost >= 0, "a cost is never negative")
+        let total = CreditPool.allCases.reduce(0) { $0 + max(0, balances[$1] ?? 0) }
+        guard total >= cost else { return nil }
+        var remaining = cost
+        var taken: [CreditPool: MicroCredits] = [:]
+        for pool in CreditPool.allCases where remaining > 0 {
+            let take = min(remaining, max(0, balances[pool] ?? 0))
+            if take > 0 { taken[pool] = take }
+            remaining -= take
+        }
+        return taken
+    }
+
+    /// A day's bill: the total rounded UP to a whole credit; the difference is settled at close.
+    public static func dailyCharge(total: MicroCredits) -> (charged: MicroCredits, rounding: MicroCredits) {
+        let charged = (total + Credits.micro - 1) / Credits.micro * Credits.micro
+        return (charged, charged - total)
+    }
+}

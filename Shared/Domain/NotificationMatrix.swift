@@ -1,0 +1,55 @@
+/// What a notification asks the processor to do, from domain.md's notification matrix.
+public enum NotificationAction: Sendable, Equatable {
+    /// Connectivity test or a pure record (REFUND_DECLINED): store, change nothing.
+    case recordOnly
+    /// A transaction to apply (purchase, renewal, recovery, upgrade, offer): order, state, grant.
+    case applyTransaction(OrderType)
+    /// Only renewal info changed (auto-renew flag, pending product, grace/billing retry, price consent,
+    /// renewal date); the projection recomputes, nothing is granted.
+    case applyRenewalInfo
+    /// The transaction was refunded or revoked: recompute and take back what remains of its grant.
+    case revokeTransaction
+    /// A refund was reversed: recompute and restore what was taken back.
+    case restoreTransaction
+    /// Apple asks for consumption information (answered only with the user's consent).
+    case consumptionRequest
+    /// A type or subtype this version does not know: stored, counted, acknowledged.
+    case unknown
+}
+
+/// The matrix itself. Unknown values never fail: they map to `.unknown`.
+public enum NotificationMatrix {
+    public static func action(type: String, subtype: String?) -> NotificationAction {
+        switch (type, subtype) {
+        case ("TEST", _), ("REFUND_DECLINED", _), ("ONE_TIME_CHARGE", _), ("EXTERNAL_PURCHASE_TOKEN", _):
+            return .recordOnly
+        case ("SUBSCRIBED", "INITIAL_BUY"):
+            return .applyTransaction(.initial)
+        case ("SUBSCRIBED", "RESUBSCRIBE"):
+            return .applyTransaction(.recovery)
+        case ("DID_RENEW", nil), ("DID_RENEW", "BILLING_RECOVERY"):
+            return .applyTransaction(.renewal)
+        case ("DID_CHANGE_RENEWAL_PREF", "UPGRADE"):
+            return .applyTransaction(.change)
+        case ("OFFER_REDEEMED", _):
+            return .applyTransaction(.renewal)
+        case ("DID_FAIL_TO_RENEW", nil), ("DID_FAIL_TO_RENEW", "GRACE_PERIOD"), ("GRACE_PERIOD_EXPIRED", _),
+            ("EXPIRED", _), ("DID_CHANGE_RENEWAL_STATUS", _), ("DID_CHANGE_RENEWAL_PREF", _),
+            ("PRICE_INCREASE", _), ("RENEWAL_EXTENDED", _), ("RENEWAL_EXTENSION", _):
+            return .applyRenewalInfo
+        case ("REFUND", _), ("REVOKE", _):
+            return .revokeTransaction
+        case ("REFUND_REVERSED", _):
+            return .restoreTransaction
+        case ("CONSUMPTION_REQUEST", _):
+            return .consumptionRequest
+        default:
+            return .unknown
+        }
+    }
+
+    /// Notifications worth an operator's attention on top of their business effect.
+    public static func alerts(type: String, subtype: String?) -> Bool {
+        type == "EXPIRED" && subtype == "PRODUCT_NOT_FOR_SALE"
+    }
+}
