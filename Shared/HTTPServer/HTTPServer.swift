@@ -99,9 +99,10 @@ final class ServerCore: @unchecked Sendable {
         var phase = Phase.idle
         var daemon: OpaquePointer?
         var port = 0
-        var listenSocket: Int32 = -1
-        /// Requests whose handler runs while their connection is suspended.
+        /// Requests from the start of their handler until MHD has written their response.
         var inFlight: [ObjectIdentifier: RequestContext] = [:]
+        /// Fired when `inFlight` becomes empty, for a shutdown waiting on it.
+        var drainWaiter: ShutdownTrigger?
     }
 
     let configuration: HTTPServerConfiguration
@@ -109,10 +110,11 @@ final class ServerCore: @unchecked Sendable {
     let logger: Logger
     let admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)?
     let state = Mutex(State())
-    /// Read on every response; a lock-free copy of "phase is past running".
+    /// Lock-free copies of "the daemon has started" and "phase is past running" for MHD's threads
+    /// (start() holds the lock while MHD may call back to log).
+    let serving = Atomic<Bool>(false)
     let stopping = Atomic<Bool>(false)
     let stopped = ShutdownTrigger()
-    let drained = ShutdownTrigger()
 
     let activeRequests = MetricsRegistry.shared.gauge(
         "http_server_active_requests", help: "Requests whose handler is running.")
@@ -145,6 +147,7 @@ final class ServerCore: @unchecked Sendable {
             s.daemon = daemon
             s.port = port
             s.phase = .running
+            serving.store(true, ordering: .relaxed)
             logger.info(
                 "http server listening", ["http.host": .string(configuration.host), "http.port": .int(Int64(port))])
         }
@@ -207,7 +210,6 @@ final class ServerCore: @unchecked Sendable {
                 return .done
             case .running:
                 s.phase = .draining
-                if s.inFlight.isEmpty { drained.fire() }
                 return .stop(s.daemon!)
             case .draining, .closing, .stopped:
                 return .wait
@@ -225,20 +227,25 @@ final class ServerCore: @unchecked Sendable {
         // handshakes nobody serves; shutting it down makes new connections fail fast instead.
         if listenSocket >= 0 { _ = Foundation.shutdown(listenSocket, Int32(SHUT_RDWR)) }
 
-        let finished = await drained.wait(timeout: configuration.shutdownGracePeriod)
-        let stragglers = state.withLock { s in
-            s.phase = .closing
-            s.listenSocket = listenSocket
-            return Array(s.inFlight.values)
+        if !(await requestsFinished(within: configuration.shutdownGracePeriod)) {
+            // MHD must not be stopped with a suspended connection: answer what is left ourselves.
+            let stragglers = state.withLock { s in
+                s.phase = .closing
+                return Array(s.inFlight.values)
+            }
+            logger.warning(
+                "http handlers still running at the end of the grace period",
+                ["http.requests": .int(Int64(stragglers.count))])
+            for context in stragglers {
+                let response = HTTPResponse.error(
+                    status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
+                    traceID: context.head.traceID)
+                finish(context, response, route: .unmatched, cancel: true)
+            }
+            // Give MHD a moment to write those answers before stopping it closes the sockets.
+            _ = await requestsFinished(within: .seconds(1))
         }
-        if !finished {
-            logger.warning("http handlers still running at the end of the grace period", ["http.requests": .int(Int64(stragglers.count))])
-        }
-        // MHD must not be stopped with a suspended connection: answer what is left ourselves.
-        for context in stragglers {
-            finish(context, .error(status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
-                                   traceID: context.head.traceID), route: .unmatched, cancel: true)
-        }
+        state.withLock { $0.phase = .closing }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // MHD_stop_daemon joins MHD's threads: not on the cooperative pool.
             DispatchQueue.global().async {
@@ -256,6 +263,18 @@ final class ServerCore: @unchecked Sendable {
         Unmanaged.passUnretained(self).release()
         logger.info("http server stopped")
         stopped.fire()
+    }
+
+    /// Waits until every request that reached its handler has been answered and written.
+    private func requestsFinished(within timeout: Duration) async -> Bool {
+        let waiter = state.withLock { s -> ShutdownTrigger? in
+            guard !s.inFlight.isEmpty else { return nil }
+            let waiter = s.drainWaiter ?? ShutdownTrigger()
+            s.drainWaiter = waiter
+            return waiter
+        }
+        guard let waiter else { return true }
+        return await waiter.wait(timeout: timeout)
     }
 
     // MARK: Requests (called on MHD threads)
@@ -337,11 +356,16 @@ final class ServerCore: @unchecked Sendable {
     private func finish(_ context: RequestContext, _ response: HTTPResponse, route: RouteMetrics, cancel: Bool) {
         guard context.complete(response, route: route, cancel: cancel) else { return }
         activeRequests.add(-1)
-        state.withLock { s in
-            s.inFlight[ObjectIdentifier(context)] = nil
-            if s.phase == .draining, s.inFlight.isEmpty { drained.fire() }
-        }
         MHD_resume_connection(context.connection)
+    }
+
+    /// MHD is done with a request (answered and written, or the connection failed).
+    fileprivate func completed(_ context: RequestContext) {
+        state.withLock { s in
+            guard s.inFlight.removeValue(forKey: ObjectIdentifier(context)) != nil, s.inFlight.isEmpty else { return }
+            s.drainWaiter?.fire()
+            s.drainWaiter = nil
+        }
     }
 
     private func queue(_ response: HTTPResponse, for context: RequestContext, route: RouteMetrics) -> MHD_Result {
@@ -391,8 +415,12 @@ final class ServerCore: @unchecked Sendable {
             traceID: TraceID.accept(fields.headers["x-request-id"]))
     }
 
+    /// MHD reports both why it cannot start and every malformed request or dropped client; only
+    /// the former (and hitting the connection limit) deserve an operator's attention.
     fileprivate func logDaemonMessage(_ message: String) {
-        logger.warning("libmicrohttpd", ["mhd.message": .string(message)])
+        let level: LogLevel =
+            !serving.load(ordering: .relaxed) ? .error : message.contains("limit") ? .warning : .debug
+        logger.log(level, "libmicrohttpd", ["mhd.message": .string(message)])
     }
 }
 
@@ -463,10 +491,11 @@ private let accessHandler: MHD_AccessHandlerCallback = {
     return context.early == nil ? .YES : core.respondEarly(context)
 }
 
-private let requestCompleted: MHD_RequestCompletedCallback = { _, _, contextPointer, _ in
-    guard let contextPointer, let context = contextPointer.pointee else { return }
-    Unmanaged<RequestContext>.fromOpaque(context).release()
+private let requestCompleted: MHD_RequestCompletedCallback = { cls, _, contextPointer, _ in
+    guard let cls, let contextPointer, let pointer = contextPointer.pointee else { return }
+    let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue()
     contextPointer.pointee = nil
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().completed(context)
 }
 
 private let daemonLog: MHD_LogCallback = { cls, format, arguments in
