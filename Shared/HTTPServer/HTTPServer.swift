@@ -50,8 +50,11 @@ public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
 
 /// An HTTP/1.1 server on libmicrohttpd that runs async handlers through a `Router`.
 ///
-/// MHD's threads only parse and write; each complete request is handed to a Task while its
-/// connection is suspended, so a slow handler never holds an event-loop thread.
+/// A complete request's handler starts on the MHD thread that parsed it (`Task.immediate`) and
+/// keeps that thread only until its first suspension; from then on the connection is suspended
+/// and the handler continues on the Swift concurrency pool, so a slow handler never holds an
+/// event-loop thread. (Handlers must not block, as any async code; long CPU work before their
+/// first `await` delays the other connections of that thread.)
 /// `shutdown()` stops accepting at once, lets running handlers finish for the grace period,
 /// answers the stragglers 503, then stops the daemon.
 public final class HTTPServer: Service, Sendable {
@@ -341,22 +344,23 @@ final class ServerCore: @unchecked Sendable {
         activeRequests.add(1)
         let request = HTTPRequest(head: context.head, body: context.body)
         context.body = []
-        // Suspend before the Task exists, so its resume can never come first.
-        MHD_suspend_connection(context.connection)
         let router = router
-        context.attach(Task {
+        // The handler starts right here and keeps this thread only until its first suspension:
+        // a handler that never suspends is answered without a thread hop or an MHD suspend.
+        let task = Task.immediate {
             let (response, route) = await router.dispatch(request)
             self.finish(context, response, route: route, cancel: false)
-        })
-        return .YES
+        }
+        guard let (response, route) = context.suspendUnlessCompleted(task) else { return .YES }
+        return queue(response, for: context, route: route)
     }
 
-    /// Hands a result to a suspended request and resumes it; only the first result counts (a
-    /// handler finishing after shutdown already answered 503 is ignored).
+    /// Hands a result to a request, resuming its connection if it was suspended; only the first
+    /// result counts (a handler finishing after shutdown already answered 503 is ignored).
     private func finish(_ context: RequestContext, _ response: HTTPResponse, route: RouteMetrics, cancel: Bool) {
-        guard context.complete(response, route: route, cancel: cancel) else { return }
+        guard let suspended = context.complete(response, route: route, cancel: cancel) else { return }
         activeRequests.add(-1)
-        MHD_resume_connection(context.connection)
+        if suspended { MHD_resume_connection(context.connection) }
     }
 
     /// MHD is done with a request (answered and written, or the connection failed).
@@ -435,6 +439,7 @@ final class RequestContext: @unchecked Sendable {
     private struct Slot {
         var result: (HTTPResponse, RouteMetrics)?
         var completed = false
+        var suspended = false
         var task: Task<Void, Never>?
     }
 
@@ -452,20 +457,33 @@ final class RequestContext: @unchecked Sendable {
         self.connection = connection
     }
 
-    func attach(_ task: Task<Void, Never>) { slot.withLock { $0.task = task } }
-
-    /// Stores the first result; false when one was already stored.
-    func complete(_ response: HTTPResponse, route: RouteMetrics, cancel: Bool) -> Bool {
-        let (won, task) = slot.withLock { s -> (Bool, Task<Void, Never>?) in
-            guard !s.completed else { return (false, nil) }
-            s.completed = true
-            s.result = (response, route)
-            return (true, s.task)
+    /// On the MHD thread once the handler has started: its result if it already finished, else
+    /// nil with the connection suspended. Suspending under the lock guarantees that whoever
+    /// completes the request later sees `suspended` and resumes it, never before the suspend.
+    func suspendUnlessCompleted(_ task: Task<Void, Never>) -> (HTTPResponse, RouteMetrics)? {
+        slot.withLock { s in
+            s.task = task
+            if s.completed { return s.result.take() }
+            s.suspended = true
+            MHD_suspend_connection(connection)
+            return nil
         }
-        if cancel { task?.cancel() }
-        return won
     }
 
+    /// Stores the first result: nil when one was already stored, else whether the connection is
+    /// suspended (and so must be resumed by the caller).
+    func complete(_ response: HTTPResponse, route: RouteMetrics, cancel: Bool) -> Bool? {
+        let (outcome, task) = slot.withLock { s -> (Bool?, Task<Void, Never>?) in
+            guard !s.completed else { return (nil, nil) }
+            s.completed = true
+            s.result = (response, route)
+            return (s.suspended, s.task)
+        }
+        if cancel { task?.cancel() }
+        return outcome
+    }
+
+    /// The stored result, taken once the connection has been resumed.
     func result() -> (HTTPResponse, RouteMetrics)? { slot.withLock { $0.result.take() } }
 }
 

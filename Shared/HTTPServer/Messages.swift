@@ -1,5 +1,6 @@
 import Foundation
 import ServiceRuntime
+import Synchronization
 
 /// What is known of a request once its head has arrived, before any body byte is read.
 public struct HTTPRequestHead: Sendable {
@@ -120,10 +121,28 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
 
 /// Request identifiers: the client's when it is safe to log and echo, else a random one.
 public enum TraceID {
-    /// 16 random bytes as 32 lowercase hex digits.
+    /// 16 pseudo-random bytes as 32 lowercase hex digits, unique within the process.
+    ///
+    /// Trace ids must be unique, not secret: a counter run through a bijective mixer under a
+    /// per-process random key never repeats within the process and practically never across
+    /// processes, without the syscall the system RNG costs on every request.
     public static func generate() -> String {
+        let n = counter.add(1, ordering: .relaxed).newValue
+        return hex(mix(key.0 ^ n)) + hex(mix(key.1 &+ n))
+    }
+
+    private static let key: (UInt64, UInt64) = {
         var generator = SystemRandomNumberGenerator()
-        return hex(generator.next()) + hex(generator.next())
+        return (generator.next(), generator.next())
+    }()
+    private static let counter = Atomic<UInt64>(0)
+
+    /// The SplitMix64 finalizer: a bijection that spreads every input bit over the output.
+    private static func mix(_ value: UInt64) -> UInt64 {
+        var z = value &+ 0x9E37_79B9_7F4A_7C15
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 
     /// `candidate` when it has 1 to 64 characters from [A-Za-z0-9_-], else a generated id.

@@ -77,7 +77,7 @@ public struct Router: Sendable {
     /// Path segments, each percent-decoded on its own (an undecodable one is kept as sent).
     static func segments(of path: String) -> [String] {
         path.split(separator: "/").map { raw in
-            raw.contains("%") ? (raw.removingPercentEncoding ?? String(raw)) : String(raw)
+            raw.utf8.contains(UInt8(ascii: "%")) ? (raw.removingPercentEncoding ?? String(raw)) : String(raw)
         }
     }
 }
