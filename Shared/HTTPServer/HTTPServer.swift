@@ -56,7 +56,8 @@ public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
 /// event-loop thread. (Handlers must not block, as any async code; long CPU work before their
 /// first `await` delays the other connections of that thread.)
 /// `shutdown()` stops accepting at once, lets running handlers finish for the grace period,
-/// answers the stragglers 503, then stops the daemon.
+/// answers the stragglers 503, then stops the daemon. Until then the daemon keeps the server
+/// alive, so a started server must be shut down (a `ServiceGroup` does it).
 public final class HTTPServer: Service, Sendable {
     private let core: ServerCore
 
@@ -285,12 +286,15 @@ final class ServerCore: @unchecked Sendable {
     /// First call for a request: the head is complete and no body byte has been read yet.
     func begin(_ connection: OpaquePointer, url: String, method: String) -> RequestContext {
         let context = RequestContext(head: readHead(connection, url: url, method: method), connection: connection)
-        if let length = context.head.headers["content-length"].flatMap({ Int($0) }), length > configuration.maxBodyBytes {
+        let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
+        if length > configuration.maxBodyBytes {
             rejectedTooLarge.increment()
             context.early = tooLarge(context)
         } else if let admission, let rejection = admission(context.head) {
             rejectedByAdmission.increment()
             context.early = rejection
+        } else {
+            context.body.reserveCapacity(length)
         }
         return context
     }
@@ -520,8 +524,7 @@ private let daemonLog: MHD_LogCallback = { cls, format, arguments in
     guard let cls, let format, let arguments else { return }
     var buffer = [CChar](repeating: 0, count: 512)
     _ = vsnprintf(&buffer, buffer.count, format, arguments)
-    let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    let message = text.trimmingCharacters(in: .whitespacesAndNewlines)
+    let message = String(nulTerminated: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
     Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().logDaemonMessage(message)
 }
 

@@ -50,6 +50,13 @@ struct SocketAddress {
                 }
             default: nil
             }
-        return written == nil ? "" : String(cString: text)
+        return written == nil ? "" : String(nulTerminated: text)
+    }
+}
+
+extension String {
+    /// The text of a C buffer up to its first NUL.
+    init(nulTerminated buffer: [CChar]) {
+        self.init(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -21,6 +21,13 @@ func testRouter() -> Router {
     return router
 }
 
+/// The value of one series in the shared registry's exposition.
+func metricValue(_ series: String) -> Double? {
+    MetricsRegistry.shared.prometheusText().split(separator: "\n")
+        .first { $0.hasPrefix(series + " ") }
+        .flatMap { Double($0.dropFirst(series.count + 1)) }
+}
+
 @Suite("HTTPServer over sockets")
 struct ServerTests {
     @Test("GET with path parameter and query; the request id is echoed or generated")
@@ -87,6 +94,47 @@ struct ServerTests {
         }
     }
 
+    @Test("a port already in use fails start() with the reason logged; an invalid host fails too")
+    func startFailures() async throws {
+        try await withServer(testRouter()) { server in
+            let sink = LogSink.memory()
+            let taken = HTTPServer(
+                configuration: HTTPServerConfiguration(host: "127.0.0.1", port: server.port), router: Router(),
+                logger: Logger(label: "test", level: .info, sink: sink))
+            #expect(throws: HTTPServerError.self) { try taken.start() }
+            #expect(sink.lines.contains { $0.contains(#""level":"error""#) && $0.contains("bind") }, "\(sink.lines)")
+            await taken.shutdown()
+        }
+        let invalid = HTTPServer(
+            configuration: HTTPServerConfiguration(host: "not-an-address", port: 0), router: Router(),
+            logger: Logger(label: "test", level: .critical, sink: .memory()))
+        #expect(throws: HTTPServerError.self) { try invalid.start() }
+    }
+
+    @Test("the debug access log names route and status, never the body or Authorization; metrics count")
+    func accessLogAndMetrics() async throws {
+        let sink = LogSink.memory()
+        try await withServer(testRouter(), logger: Logger(label: "test", level: .debug, sink: sink)) { server in
+            let port = server.port
+            let response = try await blocking {
+                let connection = try RawConnection(port: port)
+                try connection.request(
+                    "POST", "/orders",
+                    headers: ["Authorization": "Bearer s3cr3t-token-value", "Content-Type": "application/json"],
+                    body: #"{"orderNo":"BODY-MARKER","quantity":1}"#)
+                return try connection.readResponse()
+            }
+            #expect(response.status == 201)
+        }
+        let line = try #require(sink.lines.first { $0.contains(#""message":"http request""#) })
+        #expect(line.contains(#""http.route":"/orders""#))
+        #expect(line.contains(#""http.status":201"#))
+        #expect(!sink.lines.joined().contains("BODY-MARKER"))
+        #expect(!sink.lines.joined().contains("s3cr3t"))
+        let count = metricValue(#"http_server_request_duration_seconds_count{method="POST",route="/orders",status="2xx"}"#)
+        #expect((count ?? 0) >= 1)
+    }
+
     @Test("a body announced over the limit is answered 413 before it is read")
     func oversizedBodyRejectedUnread() async throws {
         let calls = Locked(0)
@@ -109,6 +157,7 @@ struct ServerTests {
             #expect(closed, "the server should close instead of waiting for the rest of the body")
         }
         #expect(calls.value == 0)
+        #expect((metricValue(#"http_server_rejected_requests_total{reason="payload_too_large"}"#) ?? 0) >= 1)
     }
 
     @Test("a chunked body crossing the limit is cut off without running the handler")
@@ -179,17 +228,23 @@ struct ServerTests {
         }
     }
 
-    @Test("a request head over the limit is refused by MHD")
-    func oversizedHead() async throws {
-        try await withServer(testRouter(), configure: { $0.maxHeaderBytes = 4096 }) { server in
+    @Test("a request head within maxHeaderBytes is served, one well over it is refused by MHD")
+    func headLimit() async throws {
+        try await withServer(testRouter()) { server in
             let port = server.port
-            let response = try await blocking {
-                let connection = try RawConnection(port: port)
-                try connection.send("GET /hello/x HTTP/1.1\r\nHost: test\r\nX-Big: "
-                    + String(repeating: "b", count: 32 * 1024) + "\r\n\r\n")
-                return try connection.readResponse()
+            let (within, over) = try await blocking {
+                let head = { (size: Int) in
+                    "GET /hello/x HTTP/1.1\r\nHost: test\r\nX-Big: " + String(repeating: "b", count: size) + "\r\n\r\n"
+                }
+                let first = try RawConnection(port: port)
+                try first.send(head(15 * 1024))
+                let within = try first.readResponse()
+                let second = try RawConnection(port: port)
+                try second.send(head(32 * 1024))
+                return (within, try second.readResponse())
             }
-            #expect([413, 414, 431].contains(response.status), "\(response.status)")
+            #expect(within.status == 200)
+            #expect([413, 414, 431].contains(over.status), "\(over.status)")
         }
     }
 
