@@ -4,13 +4,13 @@
 # not a test and asserts nothing.
 #
 #   Tests/Benchmarks/http-vs-nginx.sh
-#   OURS_PORT=18081 NGINX_PORT=18082 BENCH_THREADS=2 DURATION=10s CONNECTIONS=64 Tests/Benchmarks/http-vs-nginx.sh
+#   OURS_PORT=18081 NGINX_PORT=18082 BENCH_THREADS=4 DURATION=10s CONNECTIONS=64 Tests/Benchmarks/http-vs-nginx.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 OURS_PORT=${OURS_PORT:-18081}
 NGINX_PORT=${NGINX_PORT:-18082}
-BENCH_THREADS=${BENCH_THREADS:-2}
+BENCH_THREADS=${BENCH_THREADS:-4}
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-64}
 # Must stay byte for byte what BenchHTTPServer returns.
