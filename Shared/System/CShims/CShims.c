@@ -6,3 +6,13 @@ struct MHD_Daemon *cshims_mhd_start_daemon(unsigned int flags, uint16_t port,
     return MHD_start_daemon(flags, port, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_ARRAY, options, MHD_OPTION_END);
 }
+
+const union MHD_DaemonInfo *cshims_mhd_get_daemon_info(struct MHD_Daemon *daemon,
+                                                       enum MHD_DaemonInfoType type) {
+    return MHD_get_daemon_info(daemon, type);
+}
+
+const union MHD_ConnectionInfo *cshims_mhd_get_connection_info(struct MHD_Connection *connection,
+                                                               enum MHD_ConnectionInfoType type) {
+    return MHD_get_connection_info(connection, type);
+}

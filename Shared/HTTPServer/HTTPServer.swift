@@ -1,0 +1,553 @@
+import CMicroHTTPD
+import CShims
+import Dispatch
+import Foundation
+import ServiceRuntime
+import Synchronization
+
+/// Limits and sizing of an `HTTPServer`.
+public struct HTTPServerConfiguration: Sendable {
+    /// A numeric IPv4 or IPv6 address (or `localhost`) to listen on.
+    public var host: String
+    /// 0 picks a free port; read `HTTPServer.port` after `start()`.
+    public var port: Int
+    /// MHD event-loop threads. On 2 cores 4 beat 1 and 2 (Tests/Benchmarks/http-vs-nginx.sh):
+    /// a preempted thread then stalls fewer connections.
+    public var threadPoolSize: Int
+    /// Larger bodies get 413 `PAYLOAD_TOO_LARGE`: at once from Content-Length, before any body
+    /// byte is read, or when a chunked body crosses the limit.
+    public var maxBodyBytes: Int
+    /// Approximate bound on the request line plus headers (it sizes MHD's per-connection memory
+    /// pool; a larger head is answered by MHD itself with a 4xx).
+    public var maxHeaderBytes: Int
+    /// Open connections beyond this are refused.
+    public var connectionLimit: Int
+    /// A connection idle this long (a request head or body trickling in counts as idle between
+    /// bytes) is closed; rounded up to whole seconds.
+    public var idleTimeout: Duration
+    /// How long `shutdown()` waits for running handlers before answering them 503 itself.
+    public var shutdownGracePeriod: Duration
+
+    public init(
+        host: String = "0.0.0.0", port: Int = 8080, threadPoolSize: Int = 4, maxBodyBytes: Int = 256 * 1024,
+        maxHeaderBytes: Int = 16 * 1024, connectionLimit: Int = 4096, idleTimeout: Duration = .seconds(30),
+        shutdownGracePeriod: Duration = .seconds(10)
+    ) {
+        self.host = host
+        self.port = port
+        self.threadPoolSize = threadPoolSize
+        self.maxBodyBytes = maxBodyBytes
+        self.maxHeaderBytes = maxHeaderBytes
+        self.connectionLimit = connectionLimit
+        self.idleTimeout = idleTimeout
+        self.shutdownGracePeriod = shutdownGracePeriod
+    }
+}
+
+/// Why the server could not start.
+public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
+    public let description: String
+}
+
+/// An HTTP/1.1 server on libmicrohttpd that runs async handlers through a `Router`.
+///
+/// A complete request's handler starts on the MHD thread that parsed it (`Task.immediate`) and
+/// keeps that thread only until its first suspension; from then on the connection is suspended
+/// and the handler continues on the Swift concurrency pool, so a slow handler never holds an
+/// event-loop thread. (Handlers must not block, as any async code; long CPU work before their
+/// first `await` delays the other connections of that thread.)
+/// `shutdown()` stops accepting at once, lets running handlers finish for the grace period,
+/// answers the stragglers 503, then stops the daemon. Until then the daemon keeps the server
+/// alive, so a started server must be shut down (a `ServiceGroup` does it).
+public final class HTTPServer: Service, Sendable {
+    private let core: ServerCore
+
+    /// `admission` runs on the request head before any body byte is read; returning a response
+    /// rejects the request at once (used for 413/415/429 decisions by apps).
+    public init(
+        configuration: HTTPServerConfiguration, router: Router, logger: Logger,
+        admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)? = nil
+    ) {
+        var router = router
+        if router.logger == nil { router.logger = logger }
+        core = ServerCore(configuration: configuration, router: router, logger: logger, admission: admission)
+    }
+
+    public var name: String { "http" }
+
+    /// The bound port once started (0 before).
+    public var port: Int { core.state.withLock { $0.port } }
+
+    /// Binds and starts serving; does nothing when already started or shut down.
+    public func start() throws(HTTPServerError) { try core.start() }
+
+    /// Starts if needed, then returns once `shutdown()` has finished.
+    public func run() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            // Binding and spawning MHD's threads block; keep them off the cooperative pool.
+            DispatchQueue.global().async { [core] in continuation.resume(with: Result { try core.start() }) }
+        }
+        await core.stopped.wait()
+    }
+
+    public func shutdown() async { await core.shutdown() }
+}
+
+/// Server state shared with MHD's threads and the handler Tasks.
+///
+/// `@unchecked Sendable`: every mutable field is inside `state` (a Mutex) or an Atomic; the
+/// daemon pointer is only used under the lock or by the single task that won the right to stop it.
+final class ServerCore: @unchecked Sendable {
+    enum Phase { case idle, running, draining, closing, stopped }
+
+    struct State {
+        var phase = Phase.idle
+        var daemon: OpaquePointer?
+        var port = 0
+        /// Requests from the start of their handler until MHD has written their response.
+        var inFlight: [ObjectIdentifier: RequestContext] = [:]
+        /// Fired when `inFlight` becomes empty, for a shutdown waiting on it.
+        var drainWaiter: ShutdownTrigger?
+    }
+
+    let configuration: HTTPServerConfiguration
+    let router: Router
+    let logger: Logger
+    let admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)?
+    let state = Mutex(State())
+    /// Lock-free copies of "the daemon has started" and "phase is past running" for MHD's threads
+    /// (start() holds the lock while MHD may call back to log).
+    let serving = Atomic<Bool>(false)
+    let stopping = Atomic<Bool>(false)
+    let stopped = ShutdownTrigger()
+
+    let activeRequests = MetricsRegistry.shared.gauge(
+        "http_server_active_requests", help: "Requests whose handler is running.")
+    let rejectedTooLarge = ServerCore.rejected("payload_too_large")
+    let rejectedByAdmission = ServerCore.rejected("admission")
+    let rejectedShuttingDown = ServerCore.rejected("shutting_down")
+
+    static func rejected(_ reason: String) -> Counter {
+        MetricsRegistry.shared.counter(
+            "http_server_rejected_requests_total", help: "Requests answered without running a handler, by reason.",
+            labels: ["reason": reason])
+    }
+
+    init(
+        configuration: HTTPServerConfiguration, router: Router, logger: Logger,
+        admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)?
+    ) {
+        self.configuration = configuration
+        self.router = router
+        self.logger = logger
+        self.admission = admission
+    }
+
+    // MARK: Lifecycle
+
+    func start() throws(HTTPServerError) {
+        try state.withLock { (s: inout State) throws(HTTPServerError) in
+            guard s.phase == .idle else { return }
+            let (daemon, port) = try startDaemon()
+            s.daemon = daemon
+            s.port = port
+            s.phase = .running
+            serving.store(true, ordering: .relaxed)
+            logger.info(
+                "http server listening", ["http.host": .string(configuration.host), "http.port": .int(Int64(port))])
+        }
+    }
+
+    private func startDaemon() throws(HTTPServerError) -> (OpaquePointer, Int) {
+        let config = configuration
+        guard (1...65535).contains(config.port) || config.port == 0 else {
+            throw HTTPServerError(description: "invalid port \(config.port)")
+        }
+        guard var address = SocketAddress(host: config.host, port: UInt16(config.port)) else {
+            throw HTTPServerError(description: "invalid listen host '\(config.host)': expected a numeric IP address")
+        }
+        // MHD calls back with this pointer; the retain is balanced after MHD_stop_daemon.
+        let cls = Unmanaged.passRetained(self).toOpaque()
+        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
+            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
+        if address.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
+        let idleSeconds = max(1, Int((Double(config.idleTimeout.components.seconds)
+            + Double(config.idleTimeout.components.attoseconds) / 1e18).rounded(.up)))
+        let daemon = address.withSockaddr { sockaddr in
+            var options = [
+                // First, so that MHD reports even problems with the options after it through us.
+                MHD_OptionItem(
+                    option: .EXTERNAL_LOGGER, value: unsafeBitCast(daemonLog, to: Int.self), ptr_value: cls),
+                MHD_OptionItem(option: .SOCK_ADDR, value: 0, ptr_value: sockaddr),
+                MHD_OptionItem(option: .THREAD_POOL_SIZE, value: max(1, config.threadPoolSize), ptr_value: nil),
+                MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.connectionLimit), ptr_value: nil),
+                MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: idleSeconds, ptr_value: nil),
+                // The pool holds the head being parsed plus MHD's bookkeeping and the reply head.
+                MHD_OptionItem(
+                    option: .CONNECTION_MEMORY_LIMIT, value: max(4096, config.maxHeaderBytes) + 8192,
+                    ptr_value: nil),
+                MHD_OptionItem(
+                    option: .NOTIFY_COMPLETED, value: unsafeBitCast(requestCompleted, to: Int.self),
+                    ptr_value: cls),
+                // Leave URL and query escapes alone: the router decodes path segments one by one.
+                MHD_OptionItem(
+                    option: .UNESCAPE_CALLBACK, value: unsafeBitCast(keepEscapes, to: Int.self),
+                    ptr_value: nil),
+                MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
+            ]
+            return cshims_mhd_start_daemon(flags, 0, accessHandler, cls, &options)
+        }
+        guard let daemon else {
+            Unmanaged<ServerCore>.fromOpaque(cls).release()
+            throw HTTPServerError(
+                description: "cannot listen on \(config.host):\(config.port) (the reason is logged just before)")
+        }
+        let port = cshims_mhd_get_daemon_info(daemon, .DAEMON_INFO_BIND_PORT).map { Int($0.pointee.port) }
+        return (daemon, port ?? config.port)
+    }
+
+    func shutdown() async {
+        enum Step { case stop(OpaquePointer), wait, done }
+        let step = state.withLock { s -> Step in
+            switch s.phase {
+            case .idle:
+                s.phase = .stopped
+                return .done
+            case .running:
+                s.phase = .draining
+                return .stop(s.daemon!)
+            case .draining, .closing, .stopped:
+                return .wait
+            }
+        }
+        guard case .stop(let daemon) = step else {
+            if case .done = step { stopped.fire() }
+            return await stopped.wait()
+        }
+        stopping.store(true, ordering: .relaxed)
+        logger.info("http server draining", ["http.port": .int(Int64(state.withLock { $0.port }))])
+
+        let listenSocket = MHD_quiesce_daemon(daemon)
+        // MHD stops polling the socket but leaves it listening, so the kernel would still complete
+        // handshakes nobody serves; shutting it down makes new connections fail fast instead.
+        if listenSocket >= 0 { _ = Foundation.shutdown(listenSocket, Int32(SHUT_RDWR)) }
+
+        if !(await requestsFinished(within: configuration.shutdownGracePeriod)) {
+            // MHD must not be stopped with a suspended connection: answer what is left ourselves.
+            let stragglers = state.withLock { s in
+                s.phase = .closing
+                return Array(s.inFlight.values)
+            }
+            logger.warning(
+                "http handlers still running at the end of the grace period",
+                ["http.requests": .int(Int64(stragglers.count))])
+            for context in stragglers {
+                let response = HTTPResponse.error(
+                    status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
+                    traceID: context.head.traceID)
+                finish(context, response, route: .unmatched, cancel: true)
+            }
+            // Give MHD a moment to write those answers before stopping it closes the sockets.
+            _ = await requestsFinished(within: .seconds(1))
+        }
+        state.withLock { $0.phase = .closing }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            // MHD_stop_daemon joins MHD's threads: not on the cooperative pool.
+            DispatchQueue.global().async {
+                // Taken out of the lock first: MHD's threads may be waiting for it in a callback.
+                let daemon = self.state.withLock { s in
+                    defer { s.daemon = nil }
+                    return s.daemon
+                }
+                daemon.map(MHD_stop_daemon)
+                continuation.resume()
+            }
+        }
+        if listenSocket >= 0 { close(listenSocket) }
+        state.withLock { $0.phase = .stopped }
+        Unmanaged.passUnretained(self).release()
+        logger.info("http server stopped")
+        stopped.fire()
+    }
+
+    /// Waits until every request that reached its handler has been answered and written.
+    private func requestsFinished(within timeout: Duration) async -> Bool {
+        let waiter = state.withLock { s -> ShutdownTrigger? in
+            guard !s.inFlight.isEmpty else { return nil }
+            let waiter = s.drainWaiter ?? ShutdownTrigger()
+            s.drainWaiter = waiter
+            return waiter
+        }
+        guard let waiter else { return true }
+        return await waiter.wait(timeout: timeout)
+    }
+
+    // MARK: Requests (called on MHD threads)
+
+    /// First call for a request: the head is complete and no body byte has been read yet.
+    func begin(_ connection: OpaquePointer, url: String, method: String) -> RequestContext {
+        let context = RequestContext(head: readHead(connection, url: url, method: method), connection: connection)
+        let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
+        if length > configuration.maxBodyBytes {
+            rejectedTooLarge.increment()
+            context.early = tooLarge(context)
+        } else if let admission, let rejection = admission(context.head) {
+            rejectedByAdmission.increment()
+            context.early = rejection
+        } else {
+            context.body.reserveCapacity(length)
+        }
+        return context
+    }
+
+    /// Every later call: body bytes, then the end of the request, then (after resume) the answer.
+    func proceed(_ context: RequestContext, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>)
+        -> MHD_Result
+    {
+        switch context.phase {
+        case .receiving:
+            let count = uploadSize.pointee
+            if count > 0, let uploadData {
+                guard context.body.count + count <= configuration.maxBodyBytes else {
+                    // MHD accepts no response in the middle of a body: drop the connection.
+                    rejectedTooLarge.increment()
+                    logger.debug("http request body over the limit, connection dropped",
+                                 ["trace.id": .string(context.head.traceID)])
+                    return .NO
+                }
+                uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
+                    context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
+                }
+                uploadSize.pointee = 0
+                return .YES
+            }
+            return dispatch(context)
+        case .handling:
+            guard let (response, route) = context.result() else { return .YES }
+            return queue(response, for: context, route: route)
+        case .done:
+            return .YES
+        }
+    }
+
+    func respondEarly(_ context: RequestContext) -> MHD_Result {
+        queue(context.early!, for: context, route: .unmatched)
+    }
+
+    private func dispatch(_ context: RequestContext) -> MHD_Result {
+        let admitted = state.withLock { s in
+            guard s.phase == .running || s.phase == .draining else { return false }
+            s.inFlight[ObjectIdentifier(context)] = context
+            return true
+        }
+        guard admitted else {
+            rejectedShuttingDown.increment()
+            return queue(.error(status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
+                                traceID: context.head.traceID), for: context, route: .unmatched)
+        }
+        context.phase = .handling
+        activeRequests.add(1)
+        let request = HTTPRequest(head: context.head, body: context.body)
+        context.body = []
+        let router = router
+        // The handler starts right here and keeps this thread only until its first suspension:
+        // a handler that never suspends is answered without a thread hop or an MHD suspend.
+        let task = Task.immediate {
+            let (response, route) = await router.dispatch(request)
+            self.finish(context, response, route: route, cancel: false)
+        }
+        guard let (response, route) = context.suspendUnlessCompleted(task) else { return .YES }
+        return queue(response, for: context, route: route)
+    }
+
+    /// Hands a result to a request, resuming its connection if it was suspended; only the first
+    /// result counts (a handler finishing after shutdown already answered 503 is ignored).
+    private func finish(_ context: RequestContext, _ response: HTTPResponse, route: RouteMetrics, cancel: Bool) {
+        guard let suspended = context.complete(response, route: route, cancel: cancel) else { return }
+        activeRequests.add(-1)
+        if suspended { MHD_resume_connection(context.connection) }
+    }
+
+    /// MHD is done with a request (answered and written, or the connection failed).
+    fileprivate func completed(_ context: RequestContext) {
+        state.withLock { s in
+            guard s.inFlight.removeValue(forKey: ObjectIdentifier(context)) != nil, s.inFlight.isEmpty else { return }
+            s.drainWaiter?.fire()
+            s.drainWaiter = nil
+        }
+    }
+
+    private func queue(_ response: HTTPResponse, for context: RequestContext, route: RouteMetrics) -> MHD_Result {
+        context.phase = .done
+        var headers = response.headers
+        headers.append(("X-Request-Id", context.head.traceID))
+        if stopping.load(ordering: .relaxed) { headers.append(("Connection", "close")) }
+        let reply = response.body.withUnsafeBytes { bytes in
+            MHD_create_response_from_buffer(
+                bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress), .RESPMEM_MUST_COPY)
+        }
+        guard let reply else { return .NO }
+        defer { MHD_destroy_response(reply) }
+        for (name, value) in headers where MHD_add_response_header(reply, name, value) != .YES {
+            logger.warning("http response header rejected", ["http.header": .string(name)])
+        }
+        let result = MHD_queue_response(context.connection, UInt32(clamping: response.status), reply)
+        route.observe(status: response.status, since: context.started)
+        if logger.level <= .debug {
+            let elapsed = ContinuousClock.now - context.started
+            logger.debug("http request", [
+                "http.method": .string(context.head.method), "http.path": .string(context.head.path),
+                "http.route": .string(route.route), "http.status": .int(Int64(response.status)),
+                "http.duration_ms": .double(Double(elapsed.components.attoseconds) / 1e15
+                    + Double(elapsed.components.seconds) * 1000),
+                "net.peer.address": .string(context.head.remoteAddress), "trace.id": .string(context.head.traceID),
+            ])
+        }
+        return result
+    }
+
+    private func tooLarge(_ context: RequestContext) -> HTTPResponse {
+        .error(status: 413, code: "PAYLOAD_TOO_LARGE",
+               message: "the request body exceeds \(configuration.maxBodyBytes) bytes", traceID: context.head.traceID)
+    }
+
+    private func readHead(_ connection: OpaquePointer, url: String, method: String) -> HTTPRequestHead {
+        var fields = HeadFields()
+        withUnsafeMutablePointer(to: &fields) { pointer in
+            _ = MHD_get_connection_values(connection, .HEADER_KIND, collectField, pointer)
+            _ = MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, collectField, pointer)
+        }
+        let peer = cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
+            .flatMap { $0.pointee.client_addr }.map(SocketAddress.describe) ?? ""
+        return HTTPRequestHead(
+            method: method, path: url, query: fields.query, headers: fields.headers, remoteAddress: peer,
+            traceID: TraceID.accept(fields.headers["x-request-id"]))
+    }
+
+    /// MHD reports both why it cannot start and every malformed request or dropped client; only
+    /// the former (and hitting the connection limit) deserve an operator's attention.
+    fileprivate func logDaemonMessage(_ message: String) {
+        let level: LogLevel =
+            !serving.load(ordering: .relaxed) ? .error : message.contains("limit") ? .warning : .debug
+        logger.log(level, "libmicrohttpd", ["mhd.message": .string(message)])
+    }
+}
+
+/// One request's progress, retained by MHD through `*con_cls` until MHD reports it completed.
+///
+/// `@unchecked Sendable`: `phase`, `body` and `early` are only touched from MHD's callbacks for
+/// this connection, which MHD never runs concurrently; the handler Task and `shutdown()` share
+/// only `slot`, behind its Mutex. `connection` stays valid while the request is suspended, the
+/// only time other threads use it (to resume it, once, guarded by `slot`).
+final class RequestContext: @unchecked Sendable {
+    enum Phase { case receiving, handling, done }
+    private struct Slot {
+        var result: (HTTPResponse, RouteMetrics)?
+        var completed = false
+        var suspended = false
+        var task: Task<Void, Never>?
+    }
+
+    let head: HTTPRequestHead
+    let connection: OpaquePointer
+    let started = ContinuousClock.now
+    var phase = Phase.receiving
+    var body: [UInt8] = []
+    /// A rejection decided from the head alone, sent on the first callback.
+    var early: HTTPResponse?
+    private let slot = Mutex(Slot())
+
+    init(head: HTTPRequestHead, connection: OpaquePointer) {
+        self.head = head
+        self.connection = connection
+    }
+
+    /// On the MHD thread once the handler has started: its result if it already finished, else
+    /// nil with the connection suspended. Suspending under the lock guarantees that whoever
+    /// completes the request later sees `suspended` and resumes it, never before the suspend.
+    func suspendUnlessCompleted(_ task: Task<Void, Never>) -> (HTTPResponse, RouteMetrics)? {
+        slot.withLock { s in
+            s.task = task
+            if s.completed { return s.result.take() }
+            s.suspended = true
+            MHD_suspend_connection(connection)
+            return nil
+        }
+    }
+
+    /// Stores the first result: nil when one was already stored, else whether the connection is
+    /// suspended (and so must be resumed by the caller).
+    func complete(_ response: HTTPResponse, route: RouteMetrics, cancel: Bool) -> Bool? {
+        let (outcome, task) = slot.withLock { s -> (Bool?, Task<Void, Never>?) in
+            guard !s.completed else { return (nil, nil) }
+            s.completed = true
+            s.result = (response, route)
+            return (s.suspended, s.task)
+        }
+        if cancel { task?.cancel() }
+        return outcome
+    }
+
+    /// The stored result, taken once the connection has been resumed.
+    func result() -> (HTTPResponse, RouteMetrics)? { slot.withLock { $0.result.take() } }
+}
+
+/// Header fields and query arguments gathered by `collectField`.
+private struct HeadFields {
+    var headers: [String: String] = [:]
+    var query: [String: String] = [:]
+}
+
+// MARK: C callbacks (no captures: state arrives through the `cls` pointers)
+
+private let accessHandler: MHD_AccessHandlerCallback = {
+    cls, connection, url, method, _, uploadData, uploadSize, contextPointer in
+    guard let cls, let connection, let uploadSize, let contextPointer else { return .NO }
+    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    if let existing = contextPointer.pointee {
+        let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
+        return core.proceed(context, uploadData: uploadData, uploadSize: uploadSize)
+    }
+    let context = core.begin(connection, url: url.map { String(cString: $0) } ?? "/",
+                             method: method.map { String(cString: $0) } ?? "")
+    contextPointer.pointee = Unmanaged.passRetained(context).toOpaque()
+    return context.early == nil ? .YES : core.respondEarly(context)
+}
+
+private let requestCompleted: MHD_RequestCompletedCallback = { cls, _, contextPointer, _ in
+    guard let cls, let contextPointer, let pointer = contextPointer.pointee else { return }
+    let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue()
+    contextPointer.pointee = nil
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().completed(context)
+}
+
+private let daemonLog: MHD_LogCallback = { cls, format, arguments in
+    guard let cls, let format, let arguments else { return }
+    var buffer = [CChar](repeating: 0, count: 512)
+    _ = vsnprintf(&buffer, buffer.count, format, arguments)
+    let message = String(nulTerminated: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().logDaemonMessage(message)
+}
+
+private let keepEscapes: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<CChar>?) -> Int = {
+    _, _, text in text.map { strlen($0) } ?? 0
+}
+
+private let collectField: MHD_KeyValueIterator = { cls, kind, key, value in
+    guard let cls, let key else { return .YES }
+    let fields = cls.assumingMemoryBound(to: HeadFields.self)
+    let name = String(cString: key)
+    let text = value.map { String(cString: $0) } ?? ""
+    if kind == .HEADER_KIND {
+        let lowered = name.lowercased()
+        fields.pointee.headers[lowered] = fields.pointee.headers[lowered].map { $0 + ", " + text } ?? text
+    } else {
+        let decode = { (s: String) in
+            let spaced = s.replacingOccurrences(of: "+", with: " ")
+            return spaced.removingPercentEncoding ?? spaced
+        }
+        let decodedName = decode(name)
+        if fields.pointee.query[decodedName] == nil { fields.pointee.query[decodedName] = decode(text) }
+    }
+    return .YES
+}
