@@ -21,7 +21,9 @@ public final class KafkaConsumer: Service, Sendable {
         handler: @escaping @Sendable (KafkaMessage) async throws -> Void
     ) throws {
         name = "kafka-consumer(\(configuration.groupID))"
-        let logger = logger.with(["kafka.group": .string(configuration.groupID)])
+        // Tells apart the members of one group that share a process (and a log).
+        let instance = UUID().uuidString.prefix(8).lowercased()
+        let logger = logger.with(["kafka.group": .string(configuration.groupID), "kafka.consumer": .string(instance)])
         let core = ConsumerCore(configuration: configuration, logger: logger, handler: handler)
         let defaults: [String: String] = [
             "group.id": configuration.groupID,
@@ -111,7 +113,7 @@ final class ConsumerCore: Sendable {
     let state = Mutex(State())
     let finished = ShutdownTrigger()
     private let handler: @Sendable (KafkaMessage) async throws -> Void
-    private let scheduler = PartitionScheduler()
+    private let scheduler: PartitionScheduler
     private let handled: Counter
     private let handlerFailures: Counter
     private let assignedPartitions: Gauge
@@ -123,6 +125,8 @@ final class ConsumerCore: Sendable {
         self.configuration = configuration
         self.logger = logger
         self.handler = handler
+        let buffered = max(1, configuration.maxBufferedMessagesPerPartition)
+        scheduler = PartitionScheduler(pauseAt: buffered, resumeAt: buffered / 2)
         let labels = ["group": configuration.groupID]
         handled = MetricsRegistry.shared.counter(
             "kafka_consumer_messages_handled_total", help: "Messages whose handler returned normally", labels: labels)
@@ -350,10 +354,13 @@ final class ConsumerCore: Sendable {
         guard rd_kafka_assignment(rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return }
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let assignment = KafkaTopicPartition.entries(of: list).map(\.0).sorted()
-        let callbacks = state.withLock { state in
+        let callbacks = state.withLock { state -> [@Sendable ([KafkaTopicPartition]) -> Void]? in
+            guard state.assignment != assignment else { return nil }
             state.assignment = assignment
             return state.assignmentCallbacks
         }
+        // An incremental rebalance may end with nothing added or removed.
+        guard let callbacks else { return }
         assignedPartitions.set(Double(assignment.count))
         logger.info(
             "kafka assignment changed",

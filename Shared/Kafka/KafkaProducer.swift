@@ -236,10 +236,9 @@ final class ProducerCore: Sendable {
         var cursor = buffer
         func append(_ bytes: some Collection<UInt8>, terminate: Bool = false) -> UnsafeMutableRawPointer {
             let start = cursor
-            for byte in bytes {
-                cursor.storeBytes(of: byte, as: UInt8.self)
-                cursor += 1
-            }
+            let count = bytes.count
+            UnsafeMutableRawBufferPointer(start: cursor, count: count).copyBytes(from: bytes)
+            cursor += count
             if terminate {
                 cursor.storeBytes(of: 0, as: UInt8.self)
                 cursor += 1

@@ -51,7 +51,7 @@ final class PartitionScheduler: Sendable {
     let resumeAt: Int
     private let state = Mutex(State())
 
-    init(pauseAt: Int = 1000, resumeAt: Int = 100) {
+    init(pauseAt: Int, resumeAt: Int) {
         self.pauseAt = pauseAt
         self.resumeAt = resumeAt
     }

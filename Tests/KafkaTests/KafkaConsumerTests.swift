@@ -19,7 +19,10 @@ struct KafkaConsumerTests {
         return reports
     }
 
-    @Test func membersSplitPartitionsAndAThirdMemberGetsItsShare() async throws {
+    /// Both rebalance protocols: eager (the default assignors) and cooperative (incremental).
+    @Test(arguments: ["range,roundrobin", "cooperative-sticky"])
+    func membersSplitPartitionsAndAThirdMemberGetsItsShare(assignor: String) async throws {
+        let properties = ["partition.assignment.strategy": assignor]
         let topic = try await makeTopic(partitions: 6)
         let group = TestEnvironment.uniqueName("g")
         let everything = Set((0..<6).map { KafkaTopicPartition(topic: topic, partition: $0) })
@@ -31,23 +34,23 @@ struct KafkaConsumerTests {
         }
 
         let started = ContinuousClock.now
-        let first = Running(try makeConsumer(topic: topic, group: group) { _ in })
-        let second = Running(try makeConsumer(topic: topic, group: group) { _ in })
+        let first = Running(try makeConsumer(topic: topic, group: group, properties: properties) { _ in })
+        let second = Running(try makeConsumer(topic: topic, group: group, properties: properties) { _ in })
         let pairBalanced = await eventually { balanced([first, second]) }
-        print("two members share 6 partitions \(seconds(since: started)) after starting")
+        print("[\(assignor)] two members share 6 partitions \(seconds(since: started)) after starting")
         #expect(pairBalanced)
 
         let joined = ContinuousClock.now
-        let third = Running(try makeConsumer(topic: topic, group: group) { _ in })
+        let third = Running(try makeConsumer(topic: topic, group: group, properties: properties) { _ in })
         let trioBalanced = await eventually { balanced([first, second, third]) }
-        print("third member has its share \(seconds(since: joined)) after joining")
+        print("[\(assignor)] third member has its share \(seconds(since: joined)) after joining")
         #expect(trioBalanced)
         #expect([first, second, third].allSatisfy { $0.service.assignment.count == 2 })
 
         let leaving = ContinuousClock.now
         try await third.stop()
         let handedBack = await eventually { balanced([first, second]) }
-        print("partitions of a member that left cleanly reassigned \(seconds(since: leaving)) after it stopped")
+        print("[\(assignor)] partitions of a member that left cleanly reassigned \(seconds(since: leaving)) after it stopped")
         #expect(handedBack)
         try await first.stop()
         try await second.stop()
@@ -97,6 +100,23 @@ struct KafkaConsumerTests {
         #expect(await eventually { attempts.value.count >= 5 })
         try await consumer.stop()
         #expect(attempts.value == [0, 0, 0, 1, 2])
+    }
+
+    @Test func pausingASlowPartitionLosesAndRepeatsNothing() async throws {
+        let topic = try await makeTopic(partitions: 1)
+        let total = 200
+        _ = try await produce(total, to: topic)
+        // A buffer of 50 makes fetching pause and resume several times over 200 messages.
+        let handled = Locked<[Int64]>([])
+        let consumer = Running(
+            try makeConsumer(topic: topic, group: TestEnvironment.uniqueName("g"), buffered: 50) { message in
+                try await Task.sleep(for: .milliseconds(1))
+                handled.withLock { $0.append(message.offset) }
+            })
+        let complete = await eventually { handled.value.count >= total }
+        try await consumer.stop()
+        #expect(complete)
+        #expect(handled.value == (0..<Int64(total)).map { $0 })
     }
 
     @Test func noMessageIsHandledTwiceAcrossARebalance() async throws {

@@ -25,12 +25,14 @@ func makeTopic(partitions: Int, brokers: String? = nil) async throws -> String {
 
 func makeConsumer(
     topic: String, group: String, concurrency: Int = 8, retryBackoff: Duration = .milliseconds(200),
+    buffered: Int = 1000, properties: [String: String] = [:],
     handler: @escaping @Sendable (KafkaMessage) async throws -> Void
 ) throws -> KafkaConsumer {
     var configuration = KafkaConsumerConfiguration(
-        kafka: try kafkaConfiguration(fastGroupProperties), groupID: group, topics: [topic],
+        kafka: try kafkaConfiguration(fastGroupProperties.merging(properties) { $1 }), groupID: group, topics: [topic],
         maxConcurrentPartitions: concurrency)
     configuration.retryBackoff = retryBackoff
+    configuration.maxBufferedMessagesPerPartition = buffered
     return try KafkaConsumer(configuration: configuration, logger: testLogger, handler: handler)
 }
 
