@@ -86,6 +86,7 @@ public final class KafkaConsumer: Service, Sendable {
     }
 
     /// Asks the consumer to stop and waits until it has left the group (if it was running).
+    /// Not from inside the handler: stopping waits for the running handlers.
     public func shutdown() async {
         let started = core.state.withLock { state in
             state.stopRequested = true

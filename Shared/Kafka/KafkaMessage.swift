@@ -14,6 +14,12 @@ public struct KafkaDeliveryReport: Sendable, Hashable {
     public var topic: String
     public var partition: Int32
     public var offset: Int64
+
+    public init(topic: String, partition: Int32, offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
 }
 
 /// A partition of a topic: the unit of ordering and of assignment within a consumer group.

@@ -99,6 +99,7 @@ private let logCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CC
         case 6: .info
         default: .debug
         }
+    guard mapped >= context.logger.level else { return }
     context.logger.log(
         mapped, "librdkafka",
         [
