@@ -1,0 +1,374 @@
+import CRdKafka
+import Foundation
+import ServiceRuntime
+import Synchronization
+
+/// A member of a consumer group that calls a handler for every message: one partition's
+/// messages strictly in order, different partitions concurrently, and a message's offset is
+/// committed only after its handler returned.
+///
+/// A handler that throws gets the same message again after a backoff (the partition waits).
+/// On a rebalance, revoked partitions finish their running handler and commit what was handled
+/// before they are released, so no handled message is lost or handled twice by the next owner.
+/// Sendable: the librdkafka handle is used only by the poll thread; the rest is in `ConsumerCore`.
+public final class KafkaConsumer: Service, Sendable {
+    public let name: String
+    private let core: ConsumerCore
+    private let client: RdKafkaClient
+
+    public init(
+        configuration: KafkaConsumerConfiguration, logger: Logger,
+        handler: @escaping @Sendable (KafkaMessage) async throws -> Void
+    ) throws {
+        name = "kafka-consumer(\(configuration.groupID))"
+        // Tells apart the members of one group that share a process (and a log).
+        let instance = UUID().uuidString.prefix(8).lowercased()
+        let logger = logger.with(["kafka.group": .string(configuration.groupID), "kafka.consumer": .string(instance)])
+        let core = ConsumerCore(configuration: configuration, logger: logger, handler: handler)
+        let defaults: [String: String] = [
+            "group.id": configuration.groupID,
+            // Offsets are stored by this wrapper once handled, then committed in batches.
+            "enable.auto.offset.store": "false",
+            "enable.auto.commit": "true",
+            "auto.commit.interval.ms": "1000",
+            "auto.offset.reset": "earliest",
+            "allow.auto.create.topics": "false",
+            // Tansu holds each JoinGroup for half the session timeout: short sessions make a
+            // rebalance take seconds instead of the library defaults' tens of seconds.
+            "session.timeout.ms": "6000",
+            "heartbeat.interval.ms": "1000",
+            "max.poll.interval.ms": "10000",
+        ]
+        let context = ClientContext(
+            logger: logger,
+            onError: { error in if error.isFatal { core.fail(error) } },
+            onRebalance: { rk, err, partitions in core.rebalance(rk, err, partitions) })
+        client = try RdKafkaClient(
+            type: RD_KAFKA_CONSUMER, properties: configuration.kafka.properties(defaults: defaults), context: context)
+        // Every event (rebalances, errors) is then served by rd_kafka_consumer_poll.
+        rd_kafka_poll_set_consumer(client.handle)
+        self.core = core
+    }
+
+    /// Called (from the consumer's poll thread) after each assignment change, for logging/metrics.
+    public func onAssignmentChange(_ callback: @escaping @Sendable (_ assigned: [KafkaTopicPartition]) -> Void) {
+        core.state.withLock { $0.assignmentCallbacks.append(callback) }
+    }
+
+    /// The partitions this member currently owns, sorted.
+    public var assignment: [KafkaTopicPartition] { core.state.withLock { $0.assignment } }
+
+    /// Joins the group and consumes until `shutdown()` (or cancellation); then finishes running
+    /// handlers, commits, and leaves the group. Throws on a fatal consumer error.
+    public func run() async throws {
+        guard core.state.withLock({ state in
+            defer { state.started = true }
+            return !state.started
+        }) else {
+            throw KafkaError(code: .invalidState, reason: "a consumer runs only once")
+        }
+        defer { core.finished.fire() }
+        let core = core
+        let client = client
+        try await withTaskCancellationHandler {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<max(1, core.configuration.maxConcurrentPartitions) {
+                    group.addTask { await core.work() }
+                }
+                group.addTask {
+                    try await onDedicatedThread(name: "kafka-consumer-poll") { try core.pollLoop(client) }
+                }
+                try await group.waitForAll()
+            }
+        } onCancel: {
+            core.requestStop()
+        }
+    }
+
+    /// Asks the consumer to stop and waits until it has left the group (if it was running).
+    /// Not from inside the handler: stopping waits for the running handlers.
+    public func shutdown() async {
+        let started = core.state.withLock { state in
+            state.stopRequested = true
+            return state.started
+        }
+        if started { await core.finished.wait() }
+    }
+}
+
+/// The consumer's state, its poll loop and its workers.
+///
+/// Sendable: mutable state is behind `state` or inside the scheduler; C calls happen only on
+/// the poll thread (including the rebalance callback, which librdkafka runs inside the poll).
+final class ConsumerCore: Sendable {
+    struct State {
+        var started = false
+        var stopRequested = false
+        var fatal: KafkaError?
+        var assignment: [KafkaTopicPartition] = []
+        var assignmentCallbacks: [@Sendable ([KafkaTopicPartition]) -> Void] = []
+    }
+
+    let configuration: KafkaConsumerConfiguration
+    let logger: Logger
+    let state = Mutex(State())
+    let finished = ShutdownTrigger()
+    private let handler: @Sendable (KafkaMessage) async throws -> Void
+    private let scheduler: PartitionScheduler
+    private let handled: Counter
+    private let handlerFailures: Counter
+    private let assignedPartitions: Gauge
+
+    init(
+        configuration: KafkaConsumerConfiguration, logger: Logger,
+        handler: @escaping @Sendable (KafkaMessage) async throws -> Void
+    ) {
+        self.configuration = configuration
+        self.logger = logger
+        self.handler = handler
+        let buffered = max(1, configuration.maxBufferedMessagesPerPartition)
+        scheduler = PartitionScheduler(pauseAt: buffered, resumeAt: buffered / 2)
+        let labels = ["group": configuration.groupID]
+        handled = MetricsRegistry.shared.counter(
+            "kafka_consumer_messages_handled_total", help: "Messages whose handler returned normally", labels: labels)
+        handlerFailures = MetricsRegistry.shared.counter(
+            "kafka_consumer_handler_failures_total", help: "Handler calls that threw (the message is retried)",
+            labels: labels)
+        assignedPartitions = MetricsRegistry.shared.gauge(
+            "kafka_consumer_assigned_partitions", help: "Partitions assigned to this consumer", labels: labels)
+    }
+
+    func requestStop() { state.withLock { $0.stopRequested = true } }
+
+    func fail(_ error: KafkaError) {
+        state.withLock { state in if state.fatal == nil { state.fatal = error } }
+    }
+
+    // MARK: Workers (Swift tasks).
+
+    func work() async {
+        while let work = await scheduler.next() {
+            scheduler.complete(work, handled: await handle(work))
+        }
+    }
+
+    /// Calls the handler until it returns normally (true) or the partition is revoked (false).
+    private func handle(_ work: PartitionScheduler.Work) async -> Bool {
+        var backoff = configuration.retryBackoff
+        var attempt = 1
+        while true {
+            do {
+                try await handler(work.message)
+                handled.increment()
+                return true
+            } catch {
+                handlerFailures.increment()
+                logger.warning(
+                    "kafka message handler failed; retrying the same message",
+                    [
+                        "kafka.topic": .string(work.message.topic), "kafka.partition": .int(Int64(work.message.partition)),
+                        "kafka.offset": .int(work.message.offset), "attempt": .int(Int64(attempt)),
+                        "error": .string("\(error)"),
+                    ])
+                if await work.revoked.wait(timeout: backoff) { return false }
+                backoff = min(backoff * 2, configuration.maxRetryBackoff)
+                attempt += 1
+            }
+        }
+    }
+
+    // MARK: Poll thread.
+
+    /// Subscribes, feeds the scheduler until asked to stop, then finishes running handlers,
+    /// commits what they handled and leaves the group. Runs on its own thread: it blocks.
+    func pollLoop(_ client: RdKafkaClient) throws {
+        defer { scheduler.close() }
+        let rk = client.handle
+        let subscribed = withPartitionList(configuration.topics.map { (KafkaTopicPartition(topic: $0, partition: RD_KAFKA_PARTITION_UA), 0) }) {
+            rd_kafka_subscribe(rk, $0)
+        }
+        guard subscribed == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            rd_kafka_consumer_close(rk)
+            throw KafkaError(subscribed)
+        }
+        logger.info("kafka consumer subscribed", ["kafka.topics": .string(configuration.topics.joined(separator: ","))])
+
+        var lastUpkeep = ContinuousClock.now
+        while state.withLock({ !$0.stopRequested && $0.fatal == nil }) {
+            if let message = rd_kafka_consumer_poll(rk, 100) {
+                consume(message, rk)
+                rd_kafka_message_destroy(message)
+            }
+            if ContinuousClock.now - lastUpkeep >= .milliseconds(50) {
+                lastUpkeep = .now
+                upkeep(rk)
+            }
+        }
+
+        let fatal = state.withLock { $0.fatal }
+        let assigned = scheduler.assigned
+        setPaused(rk, assigned, true)  // stop fetching while the last handlers finish
+        release(rk, assigned, commit: fatal == nil)
+        let closed = rd_kafka_consumer_close(rk)  // serves the final revocation, leaves the group
+        if closed != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("kafka consumer close failed", ["error": .string(KafkaError(closed).description)])
+        }
+        logger.info("kafka consumer stopped")
+        if let fatal { throw fatal }
+    }
+
+    private func consume(_ message: UnsafeMutablePointer<rd_kafka_message_t>, _ rk: OpaquePointer) {
+        let err = message.pointee.err
+        switch err {
+        case RD_KAFKA_RESP_ERR_NO_ERROR:
+            let copy = Self.copy(message)
+            if scheduler.enqueue(copy) { setPaused(rk, [copy.topicPartition], true) }
+        case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+            break
+        case RD_KAFKA_RESP_ERR__FATAL:
+            fail(fatalErrorOf(rk) ?? KafkaError(err))
+        default:
+            let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+            logger.warning(
+                "kafka consumer error",
+                ["kafka.topic": .string(topic), "error": .string(KafkaError(err, reason: String(cString: rd_kafka_message_errstr(message))).description)])
+        }
+    }
+
+    /// Stores handled offsets (auto-commit sends them in batches) and resumes drained partitions.
+    private func upkeep(_ rk: OpaquePointer) {
+        let offsets = scheduler.offsetsToStore()
+        if !offsets.isEmpty {
+            let err = withPartitionList(offsets) { rd_kafka_offsets_store(rk, $0) }
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.warning("kafka offsets store failed", ["error": .string(KafkaError(err).description)])
+            }
+        }
+        let drained = scheduler.partitionsToResume()
+        if !drained.isEmpty { setPaused(rk, drained, false) }
+    }
+
+    private func setPaused(_ rk: OpaquePointer, _ partitions: [KafkaTopicPartition], _ paused: Bool) {
+        guard !partitions.isEmpty else { return }
+        _ = withPartitionList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) }) {
+            paused ? rd_kafka_pause_partitions(rk, $0) : rd_kafka_resume_partitions(rk, $0)
+        }
+    }
+
+    /// Copies a message out of librdkafka's buffers.
+    static func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaMessage {
+        let m = message.pointee
+        var headers: [KafkaMessageHeader] = []
+        var list: OpaquePointer?
+        if rd_kafka_message_headers(message, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list {
+            var name: UnsafePointer<CChar>?
+            var value: UnsafeRawPointer?
+            var size = 0
+            var index = 0
+            while rd_kafka_header_get_all(list, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                headers.append(
+                    KafkaMessageHeader(
+                        key: name.map { String(cString: $0) } ?? "",
+                        value: value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []))
+                index += 1
+            }
+        }
+        return KafkaMessage(
+            topic: String(cString: rd_kafka_topic_name(m.rkt)), partition: m.partition, offset: m.offset,
+            key: m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) },
+            value: m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? [],
+            headers: headers)
+    }
+
+    // MARK: Rebalancing (inside rd_kafka_consumer_poll, on the poll thread).
+
+    func rebalance(
+        _ rk: OpaquePointer, _ err: rd_kafka_resp_err_t, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+    ) {
+        let partitions = KafkaTopicPartition.entries(of: list).map(\.0)
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
+        var failure: KafkaError?
+        switch err {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            scheduler.assign(partitions)
+            if cooperative {
+                failure = rd_kafka_incremental_assign(rk, list).map(KafkaError.init(consuming:))
+            } else {
+                failure = Self.check(rd_kafka_assign(rk, list))
+            }
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            let lost = rd_kafka_assignment_lost(rk) != 0
+            if lost { logger.warning("kafka partitions lost; handled offsets not yet committed are dropped") }
+            release(rk, partitions, commit: !lost)
+            if cooperative {
+                failure = rd_kafka_incremental_unassign(rk, list).map(KafkaError.init(consuming:))
+            } else {
+                failure = Self.check(rd_kafka_assign(rk, nil))
+            }
+        default:
+            logger.error("kafka rebalance failed", ["error": .string(KafkaError(err).description)])
+            release(rk, scheduler.assigned, commit: false)
+            failure = Self.check(rd_kafka_assign(rk, nil))
+        }
+        if let failure {
+            logger.error("kafka assignment update failed", ["error": .string(failure.description)])
+        }
+        publishAssignment(rk)
+    }
+
+    private static func check(_ err: rd_kafka_resp_err_t) -> KafkaError? {
+        err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError(err)
+    }
+
+    /// Stops dispatching `partitions`, waits for their running handlers, and (unless the
+    /// partitions were lost to another member) commits synchronously what was handled.
+    private func release(_ rk: OpaquePointer, _ partitions: [KafkaTopicPartition], commit: Bool) {
+        let started = ContinuousClock.now
+        let reached = scheduler.revoke(partitions)
+        guard !reached.isEmpty else { return }
+        // Pausing outlives an assignment in librdkafka; a later owner must fetch.
+        setPaused(rk, reached.filter(\.paused).map(\.0), false)
+        let offsets = reached.compactMap { partition, processed, _ in processed.map { (partition, $0) } }
+        if commit, !offsets.isEmpty {
+            // Stored first: librdkafka's auto-commit commits the stored offsets again when it
+            // unassigns, and an older stored offset would move the group back.
+            let err = withPartitionList(offsets) { list in
+                let stored = rd_kafka_offsets_store(rk, list)
+                return stored == RD_KAFKA_RESP_ERR_NO_ERROR ? rd_kafka_commit(rk, list, 0) : stored
+            }
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.error("kafka commit of released partitions failed", ["error": .string(KafkaError(err).description)])
+            }
+        }
+        let waited = ContinuousClock.now - started
+        logger.info(
+            "kafka partitions released",
+            [
+                "kafka.partitions": .string(reached.map(\.0).sorted().map(\.description).joined(separator: ",")),
+                "kafka.committed": .int(Int64(commit ? offsets.count : 0)),
+                "duration_ms": .int(waited.components.seconds * 1000 + waited.components.attoseconds / 1_000_000_000_000_000),
+            ])
+    }
+
+    private func publishAssignment(_ rk: OpaquePointer) {
+        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let assignment = KafkaTopicPartition.entries(of: list).map(\.0).sorted()
+        let callbacks = state.withLock { state -> [@Sendable ([KafkaTopicPartition]) -> Void]? in
+            guard state.assignment != assignment else { return nil }
+            state.assignment = assignment
+            return state.assignmentCallbacks
+        }
+        // An incremental rebalance may end with nothing added or removed.
+        guard let callbacks else { return }
+        assignedPartitions.set(Double(assignment.count))
+        logger.info(
+            "kafka assignment changed",
+            [
+                "kafka.partitions": .string(assignment.map(\.description).joined(separator: ",")),
+                "kafka.partition_count": .int(Int64(assignment.count)),
+            ])
+        callbacks.forEach { $0(assignment) }
+    }
+}

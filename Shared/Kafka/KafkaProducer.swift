@@ -1,0 +1,365 @@
+import CRdKafka
+import Foundation
+import ServiceRuntime
+import Synchronization
+
+/// Publishes messages idempotently with `acks=all`, each `send` resuming when its own delivery
+/// report arrives; replaces its librdkafka client when that client can no longer deliver.
+///
+/// The client is polled by a dedicated thread started in `init`, so `send` works before `run()`
+/// is scheduled (a service group starts all services at once). Call `shutdown()` to stop it.
+/// Sendable: all state lives in `ProducerCore`, which guards it with a mutex.
+public final class KafkaProducer: Service, Sendable {
+    public let name = "kafka-producer"
+    private let core: ProducerCore
+    private let shutdownTimeout: Duration
+
+    /// Keys map to partitions with `murmur2_random`, the Java client's partitioner, so producers
+    /// in every language agree on where a key goes.
+    static let defaults: [String: String] = [
+        "enable.idempotence": "true",
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "linger.ms": "5",
+        // Topics are created explicitly with their partition count, never by a first send.
+        "allow.auto.create.topics": "false",
+        // Feeds the detection of a client stuck after the broker forgot its producer id.
+        "statistics.interval.ms": "1000",
+    ]
+
+    /// - Parameter shutdownTimeout: how long `shutdown()` lets queued messages reach the broker
+    ///   before failing them.
+    public init(configuration: KafkaConfiguration, logger: Logger, shutdownTimeout: Duration = .seconds(10)) throws {
+        core = try ProducerCore(properties: configuration.properties(defaults: Self.defaults), logger: logger)
+        self.shutdownTimeout = shutdownTimeout
+    }
+
+    deinit { core.close() }
+
+    /// Enqueues and suspends until the broker acknowledged (or definitively failed) THIS message.
+    ///
+    /// A nil key spreads messages randomly; a key always lands on the same partition.
+    /// Throws `KafkaError` (retriable ones are worth sending again).
+    public func send(
+        topic: String, key: [UInt8]?, value: [UInt8], headers: [KafkaMessageHeader] = []
+    ) async throws -> KafkaDeliveryReport {
+        let message = OutgoingMessage(topic: topic, key: key, value: value, headers: headers)
+        while true {
+            do {
+                return try await withCheckedThrowingContinuation { continuation in
+                    core.enqueue(message, continuation: continuation)
+                }
+            } catch let rejection as ProducerCore.Rejection {
+                // The message never entered librdkafka, so trying again cannot duplicate it.
+                switch rejection {
+                case .queueFull:
+                    // librdkafka's queue is the back-pressure: wait for deliveries to make room.
+                    try await Task.sleep(for: .milliseconds(5))
+                case .clientFailed(let error, let generation):
+                    guard await core.replaced(generation, within: .seconds(2)) else { throw error }
+                }
+            }
+        }
+    }
+
+    /// Waits until every message sent so far has its delivery report; false on timeout.
+    public func flush(timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while core.outstanding > 0 {
+            guard ContinuousClock.now < deadline, !Task.isCancelled else { return false }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return true
+    }
+
+    /// Returns once the producer has been shut down (by `shutdown()` or cancellation).
+    public func run() async throws {
+        await withTaskCancellationHandler {
+            await core.stopped.wait()
+        } onCancel: {
+            core.close()
+        }
+    }
+
+    /// Flushes for at most `shutdownTimeout`, fails what is still queued, then stops polling.
+    public func shutdown() async {
+        if !(await flush(timeout: shutdownTimeout)) {
+            core.logger.warning("kafka producer shutting down with undelivered messages")
+        }
+        core.close()
+        await core.stopped.wait()
+    }
+}
+
+/// A message on its way into librdkafka.
+struct OutgoingMessage: Sendable {
+    var topic: String
+    var key: [UInt8]?
+    var value: [UInt8]
+    var headers: [KafkaMessageHeader]
+}
+
+/// The producer's clients and the thread that polls them.
+///
+/// Sendable: mutable state is inside `state`; `produceva` runs under that lock, so no message
+/// is handed to a client after it was retired.
+final class ProducerCore: Sendable {
+    private struct State {
+        /// Nil once closed: sends fail.
+        var client: RdKafkaClient?
+        var generation = 0
+        /// Replaced or closed clients, polled until every delivery report was served.
+        var retired: [RdKafkaClient] = []
+        var closeRequested = false
+        var replacement: (generation: Int, reason: String)?
+    }
+
+    let logger: Logger
+    let stopped = ShutdownTrigger()
+    private let properties: [String: String]
+    private let state: Mutex<State>
+    private let replacements = MetricsRegistry.shared.counter(
+        "kafka_producer_replacements_total", help: "librdkafka producer clients replaced after they stopped delivering")
+    private let failures = MetricsRegistry.shared.counter(
+        "kafka_producer_delivery_failures_total", help: "Messages whose delivery failed")
+
+    /// librdkafka bumps the idempotent producer's epoch about ten times a second, forever,
+    /// once the broker has forgotten the producer id (a restarted broker with memory storage).
+    /// A healthy producer bumps it rarely, so several bumps within one statistics interval mean
+    /// the client is stuck and must be replaced.
+    static let epochBumpsPerIntervalLimit: Int64 = 3
+    /// Delivery errors after which the idempotent producer's sequence state is unusable.
+    static let wedgingErrors: Set<KafkaError.Code> = [
+        .fatal, .unknownProducerID, .outOfOrderSequenceNumber, .invalidProducerEpoch, .invalidProducerIDMapping,
+    ]
+
+    init(properties: [String: String], logger: Logger) throws(KafkaError) {
+        self.properties = properties
+        self.logger = logger
+        state = Mutex(State())
+        let client = try makeClient(generation: 0)
+        state.withLock { $0.client = client }
+        let thread = Thread { [self] in pollLoop() }
+        thread.name = "kafka-producer-poll"
+        thread.start()
+    }
+
+    private func makeClient(generation: Int) throws(KafkaError) -> RdKafkaClient {
+        let lastEpoch = Locked<Int64?>(nil)
+        let requestReplacement: @Sendable (String) -> Void = { [weak self] reason in
+            self?.state.withLock { state in
+                if state.generation == generation, state.replacement == nil {
+                    state.replacement = (generation, reason)
+                }
+            }
+        }
+        let failures = failures
+        let context = ClientContext(
+            logger: logger.with(["kafka.producer.generation": .int(Int64(generation))]),
+            onError: { error in
+                if error.isFatal { requestReplacement("fatal error: \(error)") }
+            },
+            onStatistics: { json in
+                guard let epoch = Self.producerEpoch(statistics: json) else { return }
+                let previous = lastEpoch.withLock { last in
+                    defer { last = epoch }
+                    return last
+                }
+                if let previous, epoch - previous >= Self.epochBumpsPerIntervalLimit {
+                    requestReplacement("producer epoch bumped \(epoch - previous) times in one statistics interval")
+                }
+            },
+            onDelivery: { error in
+                guard let error else { return }
+                failures.increment()
+                if error.isFatal || Self.wedgingErrors.contains(error.code) {
+                    requestReplacement("delivery failed: \(error)")
+                }
+            })
+        return try RdKafkaClient(type: RD_KAFKA_PRODUCER, properties: properties, context: context)
+    }
+
+    /// The idempotence state's `producer_epoch` in a statistics document (it appears once).
+    static func producerEpoch(statistics json: String) -> Int64? {
+        guard let key = json.range(of: "\"producer_epoch\"") else { return nil }
+        let value = json[key.upperBound...].drop { $0 == ":" || $0.isWhitespace }
+        return Int64(value.prefix { $0 == "-" || $0.isNumber })
+    }
+
+    /// Why a message was refused before librdkafka took it.
+    enum Rejection: Error {
+        case queueFull
+        /// The client raised a fatal error; it is being replaced.
+        case clientFailed(KafkaError, generation: Int)
+    }
+
+    func enqueue(_ message: OutgoingMessage, continuation: CheckedContinuation<KafkaDeliveryReport, any Error>) {
+        let box = Unmanaged.passRetained(DeliveryBox(topic: message.topic, continuation: continuation))
+        let error: (any Error)? = state.withLock { state in
+            guard let client = state.client, !state.closeRequested else {
+                return KafkaError(code: .destroyed, reason: "the producer is shut down")
+            }
+            guard let error = Self.produce(message, on: client.handle, opaque: box.toOpaque()) else { return nil }
+            if error.code == .queueFull { return Rejection.queueFull }
+            guard error.isFatal || client.fatalError != nil else { return error }
+            if state.replacement == nil { state.replacement = (state.generation, "fatal error: \(error)") }
+            return Rejection.clientFailed(error, generation: state.generation)
+        }
+        if let error {
+            box.release()
+            continuation.resume(throwing: error)
+        }
+    }
+
+    /// Waits until the client of `generation` was replaced; false on timeout or after close.
+    func replaced(_ generation: Int, within timeout: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline, !Task.isCancelled {
+            let (current, open) = state.withLock { ($0.generation, $0.client != nil) }
+            if !open { return false }
+            if current > generation { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return false
+    }
+
+    /// Hands one message to librdkafka, which copies every byte before returning.
+    private static func produce(_ message: OutgoingMessage, on rk: OpaquePointer, opaque: UnsafeMutableRawPointer)
+        -> KafkaError?
+    {
+        // One buffer holds the topic, key, value and headers (names NUL-terminated), so the
+        // argument list can point into it without nesting a closure per header.
+        var size = message.topic.utf8.count + 1 + (message.key?.count ?? 0) + message.value.count
+        for header in message.headers { size += header.key.utf8.count + 1 + header.value.count }
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 1)
+        defer { buffer.deallocate() }
+        var cursor = buffer
+        func append(_ bytes: some Collection<UInt8>, terminate: Bool = false) -> UnsafeMutableRawPointer {
+            let start = cursor
+            let count = bytes.count
+            UnsafeMutableRawBufferPointer(start: cursor, count: count).copyBytes(from: bytes)
+            cursor += count
+            if terminate {
+                cursor.storeBytes(of: 0, as: UInt8.self)
+                cursor += 1
+            }
+            return start
+        }
+
+        var arguments: [rd_kafka_vu_t] = []
+        arguments.reserveCapacity(5 + message.headers.count)
+        var topic = rd_kafka_vu_t()
+        topic.vtype = RD_KAFKA_VTYPE_TOPIC
+        topic.u.cstr = UnsafePointer(append(message.topic.utf8, terminate: true).assumingMemoryBound(to: CChar.self))
+        arguments.append(topic)
+        if let key = message.key {
+            var argument = rd_kafka_vu_t()
+            argument.vtype = RD_KAFKA_VTYPE_KEY
+            argument.u.mem.ptr = append(key)
+            argument.u.mem.size = key.count
+            arguments.append(argument)
+        }
+        var value = rd_kafka_vu_t()
+        value.vtype = RD_KAFKA_VTYPE_VALUE
+        value.u.mem.ptr = append(message.value)
+        value.u.mem.size = message.value.count
+        arguments.append(value)
+        for header in message.headers {
+            var argument = rd_kafka_vu_t()
+            argument.vtype = RD_KAFKA_VTYPE_HEADER
+            argument.u.header.name = UnsafePointer(
+                append(header.key.utf8, terminate: true).assumingMemoryBound(to: CChar.self))
+            argument.u.header.val = UnsafeRawPointer(append(header.value))
+            argument.u.header.size = header.value.count
+            arguments.append(argument)
+        }
+        var flags = rd_kafka_vu_t()
+        flags.vtype = RD_KAFKA_VTYPE_MSGFLAGS
+        flags.u.i = RD_KAFKA_MSG_F_COPY
+        arguments.append(flags)
+        var opaqueArgument = rd_kafka_vu_t()
+        opaqueArgument.vtype = RD_KAFKA_VTYPE_OPAQUE
+        opaqueArgument.u.ptr = opaque
+        arguments.append(opaqueArgument)
+
+        guard let error = rd_kafka_produceva(rk, arguments, arguments.count) else { return nil }
+        return KafkaError(consuming: error)
+    }
+
+    /// Messages not yet reported, across the current and the retired clients.
+    var outstanding: Int {
+        state.withLock { state in
+            (state.client.map { Int(rd_kafka_outq_len($0.handle)) } ?? 0)
+                + state.retired.reduce(0) { $0 + Int(rd_kafka_outq_len($1.handle)) }
+        }
+    }
+
+    /// Stops accepting messages; the poll thread fails what is queued and exits.
+    func close() {
+        state.withLock { $0.closeRequested = true }
+    }
+
+    /// Serves delivery reports, statistics and errors; replaces a stuck client; on close, fails
+    /// what is left and waits until every sender was resumed before the thread ends.
+    private func pollLoop() {
+        var lastReplacement: ContinuousClock.Instant?
+        while true {
+            let (client, retired, closing) = state.withLock { ($0.client, $0.retired, $0.closeRequested) }
+            if closing, let client {
+                retire(client, reason: nil)
+                continue
+            }
+            if let client { rd_kafka_poll(client.handle, retired.isEmpty ? 100 : 10) }
+            for old in retired {
+                rd_kafka_poll(old.handle, client == nil ? 10 : 0)
+                if rd_kafka_outq_len(old.handle) == 0 {
+                    state.withLock { $0.retired.removeAll { $0 === old } }
+                }
+            }
+            if client == nil, retired.isEmpty { break }
+            guard let client else { continue }
+
+            if let fatal = client.fatalError {
+                state.withLock { state in
+                    if state.replacement == nil { state.replacement = (state.generation, "fatal error: \(fatal)") }
+                }
+            }
+            let pending = state.withLock { state -> String? in
+                guard let request = state.replacement, request.generation == state.generation else { return nil }
+                return request.reason
+            }
+            // At most one replacement a second: a broker that is down makes every client fail.
+            if let reason = pending, lastReplacement.map({ ContinuousClock.now - $0 > .seconds(1) }) ?? true {
+                lastReplacement = .now
+                replace(client, reason: reason)
+            }
+        }
+        stopped.fire()
+    }
+
+    /// Swaps in a fresh client (or none, when closing) and purges the old one: its pending
+    /// sends fail now instead of timing out, and later sends go to the fresh client.
+    private func replace(_ client: RdKafkaClient, reason: String) {
+        let generation = state.withLock { $0.generation } + 1
+        do {
+            let fresh = try makeClient(generation: generation)
+            retire(client, reason: reason, replacement: fresh)
+        } catch {
+            logger.error("kafka producer could not be replaced", ["error": .string("\(error)")])
+        }
+    }
+
+    private func retire(_ client: RdKafkaClient, reason: String?, replacement: RdKafkaClient? = nil) {
+        state.withLock { state in
+            state.client = state.closeRequested ? nil : replacement
+            state.generation += 1
+            state.replacement = nil
+            state.retired.append(client)
+        }
+        rd_kafka_purge(client.handle, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT)
+        if let reason {
+            replacements.increment()
+            logger.warning("kafka producer replaced; its pending messages failed", ["kafka.reason": .string(reason)])
+        }
+    }
+}

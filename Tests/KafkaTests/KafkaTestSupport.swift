@@ -1,0 +1,111 @@
+import Foundation
+import Kafka
+import ServiceRuntime
+import TestSupport
+
+let testLogger = Logger(label: "kafka-tests")
+
+/// Short group sessions keep joins and rebalances to a second or two against Tansu.
+let fastGroupProperties = [
+    "session.timeout.ms": "2000",
+    "heartbeat.interval.ms": "500",
+]
+
+func kafkaConfiguration(brokers: String? = nil, _ properties: [String: String] = [:]) throws -> KafkaConfiguration {
+    KafkaConfiguration(brokers: try brokers ?? TestEnvironment.kafkaBrokers(), properties: properties)
+}
+
+/// A topic only the calling test uses, created with `partitions` partitions.
+func makeTopic(partitions: Int, brokers: String? = nil) async throws -> String {
+    let name = TestEnvironment.uniqueName("t")
+    let admin = KafkaAdmin(configuration: try kafkaConfiguration(brokers: brokers), logger: testLogger)
+    _ = try await admin.createTopic(name, partitions: partitions)
+    return name
+}
+
+func makeConsumer(
+    topic: String, group: String, concurrency: Int = 8, retryBackoff: Duration = .milliseconds(200),
+    buffered: Int = 1000, properties: [String: String] = [:],
+    handler: @escaping @Sendable (KafkaMessage) async throws -> Void
+) throws -> KafkaConsumer {
+    var configuration = KafkaConsumerConfiguration(
+        kafka: try kafkaConfiguration(fastGroupProperties.merging(properties) { $1 }), groupID: group, topics: [topic],
+        maxConcurrentPartitions: concurrency)
+    configuration.retryBackoff = retryBackoff
+    configuration.maxBufferedMessagesPerPartition = buffered
+    return try KafkaConsumer(configuration: configuration, logger: testLogger, handler: handler)
+}
+
+/// Runs a service in the background; `stop()` shuts it down and rethrows what `run()` threw.
+struct Running<S: Service>: Sendable {
+    let service: S
+    let task: Task<Void, any Error>
+
+    init(_ service: S) {
+        self.service = service
+        task = Task { try await service.run() }
+    }
+
+    func stop() async throws {
+        await service.shutdown()
+        try await task.value
+    }
+}
+
+/// Waits until `condition` holds, checking every 20 ms; false when `timeout` passed first.
+/// The timeout only bounds a failing test: it is never the thing under test.
+func eventually(timeout: Duration = .seconds(30), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        guard ContinuousClock.now < deadline else { return false }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return true
+}
+
+/// Seconds since `start`, for the figures tests print.
+func seconds(since start: ContinuousClock.Instant) -> String {
+    let elapsed = ContinuousClock.now - start
+    return String(format: "%.2f s", Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds))
+}
+
+/// Kafka's Java `Utils.murmur2`, which librdkafka's `murmur2_random` partitioner reproduces.
+func javaMurmur2(_ data: [UInt8]) -> Int32 {
+    let m: UInt32 = 0x5bd1_e995
+    var h: UInt32 = 0x9747_b28c ^ UInt32(data.count)
+    let whole = data.count / 4
+    for block in 0..<whole {
+        let i = block * 4
+        var k = UInt32(data[i]) | UInt32(data[i + 1]) << 8 | UInt32(data[i + 2]) << 16 | UInt32(data[i + 3]) << 24
+        k &*= m
+        k ^= k >> 24
+        k &*= m
+        h &*= m
+        h ^= k
+    }
+    let tail = whole * 4
+    switch data.count % 4 {
+    case 3:
+        h ^= UInt32(data[tail + 2]) << 16
+        h ^= UInt32(data[tail + 1]) << 8
+        h ^= UInt32(data[tail])
+        h &*= m
+    case 2:
+        h ^= UInt32(data[tail + 1]) << 8
+        h ^= UInt32(data[tail])
+        h &*= m
+    case 1:
+        h ^= UInt32(data[tail])
+        h &*= m
+    default: break
+    }
+    h ^= h >> 13
+    h &*= m
+    h ^= h >> 15
+    return Int32(bitPattern: h)
+}
+
+/// The partition the Java client picks for `key`.
+func javaPartition(_ key: [UInt8], partitions: Int32) -> Int32 {
+    (javaMurmur2(key) & 0x7fff_ffff) % partitions
+}
