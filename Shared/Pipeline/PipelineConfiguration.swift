@@ -53,5 +53,10 @@ public struct PipelineConfiguration: Sendable {
         PostgresConfiguration(url: databaseURL, maximumConnections: databaseMaxConnections)
     }
 
-    public var kafka: KafkaConfiguration { KafkaConfiguration(brokers: kafkaBrokers, properties: kafkaProperties) }
+    /// Our defaults, then the operator's properties. A delivery gives up after 30 s instead of
+    /// librdkafka's 5 min: the outbox relay retries, so a request never waits on a dead broker.
+    public var kafka: KafkaConfiguration {
+        KafkaConfiguration(
+            brokers: kafkaBrokers, properties: ["message.timeout.ms": "30000"].merging(kafkaProperties) { _, own in own })
+    }
 }

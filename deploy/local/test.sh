@@ -8,6 +8,8 @@ command -v swift >/dev/null 2>&1 || export PATH="/opt/swift/usr/bin:$PATH"
 
 bash "$LOCAL_DIR/install.sh"
 bash "$LOCAL_DIR/start.sh" >/dev/null
+# Tests that restart or kill a broker start private ones from the same binary.
+export TANSU_BIN="$(tansu_bin)"
 cd "$REPO_DIR"
 log "building (debug, with tests)"
 swift build --build-tests 2>&1 | quiet_build
