@@ -1,0 +1,22 @@
+import Foundation
+
+/// JSON coding of Apple payloads: dates are integer milliseconds since 1970.
+public enum AppStoreJSON {
+    /// A decoder for Apple payloads (dates from epoch milliseconds; unknown fields ignored).
+    public static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .millisecondsSince1970
+        return decoder
+    }
+
+    /// An encoder writing dates as whole epoch milliseconds, as Apple does, with sorted keys.
+    public static func encoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(Int64((date.timeIntervalSince1970 * 1000).rounded()))
+        }
+        return encoder
+    }
+}
