@@ -1,4 +1,5 @@
 import COpenSSL
+import Foundation
 
 /// Algorithm implementations fetched once from the default provider instead of on every call
 /// (an implicit fetch per operation costs a method-store lookup under a lock in OpenSSL 3).
@@ -50,4 +51,12 @@ func derBytes(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>) -> 
     guard length > 0, let out else { return nil }
     defer { CRYPTO_free(out, #file, #line) }
     return Array(UnsafeBufferPointer(start: out, count: Int(length)))
+}
+
+/// `date` as a time_t, or nil outside years 1...9999 (which X.509 times can express) or when
+/// not finite; converting such a value directly would trap.
+func unixTime(_ date: Date) -> time_t? {
+    let seconds = date.timeIntervalSince1970.rounded(.down)
+    guard seconds.isFinite, seconds >= -62_135_596_800, seconds < 253_402_300_800 else { return nil }
+    return time_t(seconds)
 }

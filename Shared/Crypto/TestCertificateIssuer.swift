@@ -61,6 +61,9 @@ public enum TestCertificateIssuer {
     private static func issue(_ spec: TestCertificateSpec, subjectKey: EVPKey, issuer: X509Certificate?, issuerKey: EVPKey)
         throws(CryptoError) -> X509Certificate
     {
+        guard let notBefore = unixTime(spec.notBefore), let notAfter = unixTime(spec.notAfter) else {
+            throw CryptoError(.invalidInput, "validity dates outside years 1...9999")
+        }
         guard let x509 = X509_new() else { throw .openSSL(.internalFailure, "X509_new failed") }
         var handedOver = false
         defer { if !handedOver { X509_free(x509) } }
@@ -75,8 +78,8 @@ public enum TestCertificateIssuer {
             ASN1_INTEGER_set_uint64(X509_get_serialNumber(x509), spec.serialNumber) == 1,
             X509_set_subject_name(x509, name) == 1,
             X509_set_issuer_name(x509, issuer.map { X509_get_subject_name($0.handle) } ?? name) == 1,
-            ASN1_TIME_set(X509_getm_notBefore(x509), time_t(spec.notBefore.timeIntervalSince1970)) != nil,
-            ASN1_TIME_set(X509_getm_notAfter(x509), time_t(spec.notAfter.timeIntervalSince1970)) != nil,
+            ASN1_TIME_set(X509_getm_notBefore(x509), notBefore) != nil,
+            ASN1_TIME_set(X509_getm_notAfter(x509), notAfter) != nil,
             X509_set_pubkey(x509, subjectKey.handle) == 1
         else { throw .openSSL(.internalFailure, "cannot fill certificate fields") }
 

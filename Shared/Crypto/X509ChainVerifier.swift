@@ -31,6 +31,9 @@ public final class X509ChainVerifier: @unchecked Sendable {
     public func verify(leaf: X509Certificate, intermediates: [X509Certificate], at date: Date) throws(CryptoError)
         -> [X509Certificate]
     {
+        guard let time = unixTime(date) else {
+            throw CryptoError(.invalidInput, "verification time \(date.timeIntervalSince1970) s is outside years 1...9999")
+        }
         guard let untrusted = OPENSSL_sk_new_null() else { throw .openSSL(.internalFailure, "stack allocation failed") }
         // The stack borrows the certificates (no up-ref): they outlive this call via `intermediates`.
         defer { OPENSSL_sk_free(untrusted) }
@@ -46,7 +49,7 @@ public final class X509ChainVerifier: @unchecked Sendable {
         X509_VERIFY_PARAM_set_flags(parameters, UInt(X509_V_FLAG_X509_STRICT))
         X509_VERIFY_PARAM_clear_flags(parameters, UInt(X509_V_FLAG_PARTIAL_CHAIN))
         // set_time also turns on X509_V_FLAG_USE_CHECK_TIME.
-        X509_VERIFY_PARAM_set_time(parameters, time_t(date.timeIntervalSince1970.rounded(.down)))
+        X509_VERIFY_PARAM_set_time(parameters, time)
 
         guard X509_verify_cert(context) == 1 else {
             let code = X509_STORE_CTX_get_error(context)

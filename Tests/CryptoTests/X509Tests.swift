@@ -120,6 +120,17 @@ struct TestChain {
         #expect(throws: CryptoError.self) { try intermediateOnly.verify(leaf: chain.leaf, intermediates: [], at: Date()) }
     }
 
+    @Test func timesOutsideWhatX509CanExpressAreRefusedNotTrapped() throws {
+        let chain = try TestChain()
+        let verifier = try X509ChainVerifier(trustedRoots: [chain.root])
+        for seconds in [1e15, -1e15, .infinity] {
+            let error = #expect(throws: CryptoError.self) {
+                try verifier.verify(leaf: chain.leaf, intermediates: [chain.intermediate], at: Date(timeIntervalSince1970: seconds))
+            }
+            #expect(error?.code == .invalidInput)
+        }
+    }
+
     @Test func intermediatesFromAnotherChainDoNotHelp() throws {
         let chain = try TestChain(), other = try TestChain()
         let verifier = try X509ChainVerifier(trustedRoots: [chain.root, other.root])
