@@ -15,7 +15,9 @@ public enum AppStoreJSON {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
-            try container.encode(Int64((date.timeIntervalSince1970 * 1000).rounded()))
+            let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+            // Out-of-range dates (hostile input) stay numbers instead of trapping in Int64(_:).
+            if let exact = Int64(exactly: milliseconds) { try container.encode(exact) } else { try container.encode(milliseconds) }
         }
         return encoder
     }

@@ -1,56 +1,94 @@
 import Crypto
 import Foundation
 
-/// A compact-serialised JWS split into its parts, nothing verified yet (RFC 7515 §7.1).
+/// The three segments of a compact JWS (RFC 7515 §7.1) located in the token's UTF-8 bytes;
+/// nothing is decoded yet. The buffers live only inside `withSegments`: do not escape them.
 struct CompactJWS {
     /// Far above any Apple payload (notifications are ~20 KB) and low enough that an oversized
     /// body is refused before any decoding work.
     static let maximumLength = 256 * 1024
 
-    struct Header: Decodable {
-        let alg: String?
-        let x5c: [String]?
-        let crit: [String]?
+    let header: UnsafeBufferPointer<UInt8>
+    let payload: UnsafeBufferPointer<UInt8>
+    let signature: UnsafeBufferPointer<UInt8>
+    /// ASCII of `header.payload` exactly as received: what the signature covers.
+    let signingInput: UnsafeBufferPointer<UInt8>
+
+    /// Runs `body` with the segments of `token`, in place (no copy of the token's bytes).
+    static func withSegments<R>(of token: String, _ body: (CompactJWS) throws(VerificationError) -> R)
+        throws(VerificationError) -> R
+    {
+        guard token.utf8.count <= maximumLength else {
+            throw VerificationError(.malformed, "token of \(token.utf8.count) bytes exceeds the \(maximumLength)-byte limit")
+        }
+        var token = token
+        let result: Result<R, VerificationError> = token.withUTF8 { utf8 in
+            Result { () throws(VerificationError) -> R in try body(try CompactJWS(utf8)) }
+        }
+        return try result.get()
     }
 
-    let header: Header
-    let payload: [UInt8]
-    let signature: [UInt8]
-    /// ASCII of `header.payload` exactly as received: what the signature covers.
-    let signingInput: [UInt8]
+    private init(_ utf8: UnsafeBufferPointer<UInt8>) throws(VerificationError) {
+        guard let base = utf8.baseAddress, let first = Self.dot(in: utf8, from: 0),
+            let second = Self.dot(in: utf8, from: first + 1), Self.dot(in: utf8, from: second + 1) == nil
+        else { throw VerificationError(.malformed, "a compact JWS has exactly three dot-separated segments") }
+        header = UnsafeBufferPointer(start: base, count: first)
+        payload = UnsafeBufferPointer(start: base + first + 1, count: second - first - 1)
+        signature = UnsafeBufferPointer(start: base + second + 1, count: utf8.count - second - 1)
+        signingInput = UnsafeBufferPointer(start: base, count: second)
+    }
 
-    init(_ token: String) throws(VerificationError) {
-        let utf8 = token.utf8
-        guard utf8.count <= Self.maximumLength else {
-            throw VerificationError(.malformed, "token of \(utf8.count) bytes exceeds the \(Self.maximumLength)-byte limit")
+    private static func dot(in utf8: UnsafeBufferPointer<UInt8>, from start: Int) -> Int? {
+        guard start < utf8.count, let found = memchr(utf8.baseAddress! + start, Int32(UInt8(ascii: ".")), utf8.count - start)
+        else { return nil }
+        return utf8.baseAddress!.distance(to: found.assumingMemoryBound(to: UInt8.self))
+    }
+
+    /// Decodes one base64url segment (empty allowed: an absent signature is refused later as such).
+    static func decode(_ segment: UnsafeBufferPointer<UInt8>, _ name: String) throws(VerificationError) -> [UInt8] {
+        guard let bytes = Base64URL.decode(bytes: segment) else {
+            throw VerificationError(.malformed, "the \(name) segment is not unpadded base64url")
         }
-        var dots: [String.UTF8View.Index] = []
-        var index = utf8.startIndex
-        while index != utf8.endIndex {
-            if utf8[index] == UInt8(ascii: ".") {
-                dots.append(index)
-                if dots.count > 2 { break }
-            }
-            index = utf8.index(after: index)
-        }
-        guard dots.count == 2 else {
-            throw VerificationError(.malformed, "a compact JWS has exactly three dot-separated segments")
-        }
-        let headerText = utf8[utf8.startIndex..<dots[0]]
-        let payloadText = utf8[utf8.index(after: dots[0])..<dots[1]]
-        let signatureText = utf8[utf8.index(after: dots[1])...]
-        guard let headerBytes = Base64URL.decode(bytes: headerText), !headerBytes.isEmpty,
-            let payload = Base64URL.decode(bytes: payloadText), !payload.isEmpty,
-            let signature = Base64URL.decode(bytes: signatureText)
-        else { throw VerificationError(.malformed, "a segment is empty or not unpadded base64url") }
-        // An empty signature (alg "none") parses: the algorithm check refuses it as a signature problem.
+        return bytes
+    }
+}
+
+/// The protected-header fields this verifier reads.
+struct JWSHeader: Decodable {
+    let alg: String?
+    let x5c: [String]?
+    let crit: [String]?
+
+    static func decode(_ segment: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> JWSHeader {
+        let bytes = try CompactJWS.decode(segment, "header")
         do {
-            header = try JSONDecoder().decode(Header.self, from: Data(headerBytes))
+            return try JSONDecoder().decode(JWSHeader.self, from: Data(bytes))
         } catch {
             throw VerificationError(.malformed, "the protected header is not a JSON object of the JWS header fields")
         }
-        self.payload = payload
-        self.signature = signature
-        signingInput = Array(utf8[utf8.startIndex..<dots[1]])
+    }
+}
+
+/// A header that passed the algorithm checks, with its x5c certificates decoded and fingerprinted.
+struct SigningHeader {
+    /// DER of x5c[0] (leaf), x5c[1] (intermediate), x5c[2] (root).
+    let certificates: [[UInt8]]
+    let chainKey: ChainCache.Key
+    let rootFingerprint: [UInt8]
+
+    init(x5c: [String]?) throws(VerificationError) {
+        guard let x5c, x5c.count == 3 else {
+            throw VerificationError(.invalidChain, "x5c must hold exactly 3 certificates, got \(x5c?.count ?? 0)")
+        }
+        var certificates: [[UInt8]] = []
+        for (index, text) in x5c.enumerated() {
+            guard let bytes = Data(base64Encoded: text), !bytes.isEmpty else {
+                throw VerificationError(.invalidChain, "x5c[\(index)] is not base64")
+            }
+            certificates.append([UInt8](bytes))
+        }
+        self.certificates = certificates
+        chainKey = ChainCache.Key(leaf: SHA256.hash(certificates[0]), intermediate: SHA256.hash(certificates[1]))
+        rootFingerprint = SHA256.hash(certificates[2])
     }
 }

@@ -141,16 +141,33 @@ public final class SignedDataVerifier: Sendable {
         _ token: String, _ requestedEnvironment: AppStoreEnvironment?, claims claimsOf: (Payload) -> Claims
     ) throws(VerificationError) -> Payload {
         let expected = try acceptedEnvironment(requestedEnvironment)
-        let jws = try CompactJWS(token)
-        guard jws.header.alg == JWSAlgorithm.es256.rawValue else {
-            throw VerificationError(.invalidSignature, "algorithm \(jws.header.alg.map { "'\($0)'" } ?? "missing") is not ES256")
+        return try CompactJWS.withSegments(of: token) { jws throws(VerificationError) in
+            try verify(jws, expected: expected, claims: claimsOf)
         }
-        guard jws.header.crit == nil else {
-            throw VerificationError(.invalidSignature, "critical header parameters are not supported")
+    }
+
+    private func verify<Payload: Decodable>(
+        _ jws: CompactJWS, expected: AppStoreEnvironment, claims claimsOf: (Payload) -> Claims
+    ) throws(VerificationError) -> Payload {
+        // A header seen in an earlier successful verification is not decoded again: its
+        // algorithm checks passed and its certificates are at hand (keyed by its SHA-256).
+        let headerHash = SHA256.hash(UnsafeRawBufferPointer(jws.header))
+        let knownHeader = cache.withLock { $0.signingHeader(for: headerHash) }
+        var x5c: [String]?
+        if knownHeader == nil {
+            let header = try JWSHeader.decode(jws.header)
+            guard header.alg == JWSAlgorithm.es256.rawValue else {
+                throw VerificationError(.invalidSignature, "algorithm \(header.alg.map { "'\($0)'" } ?? "missing") is not ES256")
+            }
+            guard header.crit == nil else {
+                throw VerificationError(.invalidSignature, "critical header parameters are not supported")
+            }
+            x5c = header.x5c
         }
+        let payloadBytes = try CompactJWS.decode(jws.payload, "payload")
         let payload: Payload
         do {
-            payload = try AppStoreJSON.decoder().decode(Payload.self, from: Data(jws.payload))
+            payload = try AppStoreJSON.decoder().decode(Payload.self, from: Data(payloadBytes))
         } catch {
             throw VerificationError(.malformed, "the payload is not a JSON \(Payload.self)")
         }
@@ -167,11 +184,15 @@ public final class SignedDataVerifier: Sendable {
         } else {
             let now = clock.now()
             let date = configuration.onlineChecks ? now : (claims.signedDate ?? now)
-            let leafKey = try verifiedLeafKey(jws.header.x5c, at: date, now: now)
-            guard jws.signature.count == 64 else {
-                throw VerificationError(.invalidSignature, "an ES256 signature is 64 bytes (r||s), got \(jws.signature.count)")
+            let header: SigningHeader
+            if let knownHeader { header = knownHeader } else { header = try SigningHeader(x5c: x5c) }
+            let leafKey = try verifiedLeafKey(header, at: date, now: now)
+            if knownHeader == nil { cache.withLock { $0.remember(header, for: headerHash) } }
+            let signature = try CompactJWS.decode(jws.signature, "signature")
+            guard signature.count == 64 else {
+                throw VerificationError(.invalidSignature, "an ES256 signature is 64 bytes (r||s), got \(signature.count)")
             }
-            guard leafKey.isValidSignature(jws.signature, for: jws.signingInput) else {
+            guard leafKey.isValidSignature(signature, for: UnsafeRawBufferPointer(jws.signingInput)) else {
                 throw VerificationError(.invalidSignature, "the signature does not verify with the leaf certificate's key")
             }
         }
@@ -210,31 +231,24 @@ public final class SignedDataVerifier: Sendable {
 
     /// The leaf key of a chain verified at `date`, from the cache when this (leaf, intermediate)
     /// pair was verified before and `date` lies inside the chain's validity.
-    private func verifiedLeafKey(_ x5c: [String]?, at date: Date, now: Date) throws(VerificationError) -> P256PublicKey {
-        guard let x5c, x5c.count == 3 else {
-            throw VerificationError(.invalidChain, "x5c must hold exactly 3 certificates, got \(x5c?.count ?? 0)")
-        }
-        var der: [[UInt8]] = []
-        for (index, text) in x5c.enumerated() {
-            guard let bytes = Data(base64Encoded: text), !bytes.isEmpty else {
-                throw VerificationError(.invalidChain, "x5c[\(index)] is not base64")
+    private func verifiedLeafKey(_ header: SigningHeader, at date: Date, now: Date) throws(VerificationError) -> P256PublicKey {
+        let entry: ChainCache.Entry
+        if let cached = cache.withLock({ $0.lookup(header.chainKey, now: now) }) {
+            // Only validity depends on the date: outside it, OpenSSL would refuse this very chain.
+            guard cached.validFrom <= date, date <= cached.validUntil else {
+                throw VerificationError(
+                    .invalidChain,
+                    "certificate chain is not valid at \(date) (valid from \(cached.validFrom) until \(cached.validUntil))")
             }
-            der.append([UInt8](bytes))
+            entry = cached
+        } else {
+            metrics.cacheMisses.increment()
+            entry = try verifyChain(header.certificates, at: date, now: now)
+            cache.withLock { $0.insert(entry, for: header.chainKey) }
         }
-        let key = ChainCache.Key(leaf: SHA256.hash(der[0]), intermediate: SHA256.hash(der[1]))
-        let rootFingerprint = SHA256.hash(der[2])
-        if let cached = cache.withLock({ $0.lookup(key, at: date, now: now) }) {
-            guard cached.rootFingerprint == rootFingerprint else {
-                throw VerificationError(.invalidChain, "x5c[2] is not the root the chain ends in")
-            }
-            return cached.leafKey
-        }
-        metrics.cacheMisses.increment()
-        let entry = try verifyChain(der, at: date, now: now)
-        guard entry.rootFingerprint == rootFingerprint else {
+        guard entry.rootFingerprint == header.rootFingerprint else {
             throw VerificationError(.invalidChain, "x5c[2] is not the root the chain ends in")
         }
-        cache.withLock { $0.insert(entry, for: key) }
         return entry.leafKey
     }
 
@@ -272,8 +286,9 @@ public final class SignedDataVerifier: Sendable {
 
 /// Verified chains by (leaf, intermediate) fingerprint. Only time-dependent facts are
 /// re-checked on a hit: the verification date must lie inside every certificate's validity
-/// (everything else X509_verify_cert checked does not depend on the date), and an entry lives
-/// at most `lifetime`, as in Apple's library, so later revocation checks get a chance to run.
+/// (everything else X509_verify_cert checked does not depend on the date), so a date outside
+/// it is refused without redoing the chain work. An entry lives at most `lifetime`, as in
+/// Apple's library, so later revocation checks get a chance to run.
 struct ChainCache {
     struct Key: Hashable {
         let leaf: [UInt8]
@@ -292,11 +307,12 @@ struct ChainCache {
     static let lifetime: TimeInterval = 15 * 60
 
     private var entries: [Key: Entry] = [:]
+    /// Headers (by SHA-256 of their segment) that led to a verified chain.
+    private var headers: [[UInt8]: SigningHeader] = [:]
 
-    func lookup(_ key: Key, at date: Date, now: Date) -> Entry? {
-        guard let entry = entries[key], entry.validFrom <= date, date <= entry.validUntil,
-            abs(now.timeIntervalSince(entry.verifiedAt)) < Self.lifetime
-        else { return nil }
+    /// A fresh entry for `key`, or nil when there is none or it is older than `lifetime`.
+    func lookup(_ key: Key, now: Date) -> Entry? {
+        guard let entry = entries[key], abs(now.timeIntervalSince(entry.verifiedAt)) < Self.lifetime else { return nil }
         return entry
     }
 
@@ -307,6 +323,15 @@ struct ChainCache {
             entries[oldest] = nil
         }
         entries[key] = entry
+    }
+
+    func signingHeader(for hash: [UInt8]) -> SigningHeader? { headers[hash] }
+
+    mutating func remember(_ header: SigningHeader, for hash: [UInt8]) {
+        // Apple's headers only differ when its certificates do: a full cache means churn, so
+        // starting over costs little.
+        if headers.count >= Self.capacity * 2 { headers.removeAll() }
+        headers[hash] = header
     }
 }
 

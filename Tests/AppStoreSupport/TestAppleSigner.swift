@@ -119,7 +119,7 @@ public final class TestAppleSigner: Sendable {
         payload.subtype = subtype
         payload.notificationUUID = notificationUUID.uuidString.lowercased()
         payload.version = "2.0"
-        payload.signedDate = signedDate
+        payload.signedDate = TestPayloads.wholeMilliseconds(signedDate)
         payload.data = data
         return try sign(payload)
     }
@@ -172,8 +172,13 @@ public struct TestJWSHeader: Encodable, Sendable {
     }
 }
 
-/// Plausible payloads for tests, filled like Apple fills them.
+/// Plausible payloads for tests, filled like Apple fills them. Dates are cut to whole
+/// milliseconds, as in Apple's JSON, so a payload compares equal after a signing round trip.
 public enum TestPayloads {
+    public static func wholeMilliseconds(_ date: Date) -> Date {
+        Date(timeIntervalSince1970: (date.timeIntervalSince1970 * 1000).rounded(.down) / 1000)
+    }
+
     public static func transaction(
         bundleId: String, environment: AppStoreEnvironment, productId: String = "com.example.monthly",
         transactionId: String = String(UInt64.random(in: 2_000_000_000_000_000...2_999_999_999_999_999)),
@@ -187,14 +192,15 @@ public enum TestPayloads {
         transaction.bundleId = bundleId
         transaction.productId = productId
         transaction.subscriptionGroupIdentifier = "21000000"
+        let purchaseDate = wholeMilliseconds(purchaseDate)
         transaction.purchaseDate = purchaseDate
         transaction.originalPurchaseDate = purchaseDate
-        transaction.expiresDate = expiresDate ?? purchaseDate + 30 * 86400
+        transaction.expiresDate = wholeMilliseconds(expiresDate ?? purchaseDate + 30 * 86400)
         transaction.quantity = 1
         transaction.type = .autoRenewableSubscription
         transaction.appAccountToken = appAccountToken
         transaction.inAppOwnershipType = .purchased
-        transaction.signedDate = signedDate
+        transaction.signedDate = wholeMilliseconds(signedDate)
         transaction.environment = environment
         transaction.transactionReason = .purchase
         transaction.storefront = "USA"
@@ -213,10 +219,10 @@ public enum TestPayloads {
         renewal.autoRenewProductId = productId
         renewal.productId = productId
         renewal.autoRenewStatus = autoRenew ? .on : .off
-        renewal.signedDate = signedDate
+        renewal.signedDate = wholeMilliseconds(signedDate)
         renewal.environment = environment
-        renewal.recentSubscriptionStartDate = signedDate
-        renewal.renewalDate = renewalDate
+        renewal.recentSubscriptionStartDate = wholeMilliseconds(signedDate)
+        renewal.renewalDate = wholeMilliseconds(renewalDate)
         renewal.currency = "USD"
         renewal.renewalPrice = 9990
         return renewal
