@@ -2,6 +2,9 @@ import Foundation
 
 /// JSON coding of Apple payloads: dates are integer milliseconds since 1970.
 public enum AppStoreJSON {
+    /// One decoder for the verifier's hot path (JSONDecoder is Sendable; its options never change).
+    static let sharedDecoder = decoder()
+
     /// A decoder for Apple payloads (dates from epoch milliseconds; unknown fields ignored).
     public static func decoder() -> JSONDecoder {
         let decoder = JSONDecoder()

@@ -167,7 +167,7 @@ public final class SignedDataVerifier: Sendable {
         let payloadBytes = try CompactJWS.decode(jws.payload, "payload")
         let payload: Payload
         do {
-            payload = try AppStoreJSON.decoder().decode(Payload.self, from: Data(payloadBytes))
+            payload = try AppStoreJSON.sharedDecoder.decode(Payload.self, from: Data(payloadBytes))
         } catch {
             throw VerificationError(.malformed, "the payload is not a JSON \(Payload.self)")
         }

@@ -52,34 +52,43 @@ public enum Base64URL {
     private static func decodeContiguous(_ input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         let remainder = input.count % 4
         if remainder == 1 { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(input.count / 4 * 3 + 2)
-        return values.withUnsafeBufferPointer { table -> [UInt8]? in
-            var index = 0
-            let whole = input.count - remainder
-            while index < whole {
-                let a = table[Int(input[index])], b = table[Int(input[index + 1])]
-                let c = table[Int(input[index + 2])], d = table[Int(input[index + 3])]
-                if (a | b | c | d) & 0xC0 != 0 { return nil }
-                let n = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                out.append(UInt8(truncatingIfNeeded: n >> 16))
-                out.append(UInt8(truncatingIfNeeded: n >> 8))
-                out.append(UInt8(truncatingIfNeeded: n))
-                index += 4
+        let whole = input.count - remainder
+        let outputCount = whole / 4 * 3 + (remainder == 0 ? 0 : remainder - 1)
+        var valid = true
+        // Written in place (no per-byte append): this runs over every payload the service receives.
+        let out = [UInt8](unsafeUninitializedCapacity: outputCount) { out, initialized in
+            values.withUnsafeBufferPointer { table in
+                var read = 0, write = 0
+                while read < whole {
+                    let a = table[Int(input[read])], b = table[Int(input[read + 1])]
+                    let c = table[Int(input[read + 2])], d = table[Int(input[read + 3])]
+                    if (a | b | c | d) & 0xC0 != 0 {
+                        valid = false
+                        break
+                    }
+                    out[write] = a << 2 | b >> 4
+                    out[write + 1] = b << 4 | c >> 2
+                    out[write + 2] = c << 6 | d
+                    read += 4
+                    write += 3
+                }
+                guard valid else { return }
+                switch remainder {
+                case 2:
+                    let a = table[Int(input[read])], b = table[Int(input[read + 1])]
+                    valid = (a | b) & 0xC0 == 0 && b & 0x0F == 0
+                    out[write] = a << 2 | b >> 4
+                case 3:
+                    let a = table[Int(input[read])], b = table[Int(input[read + 1])], c = table[Int(input[read + 2])]
+                    valid = (a | b | c) & 0xC0 == 0 && c & 0x03 == 0
+                    out[write] = a << 2 | b >> 4
+                    out[write + 1] = b << 4 | c >> 2
+                default: break
+                }
             }
-            switch remainder {
-            case 2:
-                let a = table[Int(input[index])], b = table[Int(input[index + 1])]
-                if (a | b) & 0xC0 != 0 || b & 0x0F != 0 { return nil }
-                out.append(a << 2 | b >> 4)
-            case 3:
-                let a = table[Int(input[index])], b = table[Int(input[index + 1])], c = table[Int(input[index + 2])]
-                if (a | b | c) & 0xC0 != 0 || c & 0x03 != 0 { return nil }
-                out.append(a << 2 | b >> 4)
-                out.append(b << 4 | c >> 2)
-            default: break
-            }
-            return out
+            // Every byte is written on the valid path; on the invalid one the array is discarded.
+            initialized = valid ? outputCount : 0
         }
+        return valid ? out : nil
     }
 }
