@@ -48,6 +48,11 @@ let package = Package(
             name: "Crypto", dependencies: ["COpenSSL"], path: "Shared/Crypto",
             swiftSettings: swiftSettings),
 
+        // Apple App Store: JWS verification and Apple's payload models (OpenSSL only via Crypto).
+        .target(
+            name: "AppStore", dependencies: ["Crypto", "ServiceRuntime"], path: "Shared/AppStore",
+            swiftSettings: swiftSettings),
+
         // Storage: migrations and the SQL of the event pipeline.
         .target(
             name: "Storage", dependencies: ["Postgres", "ServiceRuntime"], path: "Shared/Storage",
@@ -87,6 +92,11 @@ let package = Package(
             name: "TestSupport", dependencies: ["ServiceRuntime"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
+        // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
+        .target(
+            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto"], path: "Tests/AppStoreSupport",
+            swiftSettings: swiftSettings),
+
         .testTarget(
             name: "ServiceRuntimeTests", dependencies: ["ServiceRuntime"], path: "Tests/ServiceRuntimeTests",
             swiftSettings: swiftSettings),
@@ -104,6 +114,9 @@ let package = Package(
         .testTarget(
             name: "CryptoTests", dependencies: ["Crypto"], path: "Tests/CryptoTests",
             swiftSettings: swiftSettings),
+        .testTarget(
+            name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
+            path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

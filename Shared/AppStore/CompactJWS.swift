@@ -1,0 +1,94 @@
+import Crypto
+import Foundation
+
+/// The three segments of a compact JWS (RFC 7515 §7.1) located in the token's UTF-8 bytes;
+/// nothing is decoded yet. The buffers live only inside `withSegments`: do not escape them.
+struct CompactJWS {
+    /// Far above any Apple payload (notifications are ~20 KB) and low enough that an oversized
+    /// body is refused before any decoding work.
+    static let maximumLength = 256 * 1024
+
+    let header: UnsafeBufferPointer<UInt8>
+    let payload: UnsafeBufferPointer<UInt8>
+    let signature: UnsafeBufferPointer<UInt8>
+    /// ASCII of `header.payload` exactly as received: what the signature covers.
+    let signingInput: UnsafeBufferPointer<UInt8>
+
+    /// Runs `body` with the segments of `token`, in place (no copy of the token's bytes).
+    static func withSegments<R>(of token: String, _ body: (CompactJWS) throws(VerificationError) -> R)
+        throws(VerificationError) -> R
+    {
+        guard token.utf8.count <= maximumLength else {
+            throw VerificationError(.malformed, "token of \(token.utf8.count) bytes exceeds the \(maximumLength)-byte limit")
+        }
+        var token = token
+        let result: Result<R, VerificationError> = token.withUTF8 { utf8 in
+            Result { () throws(VerificationError) -> R in try body(try CompactJWS(utf8)) }
+        }
+        return try result.get()
+    }
+
+    private init(_ utf8: UnsafeBufferPointer<UInt8>) throws(VerificationError) {
+        guard let base = utf8.baseAddress, let first = Self.dot(in: utf8, from: 0),
+            let second = Self.dot(in: utf8, from: first + 1), Self.dot(in: utf8, from: second + 1) == nil
+        else { throw VerificationError(.malformed, "a compact JWS has exactly three dot-separated segments") }
+        header = UnsafeBufferPointer(start: base, count: first)
+        payload = UnsafeBufferPointer(start: base + first + 1, count: second - first - 1)
+        signature = UnsafeBufferPointer(start: base + second + 1, count: utf8.count - second - 1)
+        signingInput = UnsafeBufferPointer(start: base, count: second)
+    }
+
+    private static func dot(in utf8: UnsafeBufferPointer<UInt8>, from start: Int) -> Int? {
+        guard start < utf8.count, let found = memchr(utf8.baseAddress! + start, Int32(UInt8(ascii: ".")), utf8.count - start)
+        else { return nil }
+        return utf8.baseAddress!.distance(to: found.assumingMemoryBound(to: UInt8.self))
+    }
+
+    /// Decodes one base64url segment (empty allowed: an absent signature is refused later as such).
+    static func decode(_ segment: UnsafeBufferPointer<UInt8>, _ name: String) throws(VerificationError) -> [UInt8] {
+        guard let bytes = Base64URL.decode(bytes: segment) else {
+            throw VerificationError(.malformed, "the \(name) segment is not unpadded base64url")
+        }
+        return bytes
+    }
+}
+
+/// The protected-header fields this verifier reads.
+struct JWSHeader: Decodable {
+    let alg: String?
+    let x5c: [String]?
+    let crit: [String]?
+
+    static func decode(_ segment: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> JWSHeader {
+        let bytes = try CompactJWS.decode(segment, "header")
+        do {
+            return try AppStoreJSON.sharedDecoder.decode(JWSHeader.self, from: Data(bytes))
+        } catch {
+            throw VerificationError(.malformed, "the protected header is not a JSON object of the JWS header fields")
+        }
+    }
+}
+
+/// A header that passed the algorithm checks, with its x5c certificates decoded and fingerprinted.
+struct SigningHeader {
+    /// DER of x5c[0] (leaf), x5c[1] (intermediate), x5c[2] (root).
+    let certificates: [[UInt8]]
+    let chainKey: ChainCache.Key
+    let rootFingerprint: [UInt8]
+
+    init(x5c: [String]?) throws(VerificationError) {
+        guard let x5c, x5c.count == 3 else {
+            throw VerificationError(.invalidChain, "x5c must hold exactly 3 certificates, got \(x5c?.count ?? 0)")
+        }
+        var certificates: [[UInt8]] = []
+        for (index, text) in x5c.enumerated() {
+            guard let bytes = Data(base64Encoded: text), !bytes.isEmpty else {
+                throw VerificationError(.invalidChain, "x5c[\(index)] is not base64")
+            }
+            certificates.append([UInt8](bytes))
+        }
+        self.certificates = certificates
+        chainKey = ChainCache.Key(leaf: SHA256.hash(certificates[0]), intermediate: SHA256.hash(certificates[1]))
+        rootFingerprint = SHA256.hash(certificates[2])
+    }
+}

@@ -1,0 +1,357 @@
+import Crypto
+import Foundation
+import ServiceRuntime
+import Synchronization
+
+/// Verifies and decodes data the App Store signs (notifications, transactions, renewal infos,
+/// app transactions) the way Apple's App Store Server Library does, but stricter:
+///
+/// 1. compact JWS, at most 256 KiB, `alg` ES256 only, no `crit`;
+/// 2. `x5c` holds exactly leaf, intermediate and root; the leaf carries OID
+///    1.2.840.113635.100.6.11.1, the intermediate 1.2.840.113635.100.6.2.1; the chain is built
+///    from the leaf and intermediate to a *configured* root only, and `x5c[2]` must be that root;
+/// 3. certificates are checked at the payload's signedDate (the current time when it has none,
+///    as Apple's library does);
+/// 4. the ES256 signature over `header.payload` verifies with the leaf key;
+/// 5. bundleId, appAppleId (Production) and environment match.
+///
+/// Verified chains are cached by (leaf, intermediate) fingerprint, so a repeat costs one ECDSA
+/// verification. Calls are synchronous CPU work (~0.1 ms) and safe from any thread.
+///
+/// Sendable: configuration and chain verifier are immutable; the cache sits behind a Mutex.
+public final class SignedDataVerifier: Sendable {
+    public let configuration: AppStoreVerifierConfiguration
+    private let chainVerifier: X509ChainVerifier
+    private let clock: any WallClock
+    private let cache = Mutex(ChainCache())
+    private let metrics: VerifierMetrics
+
+    static let leafOID = "1.2.840.113635.100.6.11.1"
+    static let intermediateOID = "1.2.840.113635.100.6.2.1"
+
+    /// Refuses an invalid configuration; logs a loud warning for every non-Apple root.
+    /// `clock` gives "now" (for data without signedDate); `metrics` receives the outcome counters.
+    public init(
+        configuration: AppStoreVerifierConfiguration, clock: any WallClock = SystemClock(),
+        logger: Logger = Logger(label: "appstore.verifier"), metrics: MetricsRegistry = .shared
+    ) throws(ConfigurationError) {
+        try configuration.validate()
+        do throws(CryptoError) {
+            chainVerifier = try X509ChainVerifier(trustedRoots: configuration.rootCertificates)
+        } catch {
+            let reader = ConfigurationReader(environment: [:])
+            reader.report("APPLE_IAP_ROOT_CERTS", nil, "certificates OpenSSL accepts as trust anchors (\(error.reason))")
+            try reader.validate()
+            fatalError("unreachable: a reported problem always throws")
+        }
+        self.configuration = configuration
+        self.clock = clock
+        self.metrics = VerifierMetrics(registry: metrics)
+        for root in configuration.testRoots {
+            logger.warning(
+                "TEST ROOT CERTIFICATE TRUSTED: data signed by a non-Apple chain will verify; never use this in production",
+                ["appstore.root_subject": .string(root.subject),
+                 "appstore.root_sha256": .string(AppStoreVerifierConfiguration.hex(root.sha256Fingerprint))])
+        }
+    }
+
+    /// A notification (the `signedPayload` of the request body). Nested transaction and renewal
+    /// infos stay signed: verify them with `verifyTransaction` / `verifyRenewalInfo` on request.
+    /// `expectedEnvironment` defaults to the configured one (pass `.sandbox` on a Production
+    /// deployment's sandbox endpoint).
+    public func verifyNotification(_ signedPayload: String, expectedEnvironment: AppStoreEnvironment? = nil)
+        throws(VerificationError) -> ResponseBodyV2DecodedPayload
+    {
+        try verify(signedPayload, expectedEnvironment) { (payload: ResponseBodyV2DecodedPayload) in
+            if let data = payload.data {
+                return Claims(signedDate: payload.signedDate, environment: data.rawEnvironment,
+                              bundleId: data.bundleId, appAppleId: data.appAppleId, checksApp: true)
+            }
+            if let summary = payload.summary {
+                return Claims(signedDate: payload.signedDate, environment: summary.rawEnvironment,
+                              bundleId: summary.bundleId, appAppleId: summary.appAppleId, checksApp: true)
+            }
+            if let token = payload.externalPurchaseToken {
+                return Claims(signedDate: payload.signedDate, environment: token.environment.rawValue,
+                              bundleId: token.bundleId, appAppleId: token.appAppleId, checksApp: true)
+            }
+            if let app = payload.appData {
+                return Claims(signedDate: payload.signedDate, environment: app.rawEnvironment,
+                              bundleId: app.bundleId, appAppleId: app.appAppleId, checksApp: true)
+            }
+            return Claims(signedDate: payload.signedDate, environment: nil, bundleId: nil, appAppleId: nil, checksApp: true)
+        }
+    }
+
+    /// A signed transaction (JWSTransaction): bundleId and environment are checked.
+    public func verifyTransaction(_ signedTransaction: String, expectedEnvironment: AppStoreEnvironment? = nil)
+        throws(VerificationError) -> JWSTransactionDecodedPayload
+    {
+        try verify(signedTransaction, expectedEnvironment) { (payload: JWSTransactionDecodedPayload) in
+            Claims(signedDate: payload.signedDate, environment: payload.rawEnvironment,
+                   bundleId: payload.bundleId, appAppleId: nil, checksApp: true, checksAppAppleId: false)
+        }
+    }
+
+    /// Signed renewal info (JWSRenewalInfo): it names no app, so only the environment is checked.
+    public func verifyRenewalInfo(_ signedRenewalInfo: String, expectedEnvironment: AppStoreEnvironment? = nil)
+        throws(VerificationError) -> JWSRenewalInfoDecodedPayload
+    {
+        try verify(signedRenewalInfo, expectedEnvironment) { (payload: JWSRenewalInfoDecodedPayload) in
+            Claims(signedDate: payload.signedDate, environment: payload.rawEnvironment,
+                   bundleId: nil, appAppleId: nil, checksApp: false)
+        }
+    }
+
+    /// A signed app transaction: checked at its receiptCreationDate; bundleId, appAppleId
+    /// (Production) and receiptType are checked.
+    public func verifyAppTransaction(_ signedAppTransaction: String, expectedEnvironment: AppStoreEnvironment? = nil)
+        throws(VerificationError) -> AppTransaction
+    {
+        try verify(signedAppTransaction, expectedEnvironment) { (payload: AppTransaction) in
+            Claims(signedDate: payload.receiptCreationDate, environment: payload.rawReceiptType,
+                   bundleId: payload.bundleId, appAppleId: payload.appAppleId, checksApp: true)
+        }
+    }
+
+    /// What a payload says about itself that verification depends on.
+    private struct Claims {
+        var signedDate: Date?
+        var environment: String?
+        var bundleId: String?
+        var appAppleId: Int64?
+        var checksApp: Bool
+        var checksAppAppleId = true
+    }
+
+    private func verify<Payload: Decodable>(
+        _ token: String, _ requestedEnvironment: AppStoreEnvironment?, claims: (Payload) -> Claims
+    ) throws(VerificationError) -> Payload {
+        do {
+            let payload = try verifyUnmetered(token, requestedEnvironment, claims: claims)
+            metrics.record(nil)
+            return payload
+        } catch {
+            metrics.record(error.code)
+            throw error
+        }
+    }
+
+    private func verifyUnmetered<Payload: Decodable>(
+        _ token: String, _ requestedEnvironment: AppStoreEnvironment?, claims claimsOf: (Payload) -> Claims
+    ) throws(VerificationError) -> Payload {
+        let expected = try acceptedEnvironment(requestedEnvironment)
+        return try CompactJWS.withSegments(of: token) { jws throws(VerificationError) in
+            try verify(jws, expected: expected, claims: claimsOf)
+        }
+    }
+
+    private func verify<Payload: Decodable>(
+        _ jws: CompactJWS, expected: AppStoreEnvironment, claims claimsOf: (Payload) -> Claims
+    ) throws(VerificationError) -> Payload {
+        // A header seen in an earlier successful verification is not decoded again: its
+        // algorithm checks passed and its certificates are at hand (keyed by its SHA-256).
+        let headerHash = SHA256.hash(UnsafeRawBufferPointer(jws.header))
+        let knownHeader = cache.withLock { $0.signingHeader(for: headerHash) }
+        var x5c: [String]?
+        if knownHeader == nil {
+            let header = try JWSHeader.decode(jws.header)
+            guard header.alg == JWSAlgorithm.es256.rawValue else {
+                throw VerificationError(.invalidSignature, "algorithm \(header.alg.map { "'\($0)'" } ?? "missing") is not ES256")
+            }
+            guard header.crit == nil else {
+                throw VerificationError(.invalidSignature, "critical header parameters are not supported")
+            }
+            x5c = header.x5c
+        }
+        let payloadBytes = try CompactJWS.decode(jws.payload, "payload")
+        let payload: Payload
+        do {
+            payload = try AppStoreJSON.sharedDecoder.decode(Payload.self, from: Data(payloadBytes))
+        } catch {
+            throw VerificationError(.malformed, "the payload is not a JSON \(Payload.self)")
+        }
+        let claims = claimsOf(payload)
+
+        if let environment = claims.environment.flatMap(AppStoreEnvironment.init(rawValue:)), environment.isLocal {
+            // Locally signed data has no Apple chain to check (Apple's library skips it too);
+            // only a configuration that allows it for local testing may accept it.
+            guard configuration.allowXcode, environment == expected else {
+                throw VerificationError(
+                    .invalidEnvironment,
+                    "\(environment.rawValue)-signed data is refused (APPLE_IAP_ALLOW_XCODE is \(configuration.allowXcode), expected \(expected.rawValue))")
+            }
+        } else {
+            let now = clock.now()
+            let date = configuration.onlineChecks ? now : (claims.signedDate ?? now)
+            let header: SigningHeader
+            if let knownHeader { header = knownHeader } else { header = try SigningHeader(x5c: x5c) }
+            let leafKey = try verifiedLeafKey(header, at: date, now: now)
+            if knownHeader == nil { cache.withLock { $0.remember(header, for: headerHash) } }
+            let signature = try CompactJWS.decode(jws.signature, "signature")
+            guard signature.count == 64 else {
+                throw VerificationError(.invalidSignature, "an ES256 signature is 64 bytes (r||s), got \(signature.count)")
+            }
+            guard leafKey.isValidSignature(signature, for: UnsafeRawBufferPointer(jws.signingInput)) else {
+                throw VerificationError(.invalidSignature, "the signature does not verify with the leaf certificate's key")
+            }
+        }
+
+        if claims.checksApp {
+            guard claims.bundleId == configuration.bundleId else {
+                throw VerificationError(.invalidApp, "bundleId \(claims.bundleId.map { "'\($0)'" } ?? "missing") is not the configured one")
+            }
+            if claims.checksAppAppleId && claims.environment == AppStoreEnvironment.production.rawValue
+                && claims.appAppleId != configuration.appAppleId
+            {
+                throw VerificationError(.invalidApp, "appAppleId \(claims.appAppleId.map(String.init) ?? "missing") is not the configured one")
+            }
+        }
+        guard claims.environment == expected.rawValue else {
+            throw VerificationError(
+                .invalidEnvironment, "environment \(claims.environment.map { "'\($0)'" } ?? "missing") is not the expected \(expected.rawValue)")
+        }
+        return payload
+    }
+
+    /// The environment the caller may ask for on this deployment: Production serves both App
+    /// Store environments; anything else serves Sandbox (plus local data when allowed).
+    private func acceptedEnvironment(_ requested: AppStoreEnvironment?) throws(VerificationError) -> AppStoreEnvironment {
+        let expected = requested ?? configuration.environment
+        let accepted: Bool = switch configuration.environment {
+        case .production: expected == .production || expected == .sandbox
+        case .sandbox, .xcode, .localTesting: expected == .sandbox || (expected.isLocal && configuration.allowXcode)
+        }
+        guard accepted else {
+            throw VerificationError(
+                .invalidEnvironment, "a \(configuration.environment.rawValue) deployment does not accept \(expected.rawValue) data")
+        }
+        return expected
+    }
+
+    /// The leaf key of a chain verified at `date`, from the cache when this (leaf, intermediate)
+    /// pair was verified before and `date` lies inside the chain's validity.
+    private func verifiedLeafKey(_ header: SigningHeader, at date: Date, now: Date) throws(VerificationError) -> P256PublicKey {
+        let entry: ChainCache.Entry
+        if let cached = cache.withLock({ $0.lookup(header.chainKey, now: now) }) {
+            // Only validity depends on the date: outside it, OpenSSL would refuse this very chain.
+            guard cached.validFrom <= date, date <= cached.validUntil else {
+                throw VerificationError(
+                    .invalidChain,
+                    "certificate chain is not valid at \(date) (valid from \(cached.validFrom) until \(cached.validUntil))")
+            }
+            entry = cached
+        } else {
+            metrics.cacheMisses.increment()
+            entry = try verifyChain(header.certificates, at: date, now: now)
+            cache.withLock { $0.insert(entry, for: header.chainKey) }
+        }
+        guard entry.rootFingerprint == header.rootFingerprint else {
+            throw VerificationError(.invalidChain, "x5c[2] is not the root the chain ends in")
+        }
+        return entry.leafKey
+    }
+
+    private func verifyChain(_ der: [[UInt8]], at date: Date, now: Date) throws(VerificationError) -> ChainCache.Entry {
+        let leaf: X509Certificate, intermediate: X509Certificate
+        do throws(CryptoError) {
+            leaf = try X509Certificate(der: der[0])
+            intermediate = try X509Certificate(der: der[1])
+        } catch {
+            throw VerificationError(.invalidChain, "x5c holds a certificate that does not parse")
+        }
+        guard leaf.hasExtension(oid: Self.leafOID), !leaf.isCA else {
+            throw VerificationError(.invalidChain, "x5c[0] is not an App Store signing leaf (OID \(Self.leafOID), not a CA)")
+        }
+        guard intermediate.hasExtension(oid: Self.intermediateOID) else {
+            throw VerificationError(.invalidChain, "x5c[1] lacks the Apple intermediate OID \(Self.intermediateOID)")
+        }
+        guard let leafKey = leaf.publicKey else {
+            throw VerificationError(.invalidChain, "the leaf key is not an EC P-256 key")
+        }
+        let chain: [X509Certificate]
+        do throws(CryptoError) {
+            chain = try chainVerifier.verify(leaf: leaf, intermediates: [intermediate], at: date)
+        } catch {
+            throw VerificationError(.invalidChain, "chain does not verify to a configured root: \(error.reason)")
+        }
+        guard chain.count == 3, chain[0] == leaf, chain[1] == intermediate else {
+            throw VerificationError(.invalidChain, "chain is not leaf → x5c[1] → configured root")
+        }
+        return ChainCache.Entry(
+            leafKey: leafKey, rootFingerprint: chain[2].sha256Fingerprint,
+            validFrom: chain.map(\.notBefore).max()!, validUntil: chain.map(\.notAfter).min()!, verifiedAt: now)
+    }
+}
+
+/// Verified chains by (leaf, intermediate) fingerprint. Only time-dependent facts are
+/// re-checked on a hit: the verification date must lie inside every certificate's validity
+/// (everything else X509_verify_cert checked does not depend on the date), so a date outside
+/// it is refused without redoing the chain work. An entry lives at most `lifetime`, as in
+/// Apple's library, so later revocation checks get a chance to run.
+struct ChainCache {
+    struct Key: Hashable {
+        let leaf: [UInt8]
+        let intermediate: [UInt8]
+    }
+
+    struct Entry {
+        let leafKey: P256PublicKey
+        let rootFingerprint: [UInt8]
+        let validFrom: Date
+        let validUntil: Date
+        let verifiedAt: Date
+    }
+
+    static let capacity = 32
+    static let lifetime: TimeInterval = 15 * 60
+
+    private var entries: [Key: Entry] = [:]
+    /// Headers (by SHA-256 of their segment) that led to a verified chain.
+    private var headers: [[UInt8]: SigningHeader] = [:]
+
+    /// A fresh entry for `key`, or nil when there is none or it is older than `lifetime`.
+    func lookup(_ key: Key, now: Date) -> Entry? {
+        guard let entry = entries[key], abs(now.timeIntervalSince(entry.verifiedAt)) < Self.lifetime else { return nil }
+        return entry
+    }
+
+    mutating func insert(_ entry: Entry, for key: Key) {
+        if entries[key] == nil && entries.count >= Self.capacity,
+            let oldest = entries.min(by: { $0.value.verifiedAt < $1.value.verifiedAt })?.key
+        {
+            entries[oldest] = nil
+        }
+        entries[key] = entry
+    }
+
+    func signingHeader(for hash: [UInt8]) -> SigningHeader? { headers[hash] }
+
+    mutating func remember(_ header: SigningHeader, for hash: [UInt8]) {
+        // Apple's headers only differ when its certificates do: a full cache means churn, so
+        // starting over costs little.
+        if headers.count >= Self.capacity * 2 { headers.removeAll() }
+        headers[hash] = header
+    }
+}
+
+/// Counters of verification outcomes (for the signature-failure alert) and chain cache misses.
+private struct VerifierMetrics: Sendable {
+    let accepted: Counter
+    let refused: [VerificationError.Code: Counter]
+    let cacheMisses: Counter
+
+    init(registry: MetricsRegistry) {
+        let name = "appstore_jws_verifications_total", help = "App Store JWS verifications by result"
+        accepted = registry.counter(name, help: help, labels: ["result": "OK"])
+        refused = Dictionary(uniqueKeysWithValues: VerificationError.Code.allCases.map {
+            ($0, registry.counter(name, help: help, labels: ["result": $0.rawValue]))
+        })
+        cacheMisses = registry.counter(
+            "appstore_chain_cache_misses_total", help: "Certificate chains verified with OpenSSL (not from the cache)")
+    }
+
+    func record(_ code: VerificationError.Code?) {
+        if let code { refused[code]?.increment() } else { accepted.increment() }
+    }
+}

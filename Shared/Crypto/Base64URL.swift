@@ -1,0 +1,94 @@
+/// Base64url (RFC 4648 §5) without padding, as JOSE uses it (RFC 7515 §2).
+///
+/// Decoding is strict: padding, characters outside the alphabet, an impossible length or
+/// non-zero leftover bits are all refused, so every byte string has exactly one accepted text.
+public enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// 0...63 for alphabet characters, 0xFF for anything else.
+    private static let values: [UInt8] = {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (index, char) in alphabet.enumerated() { table[Int(char)] = UInt8(index) }
+        return table
+    }()
+
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        let input = Array(bytes)
+        var out = [UInt8]()
+        out.reserveCapacity((input.count * 4 + 2) / 3)
+        var index = 0
+        while index + 3 <= input.count {
+            let n = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8 | UInt32(input[index + 2])
+            out.append(alphabet[Int(n >> 18 & 63)])
+            out.append(alphabet[Int(n >> 12 & 63)])
+            out.append(alphabet[Int(n >> 6 & 63)])
+            out.append(alphabet[Int(n & 63)])
+            index += 3
+        }
+        switch input.count - index {
+        case 1:
+            let n = UInt32(input[index]) << 16
+            out.append(alphabet[Int(n >> 18 & 63)])
+            out.append(alphabet[Int(n >> 12 & 63)])
+        case 2:
+            let n = UInt32(input[index]) << 16 | UInt32(input[index + 1]) << 8
+            out.append(alphabet[Int(n >> 18 & 63)])
+            out.append(alphabet[Int(n >> 12 & 63)])
+            out.append(alphabet[Int(n >> 6 & 63)])
+        default: break
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The decoded bytes, or nil when `text` is not canonical unpadded base64url.
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? { decode(bytes: text.utf8) }
+
+    /// The decoded bytes of base64url text given as UTF-8 code units, or nil when not canonical.
+    public static func decode(bytes input: some Collection<UInt8>) -> [UInt8]? {
+        if let result = input.withContiguousStorageIfAvailable({ decodeContiguous($0) }) { return result }
+        return Array(input).withUnsafeBufferPointer { decodeContiguous($0) }
+    }
+
+    private static func decodeContiguous(_ input: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        let remainder = input.count % 4
+        if remainder == 1 { return nil }
+        let whole = input.count - remainder
+        let outputCount = whole / 4 * 3 + (remainder == 0 ? 0 : remainder - 1)
+        var valid = true
+        // Written in place (no per-byte append): this runs over every payload the service receives.
+        let out = [UInt8](unsafeUninitializedCapacity: outputCount) { out, initialized in
+            values.withUnsafeBufferPointer { table in
+                var read = 0, write = 0
+                while read < whole {
+                    let a = table[Int(input[read])], b = table[Int(input[read + 1])]
+                    let c = table[Int(input[read + 2])], d = table[Int(input[read + 3])]
+                    if (a | b | c | d) & 0xC0 != 0 {
+                        valid = false
+                        break
+                    }
+                    out[write] = a << 2 | b >> 4
+                    out[write + 1] = b << 4 | c >> 2
+                    out[write + 2] = c << 6 | d
+                    read += 4
+                    write += 3
+                }
+                guard valid else { return }
+                switch remainder {
+                case 2:
+                    let a = table[Int(input[read])], b = table[Int(input[read + 1])]
+                    valid = (a | b) & 0xC0 == 0 && b & 0x0F == 0
+                    out[write] = a << 2 | b >> 4
+                case 3:
+                    let a = table[Int(input[read])], b = table[Int(input[read + 1])], c = table[Int(input[read + 2])]
+                    valid = (a | b | c) & 0xC0 == 0 && c & 0x03 == 0
+                    out[write] = a << 2 | b >> 4
+                    out[write + 1] = b << 4 | c >> 2
+                default: break
+                }
+            }
+            // Every byte is written on the valid path; on the invalid one the array is discarded.
+            initialized = valid ? outputCount : 0
+        }
+        return valid ? out : nil
+    }
+}
