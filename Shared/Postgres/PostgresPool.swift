@@ -1,4 +1,3 @@
-import Dispatch
 import ServiceRuntime
 import Synchronization
 
