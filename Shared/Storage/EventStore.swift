@@ -279,7 +279,9 @@ public struct EventStore: Sendable {
     }
 
     /// Event kinds and their tables; table names are constants, never input.
-    static let tables: [(EventKind, String)] = [(.notification, "apple_notification_event")]
+    static let tables: [(EventKind, String)] = [
+        (.notification, "apple_notification_event"), (.submission, "transaction_submission"),
+    ]
 
     static func table(for kind: EventKind) -> String? { tables.first { $0.0 == kind }?.1 }
 

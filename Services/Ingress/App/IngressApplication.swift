@@ -1,3 +1,4 @@
+import AppStore
 import Foundation
 import HTTPServer
 import Kafka
@@ -16,7 +17,7 @@ public struct IngressApplication: Sendable {
     public let server: HTTPServer
     public let logger: Logger
 
-    public init(configuration: IngressConfiguration, logger: Logger) throws {
+    public init(configuration: IngressConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
         self.configuration = configuration
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
@@ -27,14 +28,22 @@ public struct IngressApplication: Sendable {
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
             stuckAfter: configuration.pipeline.stuckAfter, logger: logger)
-        let health = HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger)
+        // `load` refuses a configuration without keys; a hand-made one must carry them.
+        guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
+        let context = IngressContext(
+            configuration: configuration, pool: pool, store: store, intake: intake,
+            verifier: try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger),
+            cipher: cipher, authenticator: try UserAuthenticator(settings: configuration.userTokens),
+            clock: clock, logger: logger)
         var router = Router()
-        health.register(in: &router)
+        HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger).register(in: &router)
+        let notifications = NotificationRoutes(context: context)
+        notifications.register(in: &router)
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,
                 threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes),
-            router: router, logger: logger)
+            router: router, logger: logger, admission: notifications.admission)
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
