@@ -124,6 +124,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
+                "AppStore", "AppStoreTestSupport", "Crypto",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

@@ -6,15 +6,10 @@ import TestSupport
 @Suite(.timeLimit(.minutes(3)))
 struct IngressProcessTests {
     @Test func startsFromItsEnvironmentAndAnswersTheProbes() async throws {
-        let harness = try await PipelineHarness.make()
-        let port = freeTCPPort()
-        let ingress = try ServiceProcess(
-            executable: "ingress", name: "ingress",
-            environment: harness.serviceEnvironment.merging(["INGRESS_HTTP_PORT": String(port)]) { _, new in new })
+        let harness = try await IngressHarness.start()
+        let ingress = harness.process
         defer { ingress.kill() }
-        #expect(await ingress.waitForOutput("ingress listening", timeout: 60), "\(ingress.output)")
-
-        let client = TestHTTPClient(port: port)
+        let client = harness.client
         let health = try await client.get("/healthz")
         #expect(health.status == 200)
         let ready = try await client.get("/readyz")
@@ -36,7 +31,10 @@ struct IngressProcessTests {
     @Test func refusesToStartWithOneLinePerConfigurationProblem() async throws {
         let ingress = try ServiceProcess(
             executable: "ingress", name: "ingress-badconfig",
-            environment: ["DATABASE_URL": "mysql://nope", "KAFKA_BROKERS": "nohost", "INGRESS_HTTP_PORT": "http"])
+            environment: [
+                "DATABASE_URL": "mysql://nope", "KAFKA_BROKERS": "nohost", "INGRESS_HTTP_PORT": "http",
+                "APPLE_IAP_BUNDLE_ID": "", "PAYLOAD_ENCRYPTION_KEYS": "",
+            ])
         let exited = await eventually(timeout: 30) { !ingress.isRunning }
         #expect(exited)
         #expect(ingress.terminate() == 2)
@@ -44,5 +42,7 @@ struct IngressProcessTests {
         #expect(output.contains("DATABASE_URL: invalid value"))
         #expect(output.contains("KAFKA_BROKERS: invalid value 'nohost'; expected host:port"))
         #expect(output.contains("INGRESS_HTTP_PORT: invalid value 'http'"))
+        #expect(output.contains("PAYLOAD_ENCRYPTION_KEYS: missing"))
+        #expect(output.contains("APPLE_IAP_BUNDLE_ID: missing"))
     }
 }
