@@ -16,6 +16,7 @@ public struct IngressApplication: Sendable {
     public let sweeper: PipelineSweeper
     public let server: HTTPServer
     public let logger: Logger
+    let waiter: FulfillmentWaiter
 
     public init(configuration: IngressConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
         self.configuration = configuration
@@ -39,6 +40,9 @@ public struct IngressApplication: Sendable {
         HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger).register(in: &router)
         let notifications = NotificationRoutes(context: context)
         notifications.register(in: &router)
+        OrderRoutes(context: context).register(in: &router)
+        waiter = FulfillmentWaiter(pool: pool, logger: logger)
+        SubmissionRoutes(context: context, waiter: waiter).register(in: &router)
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,
@@ -47,7 +51,7 @@ public struct IngressApplication: Sendable {
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
-    public var services: [any Service] { [pool, producer, sweeper, server] }
+    public var services: [any Service] { [pool, producer, sweeper, waiter, server] }
 
     /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
     public func run() async throws {
