@@ -15,6 +15,8 @@ struct IngressHarness {
     let client: TestHTTPClient
     let userTokenSecret: String
     let pool: PostgresPool
+    /// The ingress's whole environment, to start more instances of it.
+    let environment: [String: String]
 
     /// Starts the ingress and waits until it listens. `extra` overrides any variable.
     static func start(
@@ -37,17 +39,23 @@ struct IngressHarness {
             "USER_TOKEN_HS256_SECRET": secret,
         ]) { _, new in new }
         environment.merge(extra) { _, new in new }
+        let process = try await launch(environment)
+        let pool = PostgresPool(
+            configuration: PostgresConfiguration(url: environment["DATABASE_URL"]!, maximumConnections: 4),
+            logger: Logger(label: "e2e", level: .warning))
+        return IngressHarness(
+            pipeline: pipeline, signer: signer, process: process, client: TestHTTPClient(port: port),
+            userTokenSecret: secret, pool: pool, environment: environment)
+    }
+
+    /// Starts an ingress process with `environment` and waits until it listens.
+    static func launch(_ environment: [String: String]) async throws -> ServiceProcess {
         let process = try ServiceProcess(executable: "ingress", name: "ingress", environment: environment)
         guard await process.waitForOutput("ingress listening", timeout: 60) else {
             process.kill()
             throw MissingServiceError(variable: "a listening ingress (log: \(process.output.suffix(3000)))")
         }
-        let pool = PostgresPool(
-            configuration: PostgresConfiguration(url: pipeline.databaseURL, maximumConnections: 4),
-            logger: Logger(label: "e2e", level: .warning))
-        return IngressHarness(
-            pipeline: pipeline, signer: signer, process: process, client: TestHTTPClient(port: port),
-            userTokenSecret: secret, pool: pool)
+        return process
     }
 
     /// A bearer token for `userID`, signed like the app's identity provider would (HS256).

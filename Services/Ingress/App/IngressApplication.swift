@@ -28,7 +28,8 @@ public struct IngressApplication: Sendable {
         intake = NotificationIntake(store: store, publisher: publisher)
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
-            stuckAfter: configuration.pipeline.stuckAfter, logger: logger)
+            stuckAfter: configuration.pipeline.stuckAfter, logger: logger,
+            ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
         let context = IngressContext(
