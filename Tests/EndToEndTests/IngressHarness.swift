@@ -71,6 +71,25 @@ struct IngressHarness {
         try await pool.query(PostgresQuery(unsafeSQL: sql)).first!.decode(0, as: Int.self)
     }
 
+    /// What the ingress logged that must never be logged: signed payloads, bearer tokens, keys and
+    /// the configured secrets. Empty when the logs are clean.
+    func leakedSecrets() -> [String] {
+        let output = process.output
+        var leaks: [String] = []
+        if output.range(of: #"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"#, options: .regularExpression) != nil {
+            leaks.append("a JWS")
+        }
+        if output.contains("Bearer ") { leaks.append("a bearer credential") }
+        if output.contains("-----BEGIN") { leaks.append("a PEM key or certificate") }
+        for name in ["USER_TOKEN_HS256_SECRET", "PAYLOAD_ENCRYPTION_KEYS", "CURSOR_SIGNING_KEY"] {
+            for part in (environment[name] ?? "").split(separator: ",").map({ String($0.split(separator: ":").last ?? "") })
+            where part.count >= 16 && output.contains(part) {
+                leaks.append(name)
+            }
+        }
+        return leaks
+    }
+
     func stop() async {
         process.kill()
         await pool.shutdown()

@@ -127,5 +127,6 @@ struct OrderEndpointTests {
             purchaseDate: Date() - 40 * 86_400, appAccountToken: token))
         let stale = try await harness.client.post(path, json: ["signedTransaction": expired], headers: auth)
         #expect(try stale.json()["code"] as? String == "TRANSACTION_EXPIRED")
+        #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
     }
 }
