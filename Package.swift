@@ -94,7 +94,8 @@ let package = Package(
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
         .target(
-            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto"], path: "Tests/AppStoreSupport",
+            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "HTTPServer", "ServiceRuntime"],
+            path: "Tests/AppStoreSupport",
             swiftSettings: swiftSettings),
 
         .testTarget(

@@ -24,4 +24,10 @@ public enum AppStoreJSON {
         }
         return encoder
     }
+
+    /// `date` as whole epoch milliseconds in decimal, as Apple's query parameters want it.
+    static func milliseconds(_ date: Date) -> String {
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
+        return Int64(exactly: milliseconds).map(String.init) ?? "0"
+    }
 }
