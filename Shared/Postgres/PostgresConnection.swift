@@ -1,0 +1,217 @@
+import Dispatch
+import ServiceRuntime
+import Synchronization
+
+/// A database session lent by `PostgresPool` to one closure at a time.
+///
+/// `@unchecked Sendable` because the libpq handle and the statement cache are touched only on
+/// `queue` (serial, so libpq's PGconn is never used by two threads at once) and `health` is a
+/// Mutex. The pool lends a connection to one borrower; it must not be kept beyond its closure.
+public final class PostgresConnection: @unchecked Sendable {
+    private let queue: DispatchQueue
+    private let libpq: LibpqConnection
+    private var statements: StatementCache
+    private let health = Mutex(Health())
+    private let metrics: PostgresMetrics
+
+    /// What the pool reads between borrowers, refreshed on `queue` after every operation.
+    private struct Health {
+        var broken = false
+        var idle = true
+    }
+
+    private init(queue: DispatchQueue, libpq: LibpqConnection, cacheCapacity: Int, metrics: PostgresMetrics) {
+        self.queue = queue
+        self.libpq = libpq
+        self.statements = StatementCache(capacity: max(1, cacheCapacity))
+        self.metrics = metrics
+    }
+
+    /// Opens a connection on its own queue (connecting blocks for up to the connect timeout).
+    static func connect(
+        _ settings: ConnectionSettings, id: Int, cacheCapacity: Int, metrics: PostgresMetrics, logger: Logger
+    ) async throws -> PostgresConnection {
+        let queue = DispatchQueue(label: "postgres.connection.\(id)")
+        return try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                do {
+                    let libpq = try LibpqConnection.connect(settings, logger: logger)
+                    continuation.resume(
+                        returning: PostgresConnection(
+                            queue: queue, libpq: libpq, cacheCapacity: cacheCapacity, metrics: metrics))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+
+    /// Runs one statement: prepared on first use of its SQL text, then reused.
+    ///
+    /// Task cancellation does not interrupt a running statement (a protocol-level cancel can
+    /// hit the connection's next statement instead); bound durations with `statement_timeout`
+    /// (`options=-c%20statement_timeout%3D5s` in the URL).
+    @discardableResult
+    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        try await perform { connection in
+            let start = ContinuousClock.now
+            defer { connection.metrics.queryDuration.observe(since: start) }
+            return try connection.execute(query)
+        }
+    }
+
+    /// BEGIN ... COMMIT on this connection; ROLLBACK when `body` throws. Not nestable.
+    ///
+    /// Throws 25P02 instead of committing when a statement failed inside `body` and `body`
+    /// swallowed the error (PostgreSQL would silently turn that COMMIT into a ROLLBACK).
+    @discardableResult
+    public func transaction<R: Sendable>(
+        isolation: PostgresIsolation = .readCommitted, _ body: (PostgresConnection) async throws -> R
+    ) async throws -> R {
+        try await perform { connection in
+            if !connection.libpq.isBroken && !connection.libpq.isIdle {
+                throw PostgresError.server(
+                    sqlState: "25001", message: "a transaction is already in progress", constraint: nil)
+            }
+            _ = try connection.libpq.exec("BEGIN ISOLATION LEVEL \(isolation.sql)")
+        }
+        let result: R
+        do {
+            result = try await body(self)
+        } catch {
+            try? await perform { connection in
+                if !connection.libpq.isBroken { _ = try connection.libpq.exec("ROLLBACK") }
+            }
+            throw error
+        }
+        try await perform { connection in
+            if connection.libpq.isInFailedTransaction {
+                _ = try connection.libpq.exec("ROLLBACK")
+                throw PostgresError.server(
+                    sqlState: "25P02", message: "a statement failed in the transaction, which was rolled back",
+                    constraint: nil)
+            }
+            _ = try connection.libpq.exec("COMMIT")
+        }
+        return result
+    }
+
+    /// Whether the pool may lend this connection again: alive and outside any transaction.
+    var isReusable: Bool { health.withLock { !$0.broken && $0.idle } }
+
+    /// Whether a connection that sat idle in the pool is still alive (see `survivedIdling`).
+    func survivedIdling() async -> Bool {
+        (try? await perform { $0.libpq.survivedIdling() }) ?? false
+    }
+
+    /// Closes the session on its queue, after any operation still queued.
+    func close() {
+        health.withLock { $0.broken = true }
+        queue.async { self.libpq.finish() }
+    }
+
+    /// Runs blocking libpq work on the connection's queue, off the cooperative thread pool.
+    private func perform<R: Sendable>(
+        _ work: @escaping @Sendable (PostgresConnection) throws -> R
+    ) async throws -> R {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                let result = Result { try work(self) }
+                let state = Health(broken: self.libpq.isBroken, idle: self.libpq.isIdle)
+                self.health.withLock { $0 = state }
+                continuation.resume(with: result)
+            }
+        }
+    }
+
+    /// On `queue` only.
+    private func execute(_ query: PostgresQuery, retryingStale: Bool = true) throws -> PostgresRows {
+        if query.isScript { return try libpq.exec(query.sql) }
+        let key = StatementCache.Key(sql: query.sql, types: query.binds.map(\.type))
+        let name: String
+        if let cached = statements.lookup(key) {
+            name = cached
+        } else {
+            name = statements.nextName()
+            try libpq.prepare(name, query.sql, types: key.types)
+            if let evicted = statements.insert(key, name: name) { deallocate(evicted) }
+        }
+        do {
+            return try libpq.execPrepared(name, query.binds)
+        } catch let error as PostgresError where error.sqlState == "26000" || error.sqlState == "0A000" {
+            // The statement is gone (DEALLOCATE ALL, DISCARD ALL) or its plan cannot survive a
+            // schema change ("cached plan must not change result type"): prepare it afresh.
+            if let stale = statements.remove(key) { deallocate(stale) }
+            // Outside a transaction block the failed statement changed nothing, so run it again;
+            // inside one, the transaction is aborted and the caller must replay it.
+            guard retryingStale, libpq.isIdle else { throw error }
+            return try execute(query, retryingStale: false)
+        }
+    }
+
+    /// On `queue` only. Fails inside an aborted transaction: the statement then lives on, unused,
+    /// until the session ends (names are never reused, so it cannot be confused with another).
+    private func deallocate(_ name: String) {
+        _ = try? libpq.exec("DEALLOCATE " + PostgresQuery.quoteIdentifier(name))
+    }
+}
+
+/// Names of the statements one connection has prepared, least recently used evicted first.
+struct StatementCache {
+    struct Key: Hashable {
+        let sql: String
+        /// Part of the key: a statement is prepared for fixed parameter types.
+        let types: [PostgresDataType]
+    }
+
+    let capacity: Int
+    private var entries: [Key: (name: String, lastUse: UInt64)] = [:]
+    private var uses: UInt64 = 0
+    private var prepared = 0
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    var count: Int { entries.count }
+
+    mutating func lookup(_ key: Key) -> String? {
+        guard let entry = entries[key] else { return nil }
+        uses += 1
+        entries[key] = (entry.name, uses)
+        return entry.name
+    }
+
+    mutating func nextName() -> String {
+        prepared += 1
+        return "s\(prepared)"
+    }
+
+    /// Records a prepared statement; returns the name of the one evicted to make room, if any.
+    mutating func insert(_ key: Key, name: String) -> String? {
+        uses += 1
+        entries[key] = (name, uses)
+        guard entries.count > capacity, let oldest = entries.min(by: { $0.value.lastUse < $1.value.lastUse })
+        else { return nil }
+        entries[oldest.key] = nil
+        return oldest.value.name
+    }
+
+    mutating func remove(_ key: Key) -> String? { entries.removeValue(forKey: key)?.name }
+}
+
+/// The pool's instruments in the shared registry.
+struct PostgresMetrics: Sendable {
+    let connectionsOpen: Gauge
+    let connectFailures: Counter
+    let acquireTimeouts: Counter
+    let queryDuration: Histogram
+
+    init(registry: MetricsRegistry = .shared) {
+        connectionsOpen = registry.gauge("postgres_connections_open", help: "PostgreSQL connections open")
+        connectFailures = registry.counter(
+            "postgres_connect_failures_total", help: "Failed attempts to open a PostgreSQL connection")
+        acquireTimeouts = registry.counter(
+            "postgres_acquire_timeouts_total", help: "Callers that waited too long for a pooled connection")
+        queryDuration = registry.histogram(
+            "postgres_query_duration_seconds", help: "Time PostgreSQL statements take, round trip included")
+    }
+}

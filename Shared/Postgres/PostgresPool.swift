@@ -1,0 +1,304 @@
+import ServiceRuntime
+import Synchronization
+
+/// A bounded pool of PostgreSQL connections, opened lazily and replaced when they break.
+///
+/// Callers beyond `maximumConnections` wait in FIFO order for at most `acquireTimeout`. A
+/// connection that sat idle is checked (without a round trip) before being lent, so after a
+/// server restart the next caller gets a fresh connection; a statement that was running when
+/// the connection broke fails with the retryable `.connectionFailed`.
+public final class PostgresPool: Service, Sendable {
+    public let configuration: PostgresConfiguration
+    private let settings: ConnectionSettings
+    private let logger: Logger
+    private let metrics = PostgresMetrics()
+    private let state = Mutex(State())
+    private let stopped = ShutdownTrigger()
+
+    /// Either a connection to reuse or the right to open a new one (already counted in `open`).
+    private enum Grant: Sendable {
+        case connection(PostgresConnection)
+        case slot
+    }
+
+    private struct Waiter {
+        let id: Int
+        let continuation: CheckedContinuation<Grant, any Error>
+        var timer: Task<Void, Never>?
+    }
+
+    private struct State {
+        var closed = false
+        /// Connections open or being opened, lent or idle.
+        var open = 0
+        var idle: [PostgresConnection] = []
+        var waiters: [Waiter] = []
+        var nextID = 0
+        var listeners: [Int: ListenerWorker] = [:]
+
+        mutating func makeID() -> Int {
+            nextID += 1
+            return nextID
+        }
+
+        /// What a caller gets right now, if anything: the most recently used idle connection
+        /// (its statements are prepared, its pages warm), else a new slot while below the maximum.
+        mutating func immediateGrant(maximum: Int) -> Grant? {
+            if let connection = idle.popLast() { return .connection(connection) }
+            guard open < maximum else { return nil }
+            open += 1
+            return .slot
+        }
+    }
+
+    public init(configuration: PostgresConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.settings = ConnectionSettings(configuration)
+        self.logger = logger
+    }
+
+    public var name: String { "postgres" }
+
+    /// Returns when the pool has been shut down. Connections open on demand, not here.
+    public func run() async throws {
+        await stopped.wait()
+    }
+
+    /// Fails the waiting callers, closes idle connections and listeners; lent connections are
+    /// closed when returned.
+    public func shutdown() async {
+        let (waiters, idle, listeners) = state.withLock { s in
+            let taken = (s.waiters, s.idle, Array(s.listeners.values))
+            s.closed = true
+            s.open -= s.idle.count
+            s.waiters = []
+            s.idle = []
+            s.listeners = [:]
+            return taken
+        }
+        for waiter in waiters {
+            waiter.timer?.cancel()
+            waiter.continuation.resume(throwing: PostgresError.poolClosed)
+        }
+        idle.forEach(close)
+        listeners.forEach { $0.close() }
+        stopped.fire()
+    }
+
+    /// Counts of connections and waiting callers, for health checks and tests.
+    public var statistics: PostgresPoolStatistics {
+        state.withLock { PostgresPoolStatistics(open: $0.open, idle: $0.idle.count, waiting: $0.waiters.count) }
+    }
+
+    /// Lends a connection to `body` and takes it back afterwards, whatever happens.
+    @discardableResult
+    public func withConnection<R: Sendable>(_ body: (PostgresConnection) async throws -> R) async throws -> R {
+        let connection = try await lease()
+        do {
+            let result = try await body(connection)
+            release(connection)
+            return result
+        } catch {
+            release(connection)
+            throw error
+        }
+    }
+
+    /// BEGIN ... COMMIT; ROLLBACK when `body` throws. With `maxAttempts > 1`, serialization
+    /// failures and deadlocks (40001, 40P01) replay the whole body, so it must have no effects
+    /// outside the transaction.
+    @discardableResult
+    public func transaction<R: Sendable>(
+        isolation: PostgresIsolation = .readCommitted, maxAttempts: Int = 1,
+        _ body: (PostgresConnection) async throws -> R
+    ) async throws -> R {
+        var attempt = 1
+        while true {
+            do {
+                return try await withConnection { try await $0.transaction(isolation: isolation, body) }
+            } catch let error as PostgresError where error.isSerializationFailure && attempt < maxAttempts {
+                logger.debug(
+                    "transaction conflict, retrying", ["sql.state": .string(error.sqlState ?? ""), "attempt": .int(Int64(attempt))])
+                // A random pause desynchronises the transactions that collided.
+                try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 * attempt))))
+                attempt += 1
+            }
+        }
+    }
+
+    /// One statement on any free connection.
+    @discardableResult
+    public func query(_ query: PostgresQuery) async throws -> PostgresRows {
+        try await withConnection { try await $0.query(query) }
+    }
+
+    /// Sends a notification to the listeners of `channel` (delivered when the transaction, here
+    /// the statement, commits).
+    public func notify(_ channel: String, payload: String) async throws {
+        try await query("SELECT pg_notify(\(channel), \(payload))")
+    }
+
+    /// Listens on `channel` over a dedicated connection (outside `maximumConnections`) that is
+    /// reopened, and LISTENs again, when it breaks. Notifications sent while it was
+    /// disconnected are lost, so consumers should also poll now and then.
+    public func listen(_ channel: String) async throws -> PostgresListener {
+        let id = try state.withLock { s in
+            if s.closed { throw PostgresError.poolClosed }
+            return s.makeID()
+        }
+        let (stream, continuation) = AsyncStream.makeStream(of: PostgresNotification.self)
+        let worker = try ListenerWorker(
+            channel: channel, settings: settings, logger: logger.with(["postgres.channel": .string(channel)]),
+            continuation: continuation
+        ) { [weak self] in
+            _ = self?.state.withLock { $0.listeners.removeValue(forKey: id) }
+        }
+        try await worker.start()
+        let registered = state.withLock { s in
+            if s.closed { return false }
+            s.listeners[id] = worker
+            return true
+        }
+        if !registered {
+            worker.close()
+            throw PostgresError.poolClosed
+        }
+        return PostgresListener(stream: stream, worker: worker)
+    }
+
+    private func lease() async throws -> PostgresConnection {
+        switch try await grant() {
+        case .connection(let connection):
+            if await connection.survivedIdling() { return connection }
+            logger.notice("discarding a broken idle PostgreSQL connection")
+            close(connection)
+            return try await openConnection()
+        case .slot:
+            return try await openConnection()
+        }
+    }
+
+    private func grant() async throws -> Grant {
+        let maximum = max(1, configuration.maximumConnections)
+        let immediate = try state.withLock { s -> Grant? in
+            if s.closed { throw PostgresError.poolClosed }
+            return s.immediateGrant(maximum: maximum)
+        }
+        if let immediate { return immediate }
+        let id = state.withLock { $0.makeID() }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                // Decided again under the lock: a connection may have come back meanwhile.
+                let outcome = state.withLock { s -> Result<Grant, any Error>? in
+                    if s.closed { return .failure(PostgresError.poolClosed) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if let grant = s.immediateGrant(maximum: maximum) { return .success(grant) }
+                    let timeout = configuration.acquireTimeout
+                    let timer = Task { [weak self] in
+                        guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                        self?.expire(id, with: PostgresError.acquireTimeout)
+                    }
+                    s.waiters.append(Waiter(id: id, continuation: continuation, timer: timer))
+                    return nil
+                }
+                if let outcome { continuation.resume(with: outcome) }
+            }
+        } onCancel: {
+            expire(id, with: CancellationError())
+        }
+    }
+
+    private func expire(_ id: Int, with error: any Error) {
+        let waiter = state.withLock { s -> Waiter? in
+            guard let index = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return s.waiters.remove(at: index)
+        }
+        guard let waiter else { return }
+        waiter.timer?.cancel()
+        if case PostgresError.acquireTimeout = error { metrics.acquireTimeouts.increment() }
+        waiter.continuation.resume(throwing: error)
+    }
+
+    /// Opens a connection in a slot already counted; gives the slot back when that fails.
+    private func openConnection() async throws -> PostgresConnection {
+        let id = state.withLock { $0.makeID() }
+        do {
+            let connection = try await PostgresConnection.connect(
+                settings, id: id, cacheCapacity: configuration.statementCacheCapacity, metrics: metrics,
+                logger: logger)
+            metrics.connectionsOpen.add(1)
+            return connection
+        } catch {
+            metrics.connectFailures.increment()
+            logger.warning(
+                "could not open a PostgreSQL connection",
+                ["error": .string((error as? PostgresError)?.debugDescription ?? "\(error)")])
+            releaseSlot()
+            throw error
+        }
+    }
+
+    /// Takes a connection back: to the longest waiting caller, else to the idle list; closed
+    /// instead when broken or left inside a transaction.
+    private func release(_ connection: PostgresConnection) {
+        enum Outcome {
+            case kept
+            case handedTo(Waiter)
+            case closed
+        }
+        let reusable = connection.isReusable
+        let outcome = state.withLock { s -> Outcome in
+            guard reusable, !s.closed else { return .closed }
+            guard !s.waiters.isEmpty else {
+                s.idle.append(connection)
+                return .kept
+            }
+            return .handedTo(s.waiters.removeFirst())
+        }
+        switch outcome {
+        case .kept:
+            break
+        case .handedTo(let waiter):
+            waiter.timer?.cancel()
+            waiter.continuation.resume(returning: .connection(connection))
+        case .closed:
+            if !reusable { logger.notice("closing a PostgreSQL connection that broke or was left in a transaction") }
+            close(connection)
+            releaseSlot()
+        }
+    }
+
+    /// A slot freed by a closed connection or a failed connect: the longest waiting caller may
+    /// open a connection in it, else the pool shrinks.
+    private func releaseSlot() {
+        let waiter = state.withLock { s -> Waiter? in
+            guard !s.closed, !s.waiters.isEmpty else {
+                s.open -= 1
+                return nil
+            }
+            return s.waiters.removeFirst()
+        }
+        waiter?.timer?.cancel()
+        waiter?.continuation.resume(returning: .slot)
+    }
+
+    private func close(_ connection: PostgresConnection) {
+        connection.close()
+        metrics.connectionsOpen.add(-1)
+    }
+}
+
+/// A snapshot of a pool's counters.
+public struct PostgresPoolStatistics: Sendable, Equatable {
+    /// Connections open or being opened, lent or idle.
+    public let open: Int
+    public let idle: Int
+    /// Callers waiting for a connection.
+    public let waiting: Int
+
+    public init(open: Int, idle: Int, waiting: Int) {
+        self.open = open
+        self.idle = idle
+        self.waiting = waiting
+    }
+}
