@@ -59,7 +59,7 @@ struct APIFixture {
         _ = try await client.getTransactionInfo(transactionId: transaction.transactionId!)
         let requests = fixture.mock.requests
         #expect(requests.count == 2)
-        #expect(requests.allSatisfy(\.authorized), "\(requests.compactMap(\.authorizationProblem))")
+        #expect(requests.allSatisfy { $0.authorized }, "\(requests.compactMap(\.authorizationProblem))")
         #expect(requests[0].token == requests[1].token)
         let token = try #require(requests[0].token)
         let parts = token.split(separator: ".")
@@ -117,7 +117,7 @@ struct APIFixture {
         let status = try await client.getTestNotificationStatus(testNotificationToken: #require(test.testNotificationToken))
         #expect(try await verifier.verifyNotification(#require(status.signedPayload)).notificationType == .test)
         #expect(status.sendAttempts?.first?.sendAttemptResult == "SUCCESS")
-        #expect(fixture.mock.requests.allSatisfy(\.authorized))
+        #expect(fixture.mock.requests.allSatisfy { $0.authorized })
     }
 
     @Test func transactionHistoryPagesWithRevision() async throws {

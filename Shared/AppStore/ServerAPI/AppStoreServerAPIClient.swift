@@ -267,74 +267,10 @@ public final class AppStoreServerAPIClient: Sendable {
     private func perform(_ request: URLRequest, limit: Duration, attempt: Int) async throws(AppStoreAPIError)
         -> (Data, HTTPURLResponse)
     {
-        let exchange = Exchange()
-        let result: Result<(Data, HTTPURLResponse), AppStoreAPIError> = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let task = session.dataTask(with: request) { data, response, error in
-                    continuation.resume(returning: exchange.finish(data: data, response: response, error: error, attempt: attempt))
-                }
-                exchange.start(task, limit: limit)
-            }
-        } onCancel: {
-            exchange.cancel(timedOut: false)
+        switch await URLSessionExchange.perform(request, on: session, limit: limit) {
+        case .success(let answer): return answer
+        case .failure(.timedOut): throw AppStoreAPIError(kind: .timeout, message: "request timed out", attempts: attempt)
+        case .failure(.transport(let message)): throw AppStoreAPIError(kind: .transport, message: message, attempts: attempt)
         }
-        return try result.get()
-    }
-}
-
-/// The state of one URLSession data task shared between its completion handler, its timeout
-/// timer and task cancellation.
-///
-/// `@unchecked Sendable`: every field is behind `state`'s lock; URLSessionTask.cancel is thread-safe.
-private final class Exchange: @unchecked Sendable {
-    private struct State {
-        var task: URLSessionDataTask?
-        var cancelled = false
-        var timedOut = false
-    }
-
-    private let state = Mutex(State())
-
-    func start(_ task: URLSessionDataTask, limit: Duration) {
-        let cancelledAlready = state.withLock { state in
-            state.task = task
-            return state.cancelled
-        }
-        task.resume()
-        if cancelledAlready { task.cancel() }
-        let seconds = max(0, AppStoreAPIRetryPolicy.seconds(limit))
-        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [weak self] in self?.cancel(timedOut: true) }
-    }
-
-    func cancel(timedOut: Bool) {
-        let task = state.withLock { state in
-            state.cancelled = true
-            if timedOut { state.timedOut = true }
-            return state.task
-        }
-        task?.cancel()
-    }
-
-    func finish(data: Data?, response: URLResponse?, error: (any Error)?, attempt: Int) -> Result<(Data, HTTPURLResponse), AppStoreAPIError> {
-        let timedOut = state.withLock { state in
-            let timedOut = state.timedOut
-            state.task = nil
-            state.cancelled = true
-            return timedOut
-        }
-        if let error {
-            let code = (error as? URLError)?.code
-            if timedOut || code == .timedOut {
-                return .failure(AppStoreAPIError(kind: .timeout, message: "request timed out", attempts: attempt))
-            }
-            if code == .cancelled {
-                return .failure(AppStoreAPIError(kind: .timeout, message: "request cancelled", attempts: attempt))
-            }
-            return .failure(AppStoreAPIError(kind: .transport, message: "\(error.localizedDescription)", attempts: attempt))
-        }
-        guard let http = response as? HTTPURLResponse else {
-            return .failure(AppStoreAPIError(kind: .transport, message: "not an HTTP response", attempts: attempt))
-        }
-        return .success((data ?? Data(), http))
     }
 }
