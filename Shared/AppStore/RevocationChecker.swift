@@ -31,7 +31,7 @@ final class RevocationChecker: Sendable {
         self.clock = clock
         self.logger = logger
         let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        configuration.timeoutIntervalForRequest = URLSessionExchange.wholeSeconds(timeout)
         configuration.urlCache = nil
         session = URLSession(configuration: configuration)
     }
@@ -57,6 +57,7 @@ final class RevocationChecker: Sendable {
         }
         var urlRequest = URLRequest(url: url)
         urlRequest.httpMethod = "POST"
+        urlRequest.timeoutInterval = URLSessionExchange.wholeSeconds(timeout)
         urlRequest.httpBody = Data(request.der)
         urlRequest.setValue("application/ocsp-request", forHTTPHeaderField: "Content-Type")
         urlRequest.setValue("application/ocsp-response", forHTTPHeaderField: "Accept")

@@ -24,6 +24,13 @@ final class URLSessionExchange: @unchecked Sendable {
 
     private init() {}
 
+    /// A URLSession timeout for `duration`: whole seconds, at least one. FoundationNetworking
+    /// truncates timeouts to whole seconds (so 0.5 s would fire at once); the exchange's own
+    /// timer enforces the exact limit.
+    static func wholeSeconds(_ duration: Duration) -> TimeInterval {
+        max(1, (Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18).rounded(.up))
+    }
+
     static func perform(_ request: URLRequest, on session: URLSession, limit: Duration) async
         -> Result<(Data, HTTPURLResponse), URLSessionExchangeFailure>
     {

@@ -109,7 +109,7 @@ public final class MockAppStoreServerAPI: Sendable {
         router.get("/inApps/v2/refund/lookup/{id}") { [self] in await serve($0) { try self.refunds($0) } }
         router.put("/inApps/v1/transactions/{id}/appAccountToken") { [self] in await serve($0) { try self.appAccountToken($0) } }
         let server = HTTPServer(
-            configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 1, shutdownGracePeriod: .milliseconds(200)),
+            configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2, shutdownGracePeriod: .milliseconds(200)),
             router: router, logger: Logger(label: "mock.appstore", level: .warning))
         try server.start()
         self.server.withLock { $0 = server }

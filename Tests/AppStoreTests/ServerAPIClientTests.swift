@@ -292,7 +292,7 @@ struct APIFixture {
         let error = await #expect(throws: AppStoreAPIError.self) {
             try await fixture.client(fixture.configuration(timeouts: timeouts, maxAttempts: 10)).getTransactionInfo(transactionId: "1")
         }
-        #expect(error?.kind == .timeout)
+        #expect(error?.kind == .timeout, "\(String(describing: error))")
         #expect((error?.attempts ?? 99) < 10)
     }
 

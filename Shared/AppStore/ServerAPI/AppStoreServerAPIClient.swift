@@ -27,8 +27,8 @@ public final class AppStoreServerAPIClient: Sendable {
     ) {
         self.configuration = configuration
         let sessionConfiguration = URLSessionConfiguration.ephemeral
-        sessionConfiguration.timeoutIntervalForRequest = AppStoreAPIRetryPolicy.seconds(configuration.timeouts.read)
-        sessionConfiguration.timeoutIntervalForResource = AppStoreAPIRetryPolicy.seconds(configuration.timeouts.total)
+        sessionConfiguration.timeoutIntervalForRequest = URLSessionExchange.wholeSeconds(configuration.timeouts.read)
+        sessionConfiguration.timeoutIntervalForResource = URLSessionExchange.wholeSeconds(configuration.timeouts.total)
         sessionConfiguration.httpCookieAcceptPolicy = .never
         sessionConfiguration.urlCache = nil
         session = URLSession(configuration: sessionConfiguration)
@@ -197,7 +197,7 @@ public final class AppStoreServerAPIClient: Sendable {
             var urlRequest = URLRequest(url: url)
             urlRequest.httpMethod = request.method
             urlRequest.httpBody = request.body
-            urlRequest.timeoutInterval = AppStoreAPIRetryPolicy.seconds(configuration.timeouts.read)
+            urlRequest.timeoutInterval = URLSessionExchange.wholeSeconds(configuration.timeouts.read)
             urlRequest.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
             urlRequest.setValue("application/json", forHTTPHeaderField: "Accept")
             if request.body != nil { urlRequest.setValue("application/json", forHTTPHeaderField: "Content-Type") }
