@@ -2,8 +2,15 @@ import Foundation
 
 /// JSON coding of Apple payloads: dates are integer milliseconds since 1970.
 public enum AppStoreJSON {
-    /// One decoder for the verifier's hot path (JSONDecoder is Sendable; its options never change).
+    /// One Foundation decoder for non-hot paths (JSONDecoder is Sendable; its options never change).
     static let sharedDecoder = decoder()
+
+    /// Decodes an Apple payload with the strict, fast parser the verifier uses: RFC 8259 only,
+    /// no duplicate member names, valid UTF-8, integers only from integer syntax, dates from
+    /// epoch milliseconds, unknown fields ignored.
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        try bytes.withUnsafeBufferPointer { try StrictJSON.decodeFast(T.self, from: $0) }
+    }
 
     /// A decoder for Apple payloads (dates from epoch milliseconds; unknown fields ignored).
     public static func decoder() -> JSONDecoder {

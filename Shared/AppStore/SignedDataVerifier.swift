@@ -202,9 +202,8 @@ public final class SignedDataVerifier: Sendable {
         claims claimsOf: (Payload) -> Claims
     ) throws(VerificationError) -> Step<Payload> {
         // A header seen in an earlier successful verification is not decoded again: its
-        // algorithm checks passed and its certificates are at hand (keyed by its SHA-256).
-        let headerHash = SHA256.hash(UnsafeRawBufferPointer(jws.header))
-        let knownHeader = cache.withLock { $0.signingHeader(for: headerHash) }
+        // algorithm checks passed and its certificates are at hand (found by its exact bytes).
+        let knownHeader = cache.withLock { $0.signingHeader(for: jws.header) }
         var x5c: [String]?
         if knownHeader == nil {
             let header = try JWSHeader.decode(jws.header)
@@ -219,7 +218,7 @@ public final class SignedDataVerifier: Sendable {
         let payloadBytes = try CompactJWS.decode(jws.payload, "payload")
         let payload: Payload
         do {
-            payload = try AppStoreJSON.sharedDecoder.decode(Payload.self, from: Data(payloadBytes))
+            payload = try AppStoreJSON.decode(Payload.self, from: payloadBytes)
         } catch {
             throw VerificationError(.malformed, "the payload is not a JSON \(Payload.self)")
         }
@@ -244,7 +243,7 @@ public final class SignedDataVerifier: Sendable {
             {
                 return .needsRevocationCheck(header.chainKey, entry.chain)
             }
-            if knownHeader == nil { cache.withLock { $0.remember(header, for: headerHash) } }
+            if knownHeader == nil { cache.withLock { $0.remember(header, for: jws.header) } }
             let signature = try CompactJWS.decode(jws.signature, "signature")
             guard signature.count == 64 else {
                 throw VerificationError(.invalidSignature, "an ES256 signature is 64 bytes (r||s), got \(signature.count)")
@@ -366,8 +365,9 @@ struct ChainCache {
     static let lifetime: TimeInterval = 15 * 60
 
     private var entries: [Key: Entry] = [:]
-    /// Headers (by SHA-256 of their segment) that led to a verified chain.
-    private var headers: [[UInt8]: SigningHeader] = [:]
+    /// Header segments (exact bytes) that led to a verified chain. A short list compared by
+    /// length then memcmp: cheaper than hashing the ~5 KB segment on every verification.
+    private var headers: [(segment: [UInt8], header: SigningHeader)] = []
 
     /// A fresh entry for `key`, or nil when there is none or it is older than `lifetime`.
     func lookup(_ key: Key, now: Date) -> Entry? {
@@ -384,13 +384,20 @@ struct ChainCache {
         entries[key] = entry
     }
 
-    func signingHeader(for hash: [UInt8]) -> SigningHeader? { headers[hash] }
+    func signingHeader(for segment: UnsafeBufferPointer<UInt8>) -> SigningHeader? {
+        for known in headers where known.segment.count == segment.count {
+            let same = known.segment.withUnsafeBufferPointer { memcmp($0.baseAddress!, segment.baseAddress!, segment.count) == 0 }
+            if same { return known.header }
+        }
+        return nil
+    }
 
-    mutating func remember(_ header: SigningHeader, for hash: [UInt8]) {
+    mutating func remember(_ header: SigningHeader, for segment: UnsafeBufferPointer<UInt8>) {
+        guard !segment.isEmpty, signingHeader(for: segment) == nil else { return }
         // Apple's headers only differ when its certificates do: a full cache means churn, so
         // starting over costs little.
-        if headers.count >= Self.capacity * 2 { headers.removeAll() }
-        headers[hash] = header
+        if headers.count >= Self.capacity { headers.removeAll() }
+        headers.append((Array(segment), header))
     }
 }
 
