@@ -13,8 +13,9 @@ import Foundation
 enum StrictJSON {
     static let maximumDepth = 32
 
-    /// A parsed JSON value.
-    indirect enum Value {
+    /// A parsed JSON value. Not `indirect`: arrays already store their elements out of line,
+    /// and boxing every scalar would cost an allocation per value.
+    enum Value {
         case null
         case bool(Bool)
         /// Integer syntax that fits Int64.
@@ -162,10 +163,12 @@ enum StrictJSON {
         private static let ones: UInt64 = 0x0101_0101_0101_0101
         private static let highs: UInt64 = 0x8080_8080_8080_8080
 
-        /// Whether any byte of `word` is zero (may also flag bytes above a zero byte; callers
-        /// only use it to leave the fast path, so a false alarm costs time, never correctness).
-        @inline(__always) private static func hasZero(_ word: UInt64) -> Bool {
-            (word &- ones) & ~word & highs != 0
+        /// Whether none of the eight bytes is a quote, backslash, control character or non-ASCII
+        /// (may answer false for a plain word; then the byte loop decides).
+        @inline(__always) private static func plain(_ word: UInt64) -> Bool {
+            let quote = word ^ (ones &* 0x22), backslash = word ^ (ones &* 0x5C)
+            let flags = word | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word)
+            return flags & highs == 0
         }
 
         /// A string starting at the opening quote; leaves `index` after the closing quote.
@@ -175,13 +178,14 @@ enum StrictJSON {
             var nonASCII = false
             // Fast path: eight bytes at a time while none is a quote, backslash, control
             // character or non-ASCII byte; the long base64 strings of Apple payloads stay here.
+            while bytes.count - index >= 16 {
+                let first = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+                let second = UnsafeRawPointer(base + index + 8).loadUnaligned(as: UInt64.self)
+                guard Self.plain(first) && Self.plain(second) else { break }
+                index += 16
+            }
             while bytes.count - index >= 8 {
-                let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
-                if word & Self.highs != 0 || Self.hasZero(word ^ (Self.ones &* 0x22)) || Self.hasZero(word ^ (Self.ones &* 0x5C))
-                    || (word &- Self.ones &* 0x20) & ~word & Self.highs != 0
-                {
-                    break
-                }
+                guard Self.plain(UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)) else { break }
                 index += 8
             }
             while index < bytes.count {
