@@ -56,11 +56,11 @@ let package = Package(
 
         // Storage: migrations and the SQL of the event pipeline.
         .target(
-            name: "Storage", dependencies: ["Postgres", "ServiceRuntime"], path: "Shared/Storage",
+            name: "Storage", dependencies: ["Postgres", "ServiceRuntime", "Events"], path: "Shared/Storage",
             resources: [.copy("Migrations")], swiftSettings: swiftSettings),
         // The event pipeline shared by both services: settings, start-up, outbox relay, sweeper.
         .target(
-            name: "Pipeline", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events"],
+            name: "Pipeline", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Crypto"],
             path: "Shared/Pipeline", swiftSettings: swiftSettings),
         // The domain core: projection, order state machine, notification matrix, credit rules. No I/O.
         .target(name: "Domain", path: "Shared/Domain", swiftSettings: swiftSettings),
@@ -70,7 +70,10 @@ let package = Package(
         // The two services: a library with all logic (testable) and a thin executable each.
         .target(
             name: "IngressApp",
-            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto"],
+            dependencies: [
+                "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
+                "Domain",
+            ],
             path: "Services/Ingress/App", swiftSettings: swiftSettings),
         .executableTarget(
             name: "Ingress", dependencies: ["IngressApp"], path: "Services/Ingress/Main",
@@ -131,6 +134,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
+                "AppStore", "AppStoreTestSupport", "Crypto",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

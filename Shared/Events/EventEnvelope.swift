@@ -7,6 +7,8 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomSt
 
     /// An App Store Server Notification V2 (`apple_notification_event`).
     public static let notification = EventKind(rawValue: "notification")
+    /// A signed transaction uploaded or observed by a client (`transaction_submission`).
+    public static let submission = EventKind(rawValue: "submission")
 
     public var description: String { rawValue }
 }

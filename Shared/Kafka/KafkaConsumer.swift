@@ -313,7 +313,7 @@ final class ConsumerCore: Sendable {
         if let failure {
             logger.error("kafka assignment update failed", ["error": .string(failure.description)])
         }
-        publishAssignment(rk)
+        publishAssignment()
     }
 
     private static func check(_ err: rd_kafka_resp_err_t) -> KafkaError? {
@@ -350,11 +350,10 @@ final class ConsumerCore: Sendable {
             ])
     }
 
-    private func publishAssignment(_ rk: OpaquePointer) {
-        var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
-        guard rd_kafka_assignment(rk, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let assignment = KafkaTopicPartition.entries(of: list).map(\.0).sorted()
+    /// Reports the scheduler's view of the assignment. Never asks librdkafka (`rd_kafka_assignment`)
+    /// here: from inside the rebalance callback that call can wait on the thread that waits on us.
+    private func publishAssignment() {
+        let assignment = scheduler.assigned.sorted()
         let callbacks = state.withLock { state -> [@Sendable ([KafkaTopicPartition]) -> Void]? in
             guard state.assignment != assignment else { return nil }
             state.assignment = assignment

@@ -64,6 +64,8 @@ struct PipelineKillTests {
         }
         #expect(killedMidStream, "worker-a applied nothing: \(first.output.suffix(2000))")
         first.kill()
+        let doneAtKill = try await count("SELECT count(*) FROM processed_event")
+        #expect(doneAtKill < total, "the kill must land mid-stream")
         try await feeding.value
 
         let allDone = try await eventually(timeout: 120, every: .milliseconds(500)) {

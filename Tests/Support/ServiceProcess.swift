@@ -30,7 +30,7 @@ public final class ServiceProcess: @unchecked Sendable {
             throw MissingServiceError(variable: "executable \(binary.path) (build with `swift build` first)")
         }
         logFile = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString).log")
-        FileManager.default.createFile(atPath: logFile.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
         let handle = try FileHandle(forWritingTo: logFile)
         process = Process()
         process.executableURL = binary

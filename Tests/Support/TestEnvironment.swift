@@ -3,6 +3,7 @@ import Foundation
 /// Why an integration test could not run: a service the test command should have started is absent.
 public struct MissingServiceError: Error, CustomStringConvertible {
     public let variable: String
+    public init(variable: String) { self.variable = variable }
     public var description: String {
         "\(variable) is not set: integration tests need the local services; run them through "
             + "deploy/local/test.sh (or source deploy/local/env.sh after deploy/local/start.sh)"

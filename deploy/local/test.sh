@@ -15,4 +15,14 @@ log "building (debug, with tests)"
 swift build --build-tests 2>&1 | quiet_build
 log "running tests"
 export SUBS_BIN_DIR="$(swift build --show-bin-path)"
-swift test --skip-build "$@"
+export LOG_LEVEL="${LOG_LEVEL:-warning}"
+# `swift test` can exit 0 when the test process dies (seen with SIGKILL), and a hung test would
+# hold CI until its deadline: bound the run, and require the runner's own summary line.
+result="$LOG_DIR/test-output.log"
+status=0
+timeout --kill-after=30 "${SUBS_TEST_TIMEOUT:-1800}" swift test --skip-build "$@" 2>&1 | tee "$result" || status=$?
+if [ "$status" -ne 0 ]; then log "tests failed (exit $status)"; exit "$status"; fi
+if ! grep -Eq 'Test run with [0-9]+ tests? (in [0-9]+ suites? )?passed' "$result"; then
+    log "the test run ended without its summary line: treating it as a failure"
+    exit 1
+fi

@@ -1,3 +1,4 @@
+import AppStore
 import Foundation
 import HTTPServer
 import Kafka
@@ -15,8 +16,9 @@ public struct IngressApplication: Sendable {
     public let sweeper: PipelineSweeper
     public let server: HTTPServer
     public let logger: Logger
+    let waiter: FulfillmentWaiter
 
-    public init(configuration: IngressConfiguration, logger: Logger) throws {
+    public init(configuration: IngressConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
         self.configuration = configuration
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
@@ -26,19 +28,31 @@ public struct IngressApplication: Sendable {
         intake = NotificationIntake(store: store, publisher: publisher)
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
-            stuckAfter: configuration.pipeline.stuckAfter, logger: logger)
-        let health = HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger)
+            stuckAfter: configuration.pipeline.stuckAfter, logger: logger,
+            ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
+        // `load` refuses a configuration without keys; a hand-made one must carry them.
+        guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
+        let context = IngressContext(
+            configuration: configuration, pool: pool, store: store, intake: intake,
+            verifier: try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger),
+            cipher: cipher, authenticator: try UserAuthenticator(settings: configuration.userTokens),
+            clock: clock, logger: logger)
         var router = Router()
-        health.register(in: &router)
+        HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger).register(in: &router)
+        let notifications = NotificationRoutes(context: context)
+        notifications.register(in: &router)
+        OrderRoutes(context: context).register(in: &router)
+        waiter = FulfillmentWaiter(pool: pool, logger: logger)
+        SubmissionRoutes(context: context, waiter: waiter).register(in: &router)
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,
                 threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes),
-            router: router, logger: logger)
+            router: router, logger: logger, admission: notifications.admission)
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
-    public var services: [any Service] { [pool, producer, sweeper, server] }
+    public var services: [any Service] { [pool, producer, sweeper, waiter, server] }
 
     /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
     public func run() async throws {

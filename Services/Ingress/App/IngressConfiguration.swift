@@ -1,9 +1,15 @@
+import AppStore
+import Foundation
 import Pipeline
 import ServiceRuntime
 
 /// Everything the ingress reads from its environment, validated at start-up.
 public struct IngressConfiguration: Sendable {
     public var pipeline: PipelineConfiguration
+    /// `APPLE_IAP_*`: who may sign the data we accept.
+    public var appStore: AppStoreVerifierConfiguration
+    /// `PAYLOAD_ENCRYPTION_KEYS`: seals signed payloads at rest. Required.
+    public var payloadCipher: PayloadCipher?
     /// Listening port (`INGRESS_HTTP_PORT`). Default 8080.
     public var httpPort: Int
     /// Listening address (`INGRESS_HTTP_HOST`). Default 0.0.0.0.
@@ -12,13 +18,42 @@ public struct IngressConfiguration: Sendable {
     public var httpThreads: Int
     /// Largest accepted request body (`INGRESS_MAX_BODY_BYTES`). Default 256 KiB.
     public var maxBodyBytes: Int
+    /// How long a transaction upload waits for its fulfillment (`INGRESS_FULFILLMENT_WAIT_MS`). Default 3000.
+    public var fulfillmentWait: Duration
+    /// Apple endpoints: sustained requests per second per source address
+    /// (`INGRESS_NOTIFICATION_RATE_PER_SECOND`, default 200) and burst (`INGRESS_NOTIFICATION_RATE_BURST`, default 400).
+    public var notificationRatePerSecond: Int
+    public var notificationRateBurst: Int
+    /// `CURSOR_SIGNING_KEY`: HMAC key of the opaque page cursors (at least 32 bytes). Required.
+    public var cursorSigningKey: [UInt8]
+    /// `USER_TOKEN_HS256_SECRET` or `USER_TOKEN_PUBLIC_KEY_PATH`: how client bearer tokens are verified.
+    public var userTokens: UserTokenSettings
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
+        appStore = AppStoreVerifierConfiguration.read(from: reader)
+        payloadCipher = PayloadCipher(reader: reader)
         httpPort = reader.int("INGRESS_HTTP_PORT", default: 8080, range: 0...65_535)
         httpHost = reader.string("INGRESS_HTTP_HOST", default: "0.0.0.0")
         httpThreads = reader.int("INGRESS_HTTP_THREADS", default: 4, range: 1...256)
         maxBodyBytes = reader.int("INGRESS_MAX_BODY_BYTES", default: 256 * 1024, range: 1024...64 * 1024 * 1024)
+        fulfillmentWait = .milliseconds(reader.int("INGRESS_FULFILLMENT_WAIT_MS", default: 3000, range: 0...60_000))
+        notificationRatePerSecond = reader.int("INGRESS_NOTIFICATION_RATE_PER_SECOND", default: 200, range: 1...1_000_000)
+        notificationRateBurst = reader.int("INGRESS_NOTIFICATION_RATE_BURST", default: 400, range: 1...1_000_000)
+        cursorSigningKey = Self.secretBytes(reader, "CURSOR_SIGNING_KEY")
+        userTokens = UserTokenSettings(reader: reader)
+    }
+
+    /// A secret given as base64 (or as raw text of at least 32 bytes).
+    static func secretBytes(_ reader: ConfigurationReader, _ name: String) -> [UInt8] {
+        let expected = "a secret of at least 32 bytes (base64, e.g. `openssl rand -base64 32`)"
+        guard let raw = reader.raw(name) else {
+            reader.report(name, nil, expected)
+            return []
+        }
+        let bytes = Data(base64Encoded: raw).map(Array.init) ?? Array(raw.utf8)
+        if bytes.count < 32 { reader.report(name, raw, expected) }
+        return bytes
     }
 
     /// Reads and validates; throws one error listing every problem.
@@ -27,5 +62,37 @@ public struct IngressConfiguration: Sendable {
         let configuration = IngressConfiguration(reader: reader)
         try reader.validate()
         return configuration
+    }
+}
+
+/// How client bearer tokens (JWTs whose `sub` is the user id) are verified: exactly one of a
+/// shared HS256 secret or a public key file (ES256 or RS256).
+public struct UserTokenSettings: Sendable {
+    public var hs256Secret: [UInt8]?
+    public var publicKeyPEM: String?
+
+    public init(hs256Secret: [UInt8]? = nil, publicKeyPEM: String? = nil) {
+        self.hs256Secret = hs256Secret
+        self.publicKeyPEM = publicKeyPEM
+    }
+
+    init(reader: ConfigurationReader) {
+        let secret = reader.raw("USER_TOKEN_HS256_SECRET")
+        let path = reader.raw("USER_TOKEN_PUBLIC_KEY_PATH")
+        switch (secret, path) {
+        case (nil, nil):
+            reader.report("USER_TOKEN_HS256_SECRET", nil, "a secret of at least 32 bytes, or USER_TOKEN_PUBLIC_KEY_PATH instead")
+        case (.some, .some):
+            reader.report("USER_TOKEN_PUBLIC_KEY_PATH", path, "unset when USER_TOKEN_HS256_SECRET is set (one verification method)")
+        case (.some(let secret), nil):
+            if secret.utf8.count < 32 { reader.report("USER_TOKEN_HS256_SECRET", secret, "a secret of at least 32 bytes") }
+            hs256Secret = Array(secret.utf8)
+        case (nil, .some(let path)):
+            if let pem = try? String(contentsOfFile: path, encoding: .utf8) {
+                publicKeyPEM = pem
+            } else {
+                reader.report("USER_TOKEN_PUBLIC_KEY_PATH", path, "a readable PEM file with an EC P-256 or RSA public key")
+            }
+        }
     }
 }

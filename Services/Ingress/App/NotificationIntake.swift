@@ -1,5 +1,6 @@
 import Events
 import Pipeline
+import Postgres
 import ServiceRuntime
 import Storage
 
@@ -16,15 +17,25 @@ public struct NotificationIntake: Sendable {
     private let duplicates = MetricsRegistry.shared.counter(
         "subs_notifications_duplicate_total", help: "Notifications received again (already stored)")
 
-    public init(store: EventStore, publisher: EventPublisher) {
+    private let batches: GroupCommit<NewNotificationEvent, StoredEvent>
+
+    public init(store: EventStore, publisher: EventPublisher, maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4) {
         self.store = store
         self.publisher = publisher
+        batches = GroupCommit(maxBatchSize: maxBatchSize, maxConcurrentBatches: maxConcurrentBatches) { events in
+            try await store.pool.transaction { connection in
+                var stored: [StoredEvent] = []
+                for event in events { stored.append(try await store.insertNotification(event, on: connection)) }
+                return stored
+            }
+        }
     }
 
     /// Stores the event (a duplicate UUID is a success that writes nothing) and starts publishing it.
+    /// Concurrent calls share commits; each returns only once its own row is durable.
     @discardableResult
     public func accept(_ event: NewNotificationEvent, awaitPublish: Bool = false) async throws -> StoredEvent {
-        let stored = try await store.insertNotification(event)
+        let stored = try await batches.submit(event)
         guard let outbox = stored.outbox else {
             duplicates.increment()
             return stored

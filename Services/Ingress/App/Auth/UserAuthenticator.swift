@@ -1,0 +1,76 @@
+import Crypto
+import Foundation
+import HTTPServer
+
+/// The business user a request acts for, taken from a verified bearer token.
+struct AuthenticatedUser: Sendable, Equatable {
+    let userID: String
+}
+
+/// Verifies client bearer tokens: compact JWTs signed with HS256 (shared secret) or with ES256 /
+/// RS256 (the identity provider's public key). `sub` is the user id; `exp` is required and enforced
+/// (with a small allowance for clock skew), `nbf` too when present.
+struct UserAuthenticator: Sendable {
+    private enum Method: Sendable {
+        case hs256([UInt8])
+        case publicKey(PublicKey)
+    }
+    private let method: Method
+    private let now: @Sendable () -> Date
+    static let clockSkew: TimeInterval = 60
+
+    init(settings: UserTokenSettings, now: @escaping @Sendable () -> Date = Date.init) throws {
+        if let secret = settings.hs256Secret {
+            method = .hs256(secret)
+        } else if let pem = settings.publicKeyPEM {
+            method = .publicKey(try PublicKey(pem: pem))
+        } else {
+            throw APIError.unauthorized("no user token verification configured")
+        }
+        self.now = now
+    }
+
+    func authenticate(_ request: HTTPRequest) throws(HTTPError) -> AuthenticatedUser {
+        guard let header = request.header("authorization"), header.count > 7,
+            header.prefix(7).lowercased() == "bearer "
+        else { throw APIError.unauthorized() }
+        return try verify(String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces))
+    }
+
+    func verify(_ token: String) throws(HTTPError) -> AuthenticatedUser {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, token.utf8.count <= 8192,
+            let headerBytes = Base64URL.decode(parts[0]), let payloadBytes = Base64URL.decode(parts[1]),
+            let signature = Base64URL.decode(parts[2]),
+            let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
+            let claims = try? JSONSerialization.jsonObject(with: Data(payloadBytes)) as? [String: Any],
+            let alg = header["alg"] as? String
+        else { throw APIError.unauthorized("malformed bearer token") }
+        let signedInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
+        let valid: Bool
+        switch (method, alg) {
+        case (.hs256(let secret), "HS256"):
+            valid = constantTimeEquals(HMACSHA256.authenticate(key: secret, message: signedInput), signature)
+        case (.publicKey(let key), "ES256"), (.publicKey(let key), "RS256"):
+            // The algorithm must be the key's own: a token cannot pick a weaker verification.
+            guard let algorithm = JWSAlgorithm(rawValue: alg), algorithm == key.algorithm else {
+                throw APIError.unauthorized("bearer token algorithm does not match the configured key")
+            }
+            valid = key.isValidSignature(signature, for: signedInput, algorithm: algorithm)
+        default:
+            throw APIError.unauthorized("bearer token algorithm not accepted")
+        }
+        guard valid else { throw APIError.unauthorized("bearer token signature is invalid") }
+        let current = now().timeIntervalSince1970
+        guard let exp = (claims["exp"] as? NSNumber)?.doubleValue, exp + Self.clockSkew > current else {
+            throw APIError.unauthorized("bearer token expired or without exp")
+        }
+        if let nbf = (claims["nbf"] as? NSNumber)?.doubleValue, nbf - Self.clockSkew > current {
+            throw APIError.unauthorized("bearer token not yet valid")
+        }
+        guard let sub = claims["sub"] as? String, !sub.isEmpty, sub.count <= 128 else {
+            throw APIError.unauthorized("bearer token without a subject")
+        }
+        return AuthenticatedUser(userID: sub)
+    }
+}

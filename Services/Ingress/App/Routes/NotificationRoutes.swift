@@ -1,0 +1,217 @@
+import AppStore
+import Crypto
+import Foundation
+import HTTPServer
+import Pipeline
+import Postgres
+import ServiceRuntime
+import Storage
+import Synchronization
+
+/// App Store Server Notifications V2: `POST /api/v1/iap/apple/notifications/{production,sandbox}`.
+///
+/// Thin on purpose: refuse bad requests before reading them, verify the outer signature, make the
+/// event durable (answering 200 only then), publish. Business processing is the workers' job, so a
+/// notification is never refused for what it says, only for who signed it and for whom.
+struct NotificationRoutes: Sendable {
+    static let productionPath = "/api/v1/iap/apple/notifications/production"
+    static let sandboxPath = "/api/v1/iap/apple/notifications/sandbox"
+
+    let context: IngressContext
+    let limiter: RateLimiter
+    private let received = MetricsRegistry.shared.counter(
+        "subs_notifications_received_total", help: "Notification requests that passed verification")
+
+    init(context: IngressContext) {
+        self.context = context
+        limiter = RateLimiter(
+            ratePerSecond: Double(context.configuration.notificationRatePerSecond),
+            burst: Double(context.configuration.notificationRateBurst))
+    }
+
+    func register(in router: inout Router) {
+        router.post(Self.productionPath) { request in try await receive(request, endpoint: .production) }
+        router.post(Self.sandboxPath) { request in try await receive(request, endpoint: .sandbox) }
+    }
+
+    /// Runs on the request head, before any body byte is read: media type and rate limit.
+    var admission: @Sendable (HTTPRequestHead) -> HTTPResponse? {
+        { [limiter] head in
+            guard head.method == "POST", head.path == Self.productionPath || head.path == Self.sandboxPath else {
+                return nil
+            }
+            let type = head.headers["content-type"]?.split(separator: ";").first?
+                .trimmingCharacters(in: .whitespaces).lowercased()
+            if type != "application/json" {
+                Self.count("unsupported_media_type")
+                let error = APIError.unsupportedMediaType()
+                return .error(status: error.status, code: error.code, message: error.message, traceID: head.traceID)
+            }
+            if !limiter.allow(head.remoteAddress) {
+                Self.count("rate_limited")
+                let error = APIError.rateLimited()
+                return HTTPResponse.error(status: error.status, code: error.code, message: error.message, traceID: head.traceID)
+                    .adding(header: "Retry-After", value: "1")
+            }
+            return nil
+        }
+    }
+
+    static func count(_ reason: String) {
+        MetricsRegistry.shared.counter(
+            "subs_notifications_refused_total", help: "Notification requests refused, by reason",
+            labels: ["reason": reason]
+        ).increment()
+    }
+
+    private struct Body: Decodable {
+        let signedPayload: String
+    }
+
+    func receive(_ request: HTTPRequest, endpoint: AppStoreEnvironment) async throws -> HTTPResponse {
+        let body: Body
+        do {
+            body = try request.decodeJSON(Body.self)
+        } catch {
+            Self.count("malformed")
+            throw APIError.invalidRequest("the body must be a JSON object with a string signedPayload")
+        }
+        let payload: ResponseBodyV2DecodedPayload
+        do {
+            payload = try await context.verifier.verifyNotification(body.signedPayload, expectedEnvironment: endpoint)
+        } catch {
+            Self.count(error.code.rawValue.lowercased())
+            context.logger.warning(
+                "notification refused",
+                ["error.code": .string(error.code.rawValue), "error.reason": .string(error.reason),
+                 "appstore.endpoint": .string(endpoint.rawValue), "trace.id": .string(request.traceID)])
+            throw Self.httpError(for: error)
+        }
+        guard let uuid = payload.notificationUUID, !uuid.isEmpty, uuid.count <= 128,
+            let type = payload.rawNotificationType, !type.isEmpty
+        else {
+            Self.count("malformed")
+            throw HTTPError(status: 400, code: "MALFORMED", message: "notificationUUID and notificationType are required")
+        }
+        received.increment()
+        let environment = payload.data?.rawEnvironment ?? payload.summary?.rawEnvironment ?? endpoint.rawValue
+        let routing = Self.routingIdentifiers(of: payload.data?.signedTransactionInfo)
+        let sealed: (keyID: String, sealed: [UInt8])
+        do {
+            sealed = try context.cipher.seal(Array(body.signedPayload.utf8), context: uuid)
+        } catch {
+            throw APIError.serviceUnavailable("could not seal the payload")
+        }
+        let event = NewNotificationEvent(
+            notificationUUID: uuid, notificationType: type, subtype: payload.rawSubtype, environment: environment,
+            signedDate: payload.signedDate, transactionID: routing.transactionID,
+            originalTransactionID: routing.originalTransactionID,
+            routingKey: routing.originalTransactionID ?? uuid, sealedPayload: sealed.sealed,
+            payloadKeyID: sealed.keyID, traceID: request.traceID)
+        let stored: StoredEvent
+        do {
+            stored = try await context.intake.accept(event)
+        } catch {
+            // Never 200 for an event that is not durable: Apple retries a 5xx.
+            Self.count("storage_unavailable")
+            context.logger.error(
+                "notification not stored", ["error": .string("\(error)"), "trace.id": .string(request.traceID)])
+            throw APIError.serviceUnavailable("the notification could not be stored; retry later")
+        }
+        context.logger.info(
+            "notification accepted",
+            [
+                "appstore.notification_uuid": .string(uuid), "appstore.notification_type": .string(type),
+                "appstore.subtype": .string(payload.rawSubtype ?? ""), "appstore.environment": .string(environment),
+                "appstore.original_transaction_id": .string(routing.originalTransactionID ?? ""),
+                "idempotency.result": .string(stored.isNew ? "new" : "duplicate"), "trace.id": .string(request.traceID),
+            ])
+        return .json(Accepted(status: stored.isNew ? "accepted" : "duplicate", notificationUUID: uuid))
+    }
+
+    struct Accepted: Encodable {
+        let status: String
+        let notificationUUID: String
+    }
+
+    /// Verification failures are the sender's problem (4xx, never retried by us), except an
+    /// unavailable revocation check, which Apple should retry (503).
+    static func httpError(for error: VerificationError) -> HTTPError {
+        let status: Int
+        switch error.code {
+        case .malformed, .invalidEnvironment: status = 400
+        case .invalidSignature, .invalidChain: status = 401
+        case .invalidApp: status = 403
+        case .retryableVerification: status = 503
+        }
+        return HTTPError(status: status, code: error.code.rawValue, message: "the signed payload was refused")
+    }
+
+    /// The `environment` a JWS payload claims, read WITHOUT verifying it: it only chooses which
+    /// environment to verify against, and verification then checks it.
+    static func environmentClaim(of jws: String) -> String? {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
+            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+        else { return nil }
+        return object["environment"] as? String
+    }
+
+    /// Transaction ids read from the nested signed transaction WITHOUT verifying it: they only
+    /// choose the Kafka partition; the worker verifies the nested JWS before using anything in it.
+    static func routingIdentifiers(of signedTransaction: String?) -> (transactionID: String?, originalTransactionID: String?) {
+        guard let token = signedTransaction else { return (nil, nil) }
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
+            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+        else { return (nil, nil) }
+        func identifier(_ key: String) -> String? {
+            guard let value = object[key] as? String, !value.isEmpty, value.count <= 64,
+                value.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
+            else { return nil }
+            return value
+        }
+        return (identifier("transactionId"), identifier("originalTransactionId"))
+    }
+}
+
+/// Token buckets per source address, bounded in memory: the oldest idle buckets are dropped.
+final class RateLimiter: Sendable {
+    private struct Bucket {
+        var tokens: Double
+        var updated: ContinuousClock.Instant
+    }
+    private let buckets = Mutex<[String: Bucket]>([:])
+    private let ratePerSecond: Double
+    private let burst: Double
+    private let maxSources = 100_000
+
+    init(ratePerSecond: Double, burst: Double) {
+        self.ratePerSecond = ratePerSecond
+        self.burst = burst
+    }
+
+    func allow(_ source: String) -> Bool {
+        let now = ContinuousClock.now
+        return buckets.withLock { buckets in
+            if buckets.count >= maxSources { buckets = buckets.filter { now - $0.value.updated < .seconds(10) } }
+            var bucket = buckets[source] ?? Bucket(tokens: burst, updated: now)
+            let elapsed = now - bucket.updated
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            bucket.tokens = min(burst, bucket.tokens + seconds * ratePerSecond)
+            bucket.updated = now
+            let allowed = bucket.tokens >= 1
+            if allowed { bucket.tokens -= 1 }
+            buckets[source] = bucket
+            return allowed
+        }
+    }
+}
+
+extension HTTPResponse {
+    func adding(header name: String, value: String) -> HTTPResponse {
+        var copy = self
+        copy.headers.append((name, value))
+        return copy
+    }
+}
