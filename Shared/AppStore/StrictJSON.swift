@@ -107,6 +107,7 @@ enum StrictJSON {
             guard depth <= StrictJSON.maximumDepth else { throw fail("nested deeper than \(StrictJSON.maximumDepth)") }
             index += 1  // {
             var members: [(key: String, value: Value)] = []
+            members.reserveCapacity(12)  // Apple's objects have up to ~30 members; most fit without regrowing.
             skipWhitespace()
             if index < bytes.count && base[index] == UInt8(ascii: "}") {
                 index += 1
