@@ -6,12 +6,16 @@
 # figures and ratios; it is not a test and asserts nothing.
 #
 #   Tests/Benchmarks/verify-vs-python.sh
-#   BENCH_SECONDS=20 BENCH_CPU=1 APPSTORE_VECTORS=/path/to/appstore-vectors Tests/Benchmarks/verify-vs-python.sh
+#   BENCH_SECONDS=10 BENCH_ROUNDS=5 BENCH_CPU=1 APPSTORE_VECTORS=/path/to/appstore-vectors Tests/Benchmarks/verify-vs-python.sh
+#
+# The three run in turn, BENCH_ROUNDS times, and each keeps its best round: on a shared machine
+# other load only ever lowers a figure, so the best round is the least disturbed one.
 #
 # Notes on fairness: Apple's Python library checks the chain at each payload's signedDate and,
 # with online checks off, verifies the certificate chain again for every payload (it caches
 # chains only with online checks on); ours checks at signedDate too and caches verified chains.
-# Both verify the outer notification only (nested transaction / renewal JWS stay signed).
+# Both verify the outer notification only (nested transaction / renewal JWS stay signed). Ours
+# also hashes the ~18 KB signing input (SHA-256), which `openssl speed` does not count.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -26,7 +30,8 @@ find_vectors() {
     echo "../shared/appstore-vectors"
 }
 VECTORS=${APPSTORE_VECTORS:-$(find_vectors)}
-SECONDS_PER_RUN=${BENCH_SECONDS:-10}
+SECONDS_PER_RUN=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
 CPU=${BENCH_CPU:-0}
 BUNDLE_ID=com.loki-project.loki-messenger
 VENV=.local/bench-venv
@@ -39,7 +44,7 @@ mapfile -t FILES < <(python3 - "$VECTORS" "$BUNDLE_ID" <<'EOF'
 import json, os, sys
 vectors, bundle = sys.argv[1], sys.argv[2]
 for entry in json.load(open(os.path.join(vectors, "manifest.json")))["files"]:
-    if (entry.get("group") == "notifications" or entry["file"].startswith("notifications/")) and entry["file"].endswith(".jws") \
+    if entry["file"].startswith("notifications/") and entry["file"].endswith(".jws") \
             and entry.get("expect") == "accept" and entry.get("bundleId") == bundle and entry.get("environment") == "Sandbox":
         print(os.path.join(vectors, entry["file"]))
 EOF
@@ -58,13 +63,14 @@ echo "building subsctl (release)..."
 swift build -c release --product subsctl >/dev/null
 BIN="$(swift build -c release --show-bin-path)/subsctl"
 
-echo "subsctl bench verify: ${SECONDS_PER_RUN}s on CPU $CPU..."
-OURS=$(APPLE_IAP_BUNDLE_ID=$BUNDLE_ID APPLE_IAP_ENV=Sandbox APPLE_IAP_ROOT_CERTS="$ROOT_CERT" LOG_LEVEL=error \
-    taskset -c "$CPU" "$BIN" bench verify --kind notification --seconds "$SECONDS_PER_RUN" "${FILES[@]}" \
-    | tail -n 1 | sed -n 's/^verifications_per_second=//p')
+ours() {
+    APPLE_IAP_BUNDLE_ID=$BUNDLE_ID APPLE_IAP_ENV=Sandbox APPLE_IAP_ROOT_CERTS="$ROOT_CERT" LOG_LEVEL=error \
+        taskset -c "$CPU" "$BIN" bench verify --kind notification --seconds "$SECONDS_PER_RUN" "${FILES[@]}" \
+        | tail -n 1 | sed -n 's/^verifications_per_second=//p'
+}
 
-echo "app-store-server-library $PY_VERSION (Python): ${SECONDS_PER_RUN}s on CPU $CPU..."
-PYTHON=$(taskset -c "$CPU" "$VENV/bin/python" - "$ROOT_CERT" "$BUNDLE_ID" "$SECONDS_PER_RUN" "${FILES[@]}" <<'EOF'
+python_library() {
+    taskset -c "$CPU" "$VENV/bin/python" - "$ROOT_CERT" "$BUNDLE_ID" "$SECONDS_PER_RUN" "${FILES[@]}" <<'EOF'
 import sys, time
 from appstoreserverlibrary.models.Environment import Environment
 from appstoreserverlibrary.signed_data_verifier import SignedDataVerifier
@@ -80,13 +86,24 @@ while time.perf_counter() - start < seconds:
     count += len(tokens)
 print(round(count / (time.perf_counter() - start)))
 EOF
-)
+}
 
-echo "openssl speed -seconds 5 ecdsap256 on CPU $CPU..."
-OPENSSL=$(taskset -c "$CPU" openssl speed -seconds 5 ecdsap256 2>/dev/null | awk '/ecdsa \(nistp256\)/ { print $NF }')
+openssl_limit() {
+    taskset -c "$CPU" openssl speed -seconds "$SECONDS_PER_RUN" ecdsap256 2>/dev/null | awk '/ecdsa \(nistp256\)/ { print $NF }'
+}
+
+best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b + 0 > a + 0) ? b : a }'; }
+
+OURS="" PYTHON="" OPENSSL=""
+for round in $(seq "$ROUNDS"); do
+    echo "round $round/$ROUNDS: subsctl, app-store-server-library $PY_VERSION, openssl speed ecdsap256 (${SECONDS_PER_RUN}s each, CPU $CPU)..."
+    OURS=$(best "$OURS" "$(ours)")
+    PYTHON=$(best "$PYTHON" "$(python_library)")
+    OPENSSL=$(best "$OPENSSL" "$(openssl_limit)")
+done
 
 echo
-echo "notification verifications per second, one core:"
+echo "notification verifications per second, one core (best of $ROUNDS rounds):"
 printf '  %-44s %10s\n' "subsctl (ours, chain cached)" "$OURS" \
     "app-store-server-library $PY_VERSION (Python)" "$PYTHON" "openssl speed ecdsap256 verify/s (limit)" "$OPENSSL"
 awk -v ours="$OURS" -v py="$PYTHON" -v limit="$OPENSSL" 'BEGIN {
