@@ -203,7 +203,8 @@ public final class SignedDataVerifier: Sendable {
     ) throws(VerificationError) -> Step<Payload> {
         // A header seen in an earlier successful verification is not decoded again: its
         // algorithm checks passed and its certificates are at hand (found by its exact bytes).
-        let knownHeader = cache.withLock { $0.signingHeader(for: jws.header) }
+        let known = cache.withLock { $0.signingHeader(for: jws.header) }
+        let knownHeader = known?.header
         var x5c: [String]?
         if knownHeader == nil {
             let header = try JWSHeader.decode(jws.header)
@@ -243,12 +244,16 @@ public final class SignedDataVerifier: Sendable {
             {
                 return .needsRevocationCheck(header.chainKey, entry.chain)
             }
-            if knownHeader == nil { cache.withLock { $0.remember(header, for: jws.header) } }
+            if knownHeader == nil { cache.withLock { $0.remember(header, for: jws.header, signingInput: jws.signingInput) } }
             let signature = try CompactJWS.decode(jws.signature, "signature")
             guard signature.count == 64 else {
                 throw VerificationError(.invalidSignature, "an ES256 signature is 64 bytes (r||s), got \(signature.count)")
             }
-            guard entry.leafKey.isValidSignature(signature, for: UnsafeRawBufferPointer(jws.signingInput)) else {
+            // A known header's bytes (and the dot after them) are already absorbed: only the
+            // payload is hashed, about two thirds of a notification's signing input.
+            let digest = known.map { $0.signingPrefix.hash(appending: UnsafeRawBufferPointer(jws.payload)) }
+                ?? SHA256.hash(UnsafeRawBufferPointer(jws.signingInput))
+            guard entry.leafKey.isValidSignature(signature, digest: digest) else {
                 throw VerificationError(.invalidSignature, "the signature does not verify with the leaf certificate's key")
             }
         }
@@ -367,7 +372,14 @@ struct ChainCache {
     private var entries: [Key: Entry] = [:]
     /// Header segments (exact bytes) that led to a verified chain. A short list compared by
     /// length then memcmp: cheaper than hashing the ~5 KB segment on every verification.
-    private var headers: [(segment: [UInt8], header: SigningHeader)] = []
+    private var headers: [KnownHeader] = []
+
+    /// A header segment that led to a verified chain, with SHA-256 of `header.` absorbed.
+    struct KnownHeader {
+        let segment: [UInt8]
+        let header: SigningHeader
+        let signingPrefix: SHA256Prefix
+    }
 
     /// A fresh entry for `key`, or nil when there is none or it is older than `lifetime`.
     func lookup(_ key: Key, now: Date) -> Entry? {
@@ -384,20 +396,22 @@ struct ChainCache {
         entries[key] = entry
     }
 
-    func signingHeader(for segment: UnsafeBufferPointer<UInt8>) -> SigningHeader? {
+    func signingHeader(for segment: UnsafeBufferPointer<UInt8>) -> KnownHeader? {
         for known in headers where known.segment.count == segment.count {
             let same = known.segment.withUnsafeBufferPointer { memcmp($0.baseAddress!, segment.baseAddress!, segment.count) == 0 }
-            if same { return known.header }
+            if same { return known }
         }
         return nil
     }
 
-    mutating func remember(_ header: SigningHeader, for segment: UnsafeBufferPointer<UInt8>) {
-        guard !segment.isEmpty, signingHeader(for: segment) == nil else { return }
+    /// Remembers `header` for its segment; `signingInput` starts with the segment and its dot.
+    mutating func remember(_ header: SigningHeader, for segment: UnsafeBufferPointer<UInt8>, signingInput: UnsafeBufferPointer<UInt8>) {
+        guard !segment.isEmpty, signingInput.count > segment.count, signingHeader(for: segment) == nil else { return }
         // Apple's headers only differ when its certificates do: a full cache means churn, so
         // starting over costs little.
         if headers.count >= Self.capacity { headers.removeAll() }
-        headers.append((Array(segment), header))
+        let prefix = SHA256Prefix(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(signingInput)[0...segment.count]))
+        headers.append(KnownHeader(segment: Array(segment), header: header, signingPrefix: prefix))
     }
 }
 

@@ -231,21 +231,15 @@ public final class P256PublicKey: Sendable {
 
     /// As `isValidSignature(_:for:)` over raw bytes. Do not escape the pointer.
     public func isValidSignature(_ rawRS: [UInt8], for message: UnsafeRawBufferPointer) -> Bool {
-        guard let der = ECDSASignatureEncoding.der(fromRaw: rawRS) else { return false }
-        var digest = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-        let hashed = withUnsafeMutableBytes(of: &digest) { out in
-            var length: UInt32 = 0
-            return EVP_Digest(message.baseAddress, message.count, out.baseAddress, &length, FetchedAlgorithms.shared.sha256, nil) == 1
-                && length == 32
-        }
-        guard hashed else {
-            OpenSSLErrorQueue.clear()
-            return false
-        }
+        isValidSignature(rawRS, digest: SHA256.hash(message))
+    }
+
+    /// Whether `rawRS` (JOSE r||s, exactly 64 bytes) signs a message whose SHA-256 is `digest`
+    /// (for callers that hash the message themselves, e.g. with `SHA256Prefix`).
+    public func isValidSignature(_ rawRS: [UInt8], digest: [UInt8]) -> Bool {
+        guard digest.count == SHA256.byteCount, let der = ECDSASignatureEncoding.der(fromRaw: rawRS) else { return false }
         guard let context = contexts.withLock({ $0.popLast() }) ?? VerifyContext(key) else { return false }
-        let valid = withUnsafeBytes(of: &digest) { digest in
-            EVP_PKEY_verify(context.handle, der, der.count, digest.baseAddress!.assumingMemoryBound(to: UInt8.self), 32) == 1
-        }
+        let valid = EVP_PKEY_verify(context.handle, der, der.count, digest, digest.count) == 1
         if !valid { OpenSSLErrorQueue.clear() }
         contexts.withLock { if $0.count < Self.pooledContexts { $0.append(context) } }
         return valid
