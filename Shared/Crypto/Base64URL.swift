@@ -77,9 +77,12 @@ public enum Base64URL {
                 var bad: UInt32 = 0
                 // Two quads per step, stored as one 8-byte write (6 bytes used, 2 overwritten
                 // next); needs 2 spare bytes, so it stops while a quad is still left.
+                // The eight characters come in one 64-bit load (little-endian: the first character
+                // is the low byte), so the load ports serve the table lookups, not byte loads.
                 while read + 12 <= whole {
-                    let n1 = t0[Int(source[read])] | t1[Int(source[read + 1])] | t2[Int(source[read + 2])] | t3[Int(source[read + 3])]
-                    let n2 = t0[Int(source[read + 4])] | t1[Int(source[read + 5])] | t2[Int(source[read + 6])] | t3[Int(source[read + 7])]
+                    let w = UInt64(littleEndian: UnsafeRawPointer(source + read).loadUnaligned(as: UInt64.self))
+                    let n1 = t0[Int(w & 0xFF)] | t1[Int(w >> 8 & 0xFF)] | t2[Int(w >> 16 & 0xFF)] | t3[Int(w >> 24 & 0xFF)]
+                    let n2 = t0[Int(w >> 32 & 0xFF)] | t1[Int(w >> 40 & 0xFF)] | t2[Int(w >> 48 & 0xFF)] | t3[Int(w >> 56)]
                     bad |= n1 | n2
                     target.storeBytes(of: (UInt64(n1) << 40 | UInt64(n2) << 16).bigEndian, toByteOffset: write, as: UInt64.self)
                     read += 8
