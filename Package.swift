@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .executable(name: "ingress", targets: ["Ingress"]),
         .executable(name: "fulfillment", targets: ["Fulfillment"]),
+        .executable(name: "subsctl", targets: ["Subsctl"]),
     ],
     targets: [
         // C libraries from Debian, one system module each; CShims holds the only C we write.
@@ -85,6 +86,11 @@ let package = Package(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
+        // Operations CLI: one file per subcommand.
+        .executableTarget(
+            name: "Subsctl", dependencies: ["AppStore", "Crypto", "ServiceRuntime"], path: "Services/Subsctl",
+            swiftSettings: swiftSettings),
+
         // Benchmark peers (not tests): small servers measured by the scripts in Tests/Benchmarks.
         .executableTarget(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
@@ -97,7 +103,8 @@ let package = Package(
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
         .target(
-            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto"], path: "Tests/AppStoreSupport",
+            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "HTTPServer", "ServiceRuntime"],
+            path: "Tests/AppStoreSupport",
             swiftSettings: swiftSettings),
 
         .testTarget(
@@ -120,6 +127,9 @@ let package = Package(
         .testTarget(
             name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
             path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SubsctlTests", dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport"],
+            path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
