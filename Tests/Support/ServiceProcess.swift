@@ -23,7 +23,7 @@ public final class ServiceProcess: @unchecked Sendable {
     }
 
     /// Starts `executable` (a product name such as `fulfillment`) with the test's environment plus `environment`.
-    public init(executable: String, name: String, environment: [String: String]) throws {
+    public init(executable: String, name: String, environment: [String: String], arguments: [String] = []) throws {
         self.name = name
         let binary = Self.binaryDirectory.appendingPathComponent(executable)
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
@@ -34,6 +34,7 @@ public final class ServiceProcess: @unchecked Sendable {
         let handle = try FileHandle(forWritingTo: logFile)
         process = Process()
         process.executableURL = binary
+        process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         process.standardOutput = handle
         process.standardError = handle
@@ -57,6 +58,17 @@ public final class ServiceProcess: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(timeout)
         while process.isRunning, Date() < deadline { usleep(20_000) }
         if process.isRunning {
+            kill()
+            return nil
+        }
+        return process.terminationStatus
+    }
+
+    /// Waits for the process to end by itself; its exit status, or nil (and killed) after `timeout`.
+    public func waitForExit(timeout: TimeInterval) async -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning, Date() < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+        guard !process.isRunning else {
             kill()
             return nil
         }
