@@ -63,6 +63,10 @@ let package = Package(
             path: "Shared/Pipeline", swiftSettings: swiftSettings),
         // The domain core: projection, order state machine, notification matrix, credit rules. No I/O.
         .target(name: "Domain", path: "Shared/Domain", swiftSettings: swiftSettings),
+        // The product catalogue: its JSON file format, applied by upsert into payment_product, and read back.
+        .target(
+            name: "Catalogue", dependencies: ["Domain", "Postgres"], path: "Shared/Catalogue", exclude: ["README.md"],
+            swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
         .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
 
@@ -71,9 +75,9 @@ let package = Package(
             name: "IngressApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
-                "Domain",
+                "Domain", "Catalogue",
             ],
-            path: "Services/Ingress/App", swiftSettings: swiftSettings),
+            path: "Services/Ingress/App", resources: [.copy("openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(
             name: "Ingress", dependencies: ["IngressApp"], path: "Services/Ingress/Main",
             swiftSettings: swiftSettings),
@@ -121,10 +125,13 @@ let package = Package(
             name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
             path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
         .testTarget(
+            name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "Storage", "TestSupport", "ServiceRuntime"],
+            path: "Tests/CatalogueTests", swiftSettings: swiftSettings),
+        .testTarget(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
-                "AppStore", "AppStoreTestSupport", "Crypto",
+                "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]
