@@ -16,6 +16,8 @@ public struct IngressApplication: Sendable {
     public let sweeper: PipelineSweeper
     public let server: HTTPServer
     public let logger: Logger
+    /// Method and path pattern of every route served, for the check that the API document lists them all.
+    public let routes: [(method: String, pattern: String)]
 
     public init(configuration: IngressConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
         self.configuration = configuration
@@ -39,6 +41,10 @@ public struct IngressApplication: Sendable {
         HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger).register(in: &router)
         let notifications = NotificationRoutes(context: context)
         notifications.register(in: &router)
+        CatalogueRoutes(context: context).register(in: &router)
+        AccountRoutes(context: context).register(in: &router)
+        try OpenAPIRoutes().register(in: &router)
+        routes = router.registeredRoutes
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,
