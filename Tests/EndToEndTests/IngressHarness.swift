@@ -15,6 +15,8 @@ struct IngressHarness {
     let client: TestHTTPClient
     let userTokenSecret: String
     let pool: PostgresPool
+    /// The variables the ingress was started with (on top of the test's own environment).
+    let environment: [String: String]
 
     /// Starts the ingress and waits until it listens. `extra` overrides any variable.
     static func start(
@@ -47,7 +49,7 @@ struct IngressHarness {
             logger: Logger(label: "e2e", level: .warning))
         return IngressHarness(
             pipeline: pipeline, signer: signer, process: process, client: TestHTTPClient(port: port),
-            userTokenSecret: secret, pool: pool)
+            userTokenSecret: secret, pool: pool, environment: environment)
     }
 
     /// A bearer token for `userID`, signed like the app's identity provider would (HS256).
