@@ -11,9 +11,7 @@ public enum Bootstrap {
     ) async throws {
         let applied = try await Migrator(pool: pool, logger: logger).migrate(Migrator.bundled())
         logger.info("schema ready", ["db.migrations_applied": .int(Int64(applied.count))])
-        let admin = KafkaAdmin(configuration: configuration.kafka, logger: logger)
-        let partitions = try await admin.createTopic(
-            configuration.eventTopic, partitions: configuration.eventTopicPartitions)
+        let partitions = try await ensureTopic(configuration: configuration, logger: logger)
         if partitions != configuration.eventTopicPartitions {
             // Keys map to partitions by count: a mismatch would move chains between partitions.
             logger.warning(
@@ -24,5 +22,23 @@ public enum Bootstrap {
                 ])
         }
         logger.info("event topic ready", ["kafka.topic": .string(configuration.eventTopic)])
+    }
+
+    /// Creates the event topic if it is missing (idempotent); returns its partition count.
+    @discardableResult
+    public static func ensureTopic(configuration: PipelineConfiguration, logger: Logger) async throws -> Int {
+        try await KafkaAdmin(configuration: configuration.kafka, logger: logger)
+            .createTopic(configuration.eventTopic, partitions: configuration.eventTopicPartitions)
+    }
+
+    /// The sweeper's hook: make sure the topic exists, logging instead of failing.
+    public static func topicEnsurer(configuration: PipelineConfiguration, logger: Logger) -> @Sendable () async -> Void {
+        {
+            do {
+                try await ensureTopic(configuration: configuration, logger: logger)
+            } catch {
+                logger.warning("event topic could not be ensured", ["error": .string("\(error)")])
+            }
+        }
     }
 }

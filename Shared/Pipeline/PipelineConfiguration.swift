@@ -55,8 +55,11 @@ public struct PipelineConfiguration: Sendable {
 
     /// Our defaults, then the operator's properties. A delivery gives up after 30 s instead of
     /// librdkafka's 5 min: the outbox relay retries, so a request never waits on a dead broker.
+    /// Producers never auto-create the topic: a broker default (Tansu: 4 partitions) would move keys.
     public var kafka: KafkaConfiguration {
         KafkaConfiguration(
-            brokers: kafkaBrokers, properties: ["message.timeout.ms": "30000"].merging(kafkaProperties) { _, own in own })
+            brokers: kafkaBrokers,
+            properties: ["message.timeout.ms": "30000", "allow.auto.create.topics": "false"]
+                .merging(kafkaProperties) { _, own in own })
     }
 }

@@ -11,10 +11,18 @@ public final class PipelineSweeper: Service {
     private let stuckAfter: Duration
     private let logger: Logger
     private let stop = ShutdownTrigger()
+    private let ensureTopic: (@Sendable () async -> Void)?
     private let requeued = MetricsRegistry.shared.counter(
         "subs_events_requeued_total", help: "Events re-published by the sweeper (retries, expired leases, stuck)")
 
-    public init(publisher: EventPublisher, interval: Duration, stuckAfter: Duration, logger: Logger) {
+    /// `ensureTopic` runs after a pass whose publishing failed: a broker that lost its storage
+    /// (Tansu in memory) or a deleted topic must get the topic back with its partition count
+    /// before anything can be published again.
+    public init(
+        publisher: EventPublisher, interval: Duration, stuckAfter: Duration, logger: Logger,
+        ensureTopic: (@Sendable () async -> Void)? = nil
+    ) {
+        self.ensureTopic = ensureTopic
         self.publisher = publisher
         self.interval = interval
         self.stuckAfter = stuckAfter
@@ -41,7 +49,12 @@ public final class PipelineSweeper: Service {
             while true {
                 let due = try await store.claimDueOutbox(limit: 500, retryAfter: .seconds(5))
                 if due.isEmpty { break }
-                published += await publisher.publish(due)
+                let acknowledged = await publisher.publish(due)
+                published += acknowledged
+                if acknowledged < due.count {
+                    await ensureTopic?()
+                    break
+                }
                 if due.count < 500 || stop.isFired { break }
             }
             if queued > 0 || published > 0 {

@@ -56,6 +56,12 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
             sql += "$\(binds.count)"
         }
 
+        /// A fragment of SQL written in the source (a shared column list): a `StaticString`, so it can
+        /// never come from input.
+        public mutating func appendInterpolation(sql fragment: StaticString) {
+            sql += fragment.description
+        }
+
         /// A table, column, schema or channel name, double-quoted (so it is taken verbatim, case included).
         public mutating func appendInterpolation(identifier: String) {
             sql += PostgresQuery.quoteIdentifier(identifier)

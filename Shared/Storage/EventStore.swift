@@ -36,6 +36,39 @@ public struct NewNotificationEvent: Sendable {
     }
 }
 
+/// A signed transaction a client uploaded (`CLIENT`, for an order) or observed (`OBSERVED`).
+public struct NewSubmission: Sendable {
+    public var kind: String
+    /// The logged-in user who sent it (attribution is by the signed appAccountToken, not by this).
+    public var userID: String
+    public var orderNo: String?
+    public var environment: String
+    public var transactionID: String
+    public var originalTransactionID: String
+    /// Hex SHA-256 of the JWS; with the kind, user and order it identifies a repeated upload.
+    public var payloadHash: String
+    public var sealedPayload: [UInt8]
+    public var payloadKeyID: String
+    public var traceID: String?
+
+    public init(
+        kind: String, userID: String, orderNo: String?, environment: String, transactionID: String,
+        originalTransactionID: String, payloadHash: String, sealedPayload: [UInt8], payloadKeyID: String,
+        traceID: String?
+    ) {
+        self.kind = kind
+        self.userID = userID
+        self.orderNo = orderNo
+        self.environment = environment
+        self.transactionID = transactionID
+        self.originalTransactionID = originalTransactionID
+        self.payloadHash = payloadHash
+        self.sealedPayload = sealedPayload
+        self.payloadKeyID = payloadKeyID
+        self.traceID = traceID
+    }
+}
+
 /// A message waiting in the outbox to be published.
 public struct OutboxEntry: Sendable, Equatable {
     public var id: Int64
@@ -110,6 +143,52 @@ public struct EventStore: Sendable {
             kind: .notification, eventID: id, routingKey: event.routingKey, traceID: event.traceID,
             delay: publishGrace, on: connection)
         return StoredEvent(eventID: id, isNew: true, outbox: outbox)
+    }
+
+    /// Stores a client's signed transaction (uploaded for an order, or observed) with its outbox
+    /// row; the same JWS submitted again the same way is the same submission (isNew false).
+    public func insertSubmission(_ submission: NewSubmission, publishGrace: Duration = .seconds(10)) async throws
+        -> StoredEvent
+    {
+        try await pool.transaction { connection in
+            let inserted = try await connection.query(
+                """
+                INSERT INTO transaction_submission
+                    (submission_kind, user_id, order_no, environment, transaction_id, original_transaction_id,
+                     payload_hash, routing_key, signed_payload, payload_key_id, trace_id)
+                VALUES (\(submission.kind), \(submission.userID), \(submission.orderNo), \(submission.environment),
+                        \(submission.transactionID), \(submission.originalTransactionID), \(submission.payloadHash),
+                        \(submission.originalTransactionID), \(submission.sealedPayload), \(submission.payloadKeyID),
+                        \(submission.traceID))
+                ON CONFLICT (submission_kind, user_id, coalesce(order_no, ''), payload_hash) DO NOTHING
+                RETURNING id
+                """)
+            guard let row = inserted.first else {
+                let existing = try await connection.query(
+                    """
+                    SELECT id FROM transaction_submission
+                     WHERE submission_kind = \(submission.kind) AND user_id = \(submission.userID)
+                       AND coalesce(order_no, '') = coalesce(\(submission.orderNo)::text, '')
+                       AND payload_hash = \(submission.payloadHash)
+                    """)
+                return StoredEvent(eventID: try existing.first!.decode("id", as: Int64.self), isNew: false, outbox: nil)
+            }
+            let id = try row.decode("id", as: Int64.self)
+            let outbox = try await enqueue(
+                kind: .submission, eventID: id, routingKey: submission.originalTransactionID,
+                traceID: submission.traceID, delay: publishGrace, on: connection)
+            return StoredEvent(eventID: id, isNew: true, outbox: outbox)
+        }
+    }
+
+    /// Where a stored event stands: its status and error code.
+    public func status(of kind: EventKind, id: Int64) async throws -> (status: String, errorCode: String?)? {
+        guard let table = Self.table(for: kind) else { return nil }
+        let rows = try await pool.query(
+            PostgresQuery(
+                unsafeSQL: "SELECT process_status, error_code FROM \(table) WHERE id = $1", binds: [id.postgresData]))
+        guard let row = rows.first else { return nil }
+        return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
     }
 
     func enqueue(

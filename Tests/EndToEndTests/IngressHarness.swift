@@ -15,7 +15,7 @@ struct IngressHarness {
     let client: TestHTTPClient
     let userTokenSecret: String
     let pool: PostgresPool
-    /// The variables the ingress was started with (on top of the test's own environment).
+    /// The ingress's whole environment, to start more instances of it.
     let environment: [String: String]
 
     /// Starts the ingress and waits until it listens. `extra` overrides any variable.
@@ -39,17 +39,23 @@ struct IngressHarness {
             "USER_TOKEN_HS256_SECRET": secret,
         ]) { _, new in new }
         environment.merge(extra) { _, new in new }
+        let process = try await launch(environment)
+        let pool = PostgresPool(
+            configuration: PostgresConfiguration(url: environment["DATABASE_URL"]!, maximumConnections: 4),
+            logger: Logger(label: "e2e", level: .warning))
+        return IngressHarness(
+            pipeline: pipeline, signer: signer, process: process, client: TestHTTPClient(port: port),
+            userTokenSecret: secret, pool: pool, environment: environment)
+    }
+
+    /// Starts an ingress process with `environment` and waits until it listens.
+    static func launch(_ environment: [String: String]) async throws -> ServiceProcess {
         let process = try ServiceProcess(executable: "ingress", name: "ingress", environment: environment)
         guard await process.waitForOutput("ingress listening", timeout: 60) else {
             process.kill()
             throw MissingServiceError(variable: "a listening ingress (log: \(process.output.suffix(3000)))")
         }
-        let pool = PostgresPool(
-            configuration: PostgresConfiguration(url: pipeline.databaseURL, maximumConnections: 4),
-            logger: Logger(label: "e2e", level: .warning))
-        return IngressHarness(
-            pipeline: pipeline, signer: signer, process: process, client: TestHTTPClient(port: port),
-            userTokenSecret: secret, pool: pool, environment: environment)
+        return process
     }
 
     /// A bearer token for `userID`, signed like the app's identity provider would (HS256).
@@ -63,6 +69,25 @@ struct IngressHarness {
 
     func count(_ sql: String) async throws -> Int {
         try await pool.query(PostgresQuery(unsafeSQL: sql)).first!.decode(0, as: Int.self)
+    }
+
+    /// What the ingress logged that must never be logged: signed payloads, bearer tokens, keys and
+    /// the configured secrets. Empty when the logs are clean.
+    func leakedSecrets() -> [String] {
+        let output = process.output
+        var leaks: [String] = []
+        if output.range(of: #"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"#, options: .regularExpression) != nil {
+            leaks.append("a JWS")
+        }
+        if output.contains("Bearer ") { leaks.append("a bearer credential") }
+        if output.contains("-----BEGIN") { leaks.append("a PEM key or certificate") }
+        for name in ["USER_TOKEN_HS256_SECRET", "PAYLOAD_ENCRYPTION_KEYS", "CURSOR_SIGNING_KEY"] {
+            for part in (environment[name] ?? "").split(separator: ",").map({ String($0.split(separator: ":").last ?? "") })
+            where part.count >= 16 && output.contains(part) {
+                leaks.append(name)
+            }
+        }
+        return leaks
     }
 
     func stop() async {

@@ -86,6 +86,7 @@ struct NotificationEndpointTests {
         #expect(huge.status == 413)
         let refused = try await harness.client.get("/metrics")
         #expect(refused.text.contains("subs_notifications_refused_total{reason=\"invalid_signature\"}"))
+        #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
     }
 
     @Test func limitsEachSourcesRate() async throws {

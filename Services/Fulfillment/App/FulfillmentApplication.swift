@@ -37,7 +37,7 @@ public struct FulfillmentApplication: Sendable {
         sweeper = PipelineSweeper(
             publisher: EventPublisher(producer: producer, store: store, logger: logger),
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
-            logger: logger)
+            logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.

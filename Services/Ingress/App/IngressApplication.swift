@@ -16,6 +16,7 @@ public struct IngressApplication: Sendable {
     public let sweeper: PipelineSweeper
     public let server: HTTPServer
     public let logger: Logger
+    let waiter: FulfillmentWaiter
     /// Method and path pattern of every route served, for the check that the API document lists them all.
     public let routes: [(method: String, pattern: String)]
 
@@ -29,7 +30,8 @@ public struct IngressApplication: Sendable {
         intake = NotificationIntake(store: store, publisher: publisher)
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
-            stuckAfter: configuration.pipeline.stuckAfter, logger: logger)
+            stuckAfter: configuration.pipeline.stuckAfter, logger: logger,
+            ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
         let context = IngressContext(
@@ -41,6 +43,9 @@ public struct IngressApplication: Sendable {
         HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger).register(in: &router)
         let notifications = NotificationRoutes(context: context)
         notifications.register(in: &router)
+        OrderRoutes(context: context).register(in: &router)
+        waiter = FulfillmentWaiter(pool: pool, logger: logger)
+        SubmissionRoutes(context: context, waiter: waiter).register(in: &router)
         CatalogueRoutes(context: context).register(in: &router)
         AccountRoutes(context: context).register(in: &router)
         try OpenAPIRoutes().register(in: &router)
@@ -53,7 +58,7 @@ public struct IngressApplication: Sendable {
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
-    public var services: [any Service] { [pool, producer, sweeper, server] }
+    public var services: [any Service] { [pool, producer, sweeper, waiter, server] }
 
     /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
     public func run() async throws {

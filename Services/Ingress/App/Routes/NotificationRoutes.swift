@@ -147,6 +147,16 @@ struct NotificationRoutes: Sendable {
         return HTTPError(status: status, code: error.code.rawValue, message: "the signed payload was refused")
     }
 
+    /// The `environment` a JWS payload claims, read WITHOUT verifying it: it only chooses which
+    /// environment to verify against, and verification then checks it.
+    static func environmentClaim(of jws: String) -> String? {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
+            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+        else { return nil }
+        return object["environment"] as? String
+    }
+
     /// Transaction ids read from the nested signed transaction WITHOUT verifying it: they only
     /// choose the Kafka partition; the worker verifies the nested JWS before using anything in it.
     static func routingIdentifiers(of signedTransaction: String?) -> (transactionID: String?, originalTransactionID: String?) {

@@ -1,0 +1,193 @@
+import AppStore
+import Crypto
+import Domain
+import Events
+import Foundation
+import HTTPServer
+import Pipeline
+import Postgres
+import ServiceRuntime
+import Storage
+
+/// Signed transactions from StoreKit clients: uploaded for an order
+/// (`POST …/orders/{orderNo}/apple-transaction`) or observed in `Transaction.updates`
+/// (`POST …/apple-transactions/observed`). Verified here, stored, published to the same
+/// processing path as notifications, then awaited a bounded time for the worker's result.
+struct SubmissionRoutes: Sendable {
+    let context: IngressContext
+    let waiter: FulfillmentWaiter
+
+    func register(in router: inout Router) {
+        router.post("/api/v1/subscriptions/orders/{orderNo}/apple-transaction") { request in
+            try await submit(request, orderNo: request.pathParameter("orderNo") ?? "")
+        }
+        router.post("/api/v1/subscriptions/apple-transactions/observed") { request in
+            try await submit(request, orderNo: nil)
+        }
+    }
+
+    struct Body: Decodable {
+        let signedTransaction: String
+    }
+
+    /// The fulfilled result of a submission (domain.md's REST contract).
+    struct Result: Encodable {
+        let orderNo: String?
+        let orderStatus: String?
+        let transactionId: String
+        let subscriptionStatus: String?
+        let activeProductId: String?
+        let expiresAt: Date?
+        let creditsBalance: Int64
+    }
+
+    func submit(_ request: HTTPRequest, orderNo: String?) async throws -> HTTPResponse {
+        let user = try context.authenticator.authenticate(request)
+        let body = try request.decodeJSON(Body.self)
+        let transaction = try await verify(body.signedTransaction)
+        guard let transactionID = transaction.transactionId, let originalID = transaction.originalTransactionId,
+            let productID = transaction.productId, let environment = transaction.rawEnvironment
+        else { throw APIError.transactionInvalid("the transaction lacks its identifiers") }
+
+        return try await OrderRoutes.databaseCall {
+            if let orderNo {
+                try await checkOrder(orderNo, user: user, productID: productID, transactionID: transactionID)
+            }
+            try await checkOwnership(transactionID: transactionID, environment: environment, token: transaction.appAccountToken, user: user)
+            if let existing = try await existingResult(transactionID: transactionID, environment: environment, orderNo: orderNo, user: user) {
+                return .json(existing)
+            }
+            if orderNo != nil, let expires = transaction.expiresDate, expires <= context.clock.now() {
+                throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
+            }
+
+            let hash = SHA256.hash(Array(body.signedTransaction.utf8)).map { String(format: "%02x", $0) }.joined()
+            let sealed = try context.cipher.seal(Array(body.signedTransaction.utf8), context: "submission:" + hash)
+            let stored = try await context.store.insertSubmission(
+                NewSubmission(
+                    kind: orderNo == nil ? "OBSERVED" : "CLIENT", userID: user.userID, orderNo: orderNo,
+                    environment: environment, transactionID: transactionID, originalTransactionID: originalID,
+                    payloadHash: hash, sealedPayload: sealed.sealed, payloadKeyID: sealed.keyID, traceID: request.traceID))
+            let key = "\(EventKind.submission.rawValue):\(stored.eventID)"
+            let ticket = waiter.register(key)
+            if let outbox = stored.outbox { await context.intake.publisher.publish([outbox]) }
+            let state = try await context.store.status(of: .submission, id: stored.eventID)
+            if state?.status == "SUCCEEDED" || state?.status == "DEAD" {
+                waiter.cancel(key, ticket: ticket)
+            } else {
+                _ = await waiter.wait(key, ticket: ticket, timeout: context.configuration.fulfillmentWait)
+            }
+            return try await answer(submissionID: stored.eventID, transactionID: transactionID, environment: environment, orderNo: orderNo, user: user)
+        }
+    }
+
+    /// Full verification of the client's JWS. A Production deployment takes Sandbox transactions
+    /// too (test users; the worker enforces who may use them); a Sandbox one only Sandbox.
+    func verify(_ jws: String) async throws -> JWSTransactionDecodedPayload {
+        let configured = context.configuration.appStore.environment
+        let claimed = NotificationRoutes.environmentClaim(of: jws)
+        let expected: AppStoreEnvironment = configured == .production && claimed == AppStoreEnvironment.sandbox.rawValue
+            ? .sandbox : configured
+        do {
+            return try await context.verifier.verifyTransaction(jws, expectedEnvironment: expected)
+        } catch {
+            if error.isRetryable { throw APIError.serviceUnavailable("the transaction could not be verified now") }
+            context.logger.warning(
+                "client transaction refused", ["error.code": .string(error.code.rawValue), "error.reason": .string(error.reason)])
+            throw APIError.transactionInvalid("the signed transaction was refused (\(error.code.rawValue))")
+        }
+    }
+
+    private func checkOrder(_ orderNo: String, user: AuthenticatedUser, productID: String, transactionID: String) async throws {
+        guard let order = try await context.pool.query(
+            "SELECT product_id, transaction_id FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
+        ).first else { throw APIError.notFound("no such order") }
+        guard try order.decode("product_id", as: String.self) == productID else {
+            throw APIError.transactionInvalid("the transaction is for another product than the order")
+        }
+        if let linked = try order.decode("transaction_id", as: String?.self), linked != transactionID {
+            throw APIError.orderConflict("the order is already fulfilled by another transaction")
+        }
+    }
+
+    /// A transaction belongs to the user of its appAccountToken: another business user uploading it
+    /// is an account conflict, whoever is logged in.
+    private func checkOwnership(transactionID: String, environment: String, token: UUID?, user: AuthenticatedUser) async throws {
+        let owner = try await context.pool.query(
+            """
+            SELECT coalesce(
+                (SELECT user_id FROM apple_transaction WHERE environment = \(environment) AND transaction_id = \(transactionID)),
+                (SELECT user_id FROM user_account_token WHERE app_account_token::text = \(token?.uuidString.lowercased()))
+            ) AS owner
+            """
+        ).first.flatMap { try? $0.decode("owner", as: String?.self) }
+        if let owner, owner != user.userID {
+            MetricsRegistry.shared.counter(
+                "subs_account_conflicts_total", help: "Transactions submitted by another business user than their owner"
+            ).increment()
+            context.logger.warning("account conflict on a client submission", ["appstore.transaction_id": .string(transactionID)])
+            throw APIError.accountConflict("this purchase belongs to another account")
+        }
+    }
+
+    /// An already fulfilled transaction answers with its current result: re-uploads and restores
+    /// never create anything new.
+    private func existingResult(transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> Result? {
+        let linked = try await context.pool.query(
+            """
+            SELECT order_no FROM payment_order
+             WHERE environment = \(environment) AND transaction_id = \(transactionID) AND status = 'FULFILLED'
+            """
+        ).first
+        guard let linked else { return nil }
+        let linkedOrder: String = try linked.decode("order_no")
+        if let orderNo, orderNo != linkedOrder {
+            // An old JWS on a new order: the existing result, never a second grant.
+            context.logger.info("transaction already fulfilled another order", ["order.no": .string(orderNo)])
+        }
+        return try await result(transactionID: transactionID, environment: environment, orderNo: linkedOrder, user: user)
+    }
+
+    private func answer(submissionID: Int64, transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> HTTPResponse {
+        let state = try await context.store.status(of: .submission, id: submissionID)
+        if state?.status == "DEAD" {
+            switch state?.errorCode {
+            case "ACCOUNT_CONFLICT": throw APIError.accountConflict("this purchase belongs to another account")
+            case "TRANSACTION_EXPIRED": throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
+            case let code?: throw APIError.transactionInvalid("the transaction was not applied (\(code))")
+            case nil: throw APIError.transactionInvalid("the transaction was not applied")
+            }
+        }
+        let order = try await context.pool.query(
+            """
+            SELECT order_no, status FROM payment_order
+             WHERE environment = \(environment) AND transaction_id = \(transactionID)
+            """
+        ).first
+        let resolvedOrder = try order.map { try $0.decode("order_no", as: String.self) } ?? orderNo
+        let orderStatus = try order?.decode("status", as: String.self)
+        if state?.status != "SUCCEEDED" || orderStatus != "FULFILLED" {
+            throw APIError.fulfillmentPending("the purchase is being processed; query the order for its result")
+        }
+        return .json(try await result(transactionID: transactionID, environment: environment, orderNo: resolvedOrder, user: user))
+    }
+
+    private func result(transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> Result {
+        let row = try await context.pool.query(
+            """
+            SELECT o.order_no, o.status AS order_status, s.status AS subscription_status, s.active_product_id, s.expires_at,
+                   (SELECT coalesce(sum(balance), 0)::bigint FROM credit_account WHERE user_id = \(user.userID)) AS balance
+              FROM (SELECT 1) AS one
+              LEFT JOIN payment_order o ON o.order_no = \(orderNo)
+              LEFT JOIN apple_transaction t ON t.environment = \(environment) AND t.transaction_id = \(transactionID)
+              LEFT JOIN user_subscription s ON s.environment = t.environment AND s.original_transaction_id = t.original_transaction_id
+            """
+        ).first!
+        return Result(
+            orderNo: try row.decode("order_no", as: String?.self), orderStatus: try row.decode("order_status", as: String?.self),
+            transactionId: transactionID, subscriptionStatus: try row.decode("subscription_status", as: String?.self),
+            activeProductId: try row.decode("active_product_id", as: String?.self),
+            expiresAt: try row.decode("expires_at", as: Date?.self),
+            creditsBalance: Credits.whole(try row.decode("balance", as: Int64.self)))
+    }
+}

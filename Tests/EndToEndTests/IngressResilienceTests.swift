@@ -1,0 +1,121 @@
+import AppStore
+import AppStoreTestSupport
+import Events
+import Foundation
+import Kafka
+import Postgres
+import ServiceRuntime
+import Synchronization
+import Testing
+import TestSupport
+
+/// What happens to Apple's notifications when PostgreSQL, the broker or the ingress itself fail.
+@Suite(.timeLimit(.minutes(5)))
+struct IngressResilienceTests {
+    let path = "/api/v1/iap/apple/notifications/sandbox"
+
+    func signed(_ harness: IngressHarness) throws -> String {
+        try harness.signer.signNotification(
+            type: .didRenew, bundleId: IngressHarness.bundleID, environment: .sandbox,
+            transaction: TestPayloads.transaction(bundleId: IngressHarness.bundleID, environment: .sandbox))
+    }
+
+    @Test func databaseDownAnswers503AndNothingIsLostOnceItIsBack() async throws {
+        let postgres = try await PrivatePostgres.create()
+        try await postgres.start()
+        defer { Task { await postgres.destroy() } }
+        let harness = try await IngressHarness.start(extra: ["DATABASE_URL": postgres.url])
+        defer { Task { await harness.stop() } }
+
+        let before = try await harness.client.post(path, json: ["signedPayload": try signed(harness)])
+        #expect(before.status == 200)
+        try await postgres.stop()
+        let during = try await harness.client.post(path, json: ["signedPayload": try signed(harness)])
+        #expect(during.status == 503, "\(during.text)")
+        #expect(try during.json()["code"] as? String == "SERVICE_UNAVAILABLE")
+        #expect(try await harness.client.get("/readyz").status == 503)
+        try await postgres.start()
+        let retried = try await eventually(timeout: 30) {
+            try await harness.client.post(path, json: ["signedPayload": try signed(harness)]).status == 200
+        }
+        #expect(retried, "accepted again once PostgreSQL is back")
+        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 2)
+    }
+
+    @Test func brokerDownOrIngressKilledBeforePublishingLosesNothing() async throws {
+        let broker = try await PrivateBroker.start()
+        let harness = try await IngressHarness.start(extra: ["KAFKA_BROKERS": broker.brokers])
+        defer { Task { await harness.stop() } }
+
+        await broker.kill()
+        var accepted: Set<String> = []
+        for _ in 0..<20 {
+            let response = try await harness.client.post(path, json: ["signedPayload": try signed(harness)])
+            #expect(response.status == 200, "durable in PostgreSQL even with the broker down: \(response.text)")
+            accepted.insert(try #require(try response.json()["notificationUUID"] as? String))
+        }
+        #expect(try await harness.count("SELECT count(*) FROM event_outbox") == 20, "nothing could be published")
+        // The ingress dies with everything committed and nothing published.
+        harness.process.kill()
+
+        try await broker.restart()
+        let second = try await IngressHarness.launch(harness.environment)
+        defer { second.kill() }
+        let drained = try await eventually(timeout: 60, every: .milliseconds(500)) {
+            try await harness.count("SELECT count(*) FROM event_outbox") == 0
+        }
+        #expect(drained, "the relay of the restarted ingress publishes what was left: \(second.output.suffix(2000))")
+
+        let seen = try await Self.publishedEventIDs(brokers: broker.brokers, topic: harness.pipeline.topic, expected: 20)
+        #expect(seen.count == 20, "published \(seen.count) of 20")
+        let partitions = try await KafkaAdmin(
+            configuration: KafkaConfiguration(brokers: broker.brokers), logger: Logger(label: "e2e", level: .warning)
+        ).partitionCount(harness.pipeline.topic)
+        #expect(partitions == harness.pipeline.partitions, "the topic came back with its configured partitions")
+    }
+
+    @Test func aThousandConcurrentNotificationsWithDuplicatesGiveOneRowEach() async throws {
+        let harness = try await IngressHarness.start(extra: [
+            "INGRESS_NOTIFICATION_RATE_PER_SECOND": "100000", "INGRESS_NOTIFICATION_RATE_BURST": "100000",
+        ])
+        defer { Task { await harness.stop() } }
+        let payloads = try (0..<1000).map { _ in try signed(harness) }
+        let bodies = payloads + payloads.prefix(200)
+        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+            for payload in bodies {
+                group.addTask {
+                    try await harness.client.post(path, json: ["signedPayload": payload]).status
+                }
+            }
+            return try await group.reduce(into: [Int]()) { $0.append($1) }
+        }
+        #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 1000)
+        let published = try await eventually(timeout: 30) { try await harness.count("SELECT count(*) FROM event_outbox") == 0 }
+        #expect(published)
+        let seen = try await Self.publishedEventIDs(
+            brokers: try TestEnvironment.kafkaBrokers(), topic: harness.pipeline.topic, expected: 1000)
+        #expect(seen.count == 1000, "one message per stored notification")
+    }
+
+    /// Reads the event topic from the start and returns the distinct event ids it carries.
+    static func publishedEventIDs(brokers: String, topic: String, expected: Int) async throws -> Set<Int64> {
+        let seen = Locked<Set<Int64>>([])
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                kafka: KafkaConfiguration(
+                    brokers: brokers, properties: ["session.timeout.ms": "2000", "heartbeat.interval.ms": "500"]),
+                groupID: TestEnvironment.uniqueName("check"), topics: [topic]),
+            logger: Logger(label: "e2e", level: .warning)
+        ) { message in
+            if let envelope = EventEnvelope.decode(message.value) { seen.withLock { _ = $0.insert(envelope.eventID) } }
+        }
+        let consuming = Task { try await consumer.run() }
+        _ = await eventually(timeout: 60) { seen.value.count >= expected }
+        // Anything beyond the expected count would show up within a moment.
+        try? await Task.sleep(for: .milliseconds(500))
+        await consumer.shutdown()
+        _ = try? await consuming.value
+        return seen.value
+    }
+}

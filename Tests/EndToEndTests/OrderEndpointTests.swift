@@ -1,0 +1,132 @@
+import AppStore
+import AppStoreTestSupport
+import Foundation
+import Postgres
+import Testing
+import TestSupport
+
+/// Order creation, reads, cancel and transaction submissions through the running ingress.
+@Suite(.timeLimit(.minutes(3)))
+struct OrderEndpointTests {
+    static let monthly = "com.example.starter.monthly"
+    static let pro = "com.example.pro.monthly"
+
+    static func seedCatalogue(_ harness: IngressHarness) async throws {
+        for (product, level, credits) in [(monthly, 2, 1000), (pro, 1, 3000)] {
+            try await harness.pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
+                VALUES (\(IngressHarness.bundleID), \(product), 'group-1', \(product), \(level), 'MONTH', \(credits))
+                """)
+        }
+    }
+
+    func createOrder(_ harness: IngressHarness, user: String, product: String = monthly, requestID: String = UUID().uuidString)
+        async throws -> TestHTTPResponse
+    {
+        try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": product, "requestId": requestID],
+            headers: ["Authorization": "Bearer \(harness.userToken(user))"])
+    }
+
+    @Test func createReadCancelWithIdempotencyAndConflicts() async throws {
+        let harness = try await IngressHarness.start()
+        defer { Task { await harness.stop() } }
+        try await Self.seedCatalogue(harness)
+
+        let unauthenticated = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "r"])
+        #expect(unauthenticated.status == 401)
+        #expect(try unauthenticated.json()["code"] as? String == "UNAUTHORIZED")
+        let expired = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "r"],
+            headers: ["Authorization": "Bearer \(harness.userToken("alice", expiresIn: -3600))"])
+        #expect(expired.status == 401)
+
+        let created = try await createOrder(harness, user: "alice", requestID: "click-1")
+        #expect(created.status == 201, "\(created.text)")
+        let order = try created.json()
+        let orderNo = try #require(order["orderNo"] as? String)
+        #expect(order["status"] as? String == "CREATED")
+        #expect(order["productId"] as? String == Self.monthly)
+        let token = try #require(order["appAccountToken"] as? String)
+        #expect(UUID(uuidString: token) != nil)
+
+        let retried = try await createOrder(harness, user: "alice", requestID: "click-1")
+        #expect(retried.status == 200)
+        #expect(try retried.json()["orderNo"] as? String == orderNo)
+        let reused = try await createOrder(harness, user: "alice", product: Self.pro, requestID: "click-1")
+        #expect(try reused.json()["code"] as? String == "ORDER_CONFLICT")
+        let second = try await createOrder(harness, user: "alice", requestID: "click-2")
+        #expect(second.status == 409, "one open initial order per user and group")
+        #expect(try second.json()["code"] as? String == "ORDER_CONFLICT")
+        let unknown = try await createOrder(harness, user: "alice", product: "com.example.nope")
+        #expect(try unknown.json()["code"] as? String == "PRODUCT_UNAVAILABLE")
+
+        let bob = try await createOrder(harness, user: "bob")
+        #expect(bob.status == 201)
+        let bobToken = try bob.json()["appAccountToken"] as? String
+        #expect(bobToken != token, "each user has their own random token")
+
+        let auth = ["Authorization": "Bearer \(harness.userToken("alice"))"]
+        let read = try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: auth)
+        #expect(read.status == 200)
+        let foreign = try await harness.client.get(
+            "/api/v1/subscriptions/orders/\(orderNo)", headers: ["Authorization": "Bearer \(harness.userToken("bob"))"])
+        #expect(foreign.status == 404)
+
+        let cancelled = try await harness.client.request("POST", "/api/v1/subscriptions/orders/\(orderNo)/cancel", headers: auth)
+        #expect(cancelled.status == 200)
+        #expect(try cancelled.json()["status"] as? String == "CANCELLED")
+        let again = try await createOrder(harness, user: "alice", requestID: "click-3")
+        #expect(again.status == 201, "a cancelled order no longer blocks a new purchase")
+        #expect(try await harness.count(
+            "SELECT count(*) FROM status_history WHERE entity_type = 'ORDER' AND current_status = 'CANCELLED'") == 1)
+    }
+
+    @Test func submissionsAreVerifiedStoredOnceAndAnsweredPendingWithoutAWorker() async throws {
+        let harness = try await IngressHarness.start(extra: ["INGRESS_FULFILLMENT_WAIT_MS": "300"])
+        defer { Task { await harness.stop() } }
+        try await Self.seedCatalogue(harness)
+        let order = try await createOrder(harness, user: "carol").json()
+        let orderNo = try #require(order["orderNo"] as? String)
+        let token = UUID(uuidString: try #require(order["appAccountToken"] as? String))
+        let auth = ["Authorization": "Bearer \(harness.userToken("carol"))"]
+        let path = "/api/v1/subscriptions/orders/\(orderNo)/apple-transaction"
+
+        let transaction = TestPayloads.transaction(
+            bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.monthly, appAccountToken: token)
+        let jws = try harness.signer.sign(transaction)
+        for _ in 0..<3 {
+            let response = try await harness.client.post(path, json: ["signedTransaction": jws], headers: auth)
+            #expect(response.status == 202, "\(response.text)")
+            #expect(try response.json()["code"] as? String == "FULFILLMENT_PENDING")
+        }
+        #expect(try await harness.count("SELECT count(*) FROM transaction_submission") == 1)
+
+        let wrongProduct = try harness.signer.sign(TestPayloads.transaction(
+            bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.pro, appAccountToken: token))
+        let mismatch = try await harness.client.post(path, json: ["signedTransaction": wrongProduct], headers: auth)
+        #expect(try mismatch.json()["code"] as? String == "TRANSACTION_INVALID")
+        let forged = try TestAppleSigner().sign(transaction)
+        let refused = try await harness.client.post(path, json: ["signedTransaction": forged], headers: auth)
+        #expect(refused.status == 422)
+        #expect(try refused.json()["code"] as? String == "TRANSACTION_INVALID")
+
+        // Someone else's purchase (their appAccountToken) uploaded by carol.
+        let dave = try await createOrder(harness, user: "dave").json()
+        let daveToken = UUID(uuidString: try #require(dave["appAccountToken"] as? String))
+        let davesTransaction = try harness.signer.sign(TestPayloads.transaction(
+            bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.monthly, appAccountToken: daveToken))
+        let conflict = try await harness.client.post(
+            "/api/v1/subscriptions/apple-transactions/observed", json: ["signedTransaction": davesTransaction], headers: auth)
+        #expect(conflict.status == 409)
+        #expect(try conflict.json()["code"] as? String == "ACCOUNT_CONFLICT")
+        let expired = try harness.signer.sign(TestPayloads.transaction(
+            bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.monthly,
+            purchaseDate: Date() - 40 * 86_400, appAccountToken: token))
+        let stale = try await harness.client.post(path, json: ["signedTransaction": expired], headers: auth)
+        #expect(try stale.json()["code"] as? String == "TRANSACTION_EXPIRED")
+        #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
+    }
+}
