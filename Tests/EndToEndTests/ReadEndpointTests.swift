@@ -40,6 +40,7 @@ struct ReadEndpointTests {
                 #expect(body["traceId"] as? String == "trace-\(name.count)", "\(path) \(name)")
             }
         }
+        #expect(harness.leakedSecrets().isEmpty, "\(harness.leakedSecrets())")
     }
 
     @Test func anUnknownUserHasNothingYet() async throws {
@@ -337,5 +338,6 @@ struct ReadEndpointTests {
         let billsCursor = try #require(bills["nextCursor"] as? String)
         let crossed = try await harness.client.get("/api/v1/credits/grants?cursor=\(billsCursor)", headers: harness.authorized("u1"))
         #expect(crossed.status == 400)
+        #expect(harness.leakedSecrets().isEmpty, "\(harness.leakedSecrets())")
     }
 }
