@@ -1,8 +1,6 @@
 import Domain
 import Foundation
-import HTTPServer
 import Postgres
-import ServiceRuntime
 
 /// A user's `user_subscription` rows as the read endpoints see them.
 struct UserSubscription: Sendable {
@@ -55,27 +53,5 @@ struct UserSubscription: Sendable {
         case .billingRetry, .expired, .revoked:
             return storedStatus
         }
-    }
-}
-
-extension IngressContext {
-    /// Runs a read; a database that is down or overloaded answers 503 (the client may retry),
-    /// anything else stays an internal error.
-    func reading<R: Sendable>(_ request: HTTPRequest, _ body: () async throws -> R) async throws -> R {
-        do {
-            return try await body()
-        } catch let error as PostgresError {
-            let state = error.sqlState ?? ""
-            guard error.isRetryable || state.hasPrefix("08") || state.hasPrefix("57") || error.isPoolClosed else { throw error }
-            logger.warning("read refused: database unavailable", ["error": .string("\(error)"), "trace.id": .string(request.traceID)])
-            throw APIError.serviceUnavailable()
-        }
-    }
-}
-
-extension PostgresError {
-    fileprivate var isPoolClosed: Bool {
-        if case .poolClosed = self { return true }
-        return false
     }
 }
