@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .executable(name: "ingress", targets: ["Ingress"]),
         .executable(name: "fulfillment", targets: ["Fulfillment"]),
+        .executable(name: "subsctl", targets: ["Subsctl"]),
     ],
     targets: [
         // C libraries from Debian, one system module each; CShims holds the only C we write.
@@ -89,6 +90,11 @@ let package = Package(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
+        // Operations CLI: one file per subcommand.
+        .executableTarget(
+            name: "Subsctl", dependencies: ["AppStore", "Crypto", "ServiceRuntime"], path: "Services/Subsctl",
+            swiftSettings: swiftSettings),
+
         // Benchmark peers (not tests): small servers measured by the scripts in Tests/Benchmarks.
         .executableTarget(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
@@ -101,7 +107,8 @@ let package = Package(
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
         .target(
-            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto"], path: "Tests/AppStoreSupport",
+            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "HTTPServer", "ServiceRuntime"],
+            path: "Tests/AppStoreSupport",
             swiftSettings: swiftSettings),
 
         .testTarget(
@@ -127,6 +134,9 @@ let package = Package(
         .testTarget(
             name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "Storage", "TestSupport", "ServiceRuntime"],
             path: "Tests/CatalogueTests", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SubsctlTests", dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport"],
+            path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
