@@ -92,7 +92,7 @@ let package = Package(
 
         // Operations CLI: one file per subcommand.
         .executableTarget(
-            name: "Subsctl", dependencies: ["AppStore", "Crypto", "ServiceRuntime"], path: "Services/Subsctl",
+            name: "Subsctl", dependencies: ["AppStore", "Crypto", "ServiceRuntime", "Catalogue", "Postgres"], path: "Services/Subsctl",
             swiftSettings: swiftSettings),
 
         // Benchmark peers (not tests): small servers measured by the scripts in Tests/Benchmarks.
@@ -100,9 +100,9 @@ let package = Package(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
             path: "Tests/Benchmarks/BenchHTTPServer", swiftSettings: swiftSettings),
 
-        // Helpers for tests: the local services, process control, HTTP client.
+        // Helpers for tests: the local services, process control, HTTP client, throwaway migrated databases.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime"],
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Storage"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
@@ -132,10 +132,11 @@ let package = Package(
             name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
             path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "Storage", "TestSupport", "ServiceRuntime"],
+            name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "TestSupport"],
             path: "Tests/CatalogueTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "SubsctlTests", dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport"],
+            name: "SubsctlTests",
+            dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
             path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",

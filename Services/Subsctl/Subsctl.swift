@@ -26,7 +26,9 @@ enum ExitStatus {
 }
 
 enum Subsctl {
-    static var commands: [any SubsctlCommand.Type] { [VerifyCommand.self, BenchVerifyCommand.self] }
+    static var commands: [any SubsctlCommand.Type] {
+        [VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self]
+    }
 
     /// Where diagnostics go: stderr, so stdout stays the command's output alone.
     static let logger = Logger(label: "subsctl", sink: LogSink(fileDescriptor: STDERR_FILENO))

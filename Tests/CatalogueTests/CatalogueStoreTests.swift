@@ -2,44 +2,10 @@ import Catalogue
 import Domain
 import Foundation
 import Postgres
-import ServiceRuntime
-import Storage
 import Testing
 import TestSupport
 
-/// A migrated database of its own for one test, dropped afterwards.
-struct CatalogueDatabase {
-    let name: String
-    let pool: PostgresPool
-    private let baseURL: String
-
-    static func make() async throws -> CatalogueDatabase {
-        let baseURL = try TestEnvironment.databaseURL()
-        let name = TestEnvironment.uniqueName("catalogue")
-        let admin = PostgresPool(configuration: PostgresConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "test"))
-        // The name is generated, never input: safe to splice into DDL.
-        try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"))
-        await admin.shutdown()
-        var components = try #require(URLComponents(string: baseURL))
-        components.path = "/" + name
-        let pool = PostgresPool(
-            configuration: PostgresConfiguration(url: try #require(components.string), maximumConnections: 8),
-            logger: Logger(label: "test", level: .warning))
-        try await Migrator(pool: pool, logger: Logger(label: "test", level: .warning)).migrate(Migrator.bundled())
-        return CatalogueDatabase(name: name, pool: pool, baseURL: baseURL)
-    }
-
-    func drop() async {
-        await pool.shutdown()
-        let admin = PostgresPool(configuration: PostgresConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "test"))
-        _ = try? await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"))
-        await admin.shutdown()
-    }
-
-    func count(_ sql: String) async throws -> Int {
-        try await pool.query(PostgresQuery(unsafeSQL: sql))[0].decode(0, as: Int.self)
-    }
-
+extension TestDatabase {
     func versions() async throws -> [String: Int] {
         var versions: [String: Int] = [:]
         for row in try await pool.query("SELECT product_id, version FROM payment_product") {
@@ -57,7 +23,7 @@ struct CatalogueStoreTests {
     }()
 
     @Test func applyIsIdempotentAndAuditsEveryChange() async throws {
-        let database = try await CatalogueDatabase.make()
+        let database = try await TestDatabase.make("catalogue")
         let store = CatalogueStore(pool: database.pool)
         let productIDs = Self.demo.products.map(\.productID)
 
@@ -108,7 +74,7 @@ struct CatalogueStoreTests {
     }
 
     @Test func disabledProductsStayKnownAndDeletedOnesComeBack() async throws {
-        let database = try await CatalogueDatabase.make()
+        let database = try await TestDatabase.make("catalogue")
         let store = CatalogueStore(pool: database.pool)
         try await store.apply(Self.demo, operator: "test", reason: "seed")
         var withdrawn = Self.demo
@@ -131,7 +97,7 @@ struct CatalogueStoreTests {
     }
 
     @Test func concurrentAppliesInsertEachProductOnce() async throws {
-        let database = try await CatalogueDatabase.make()
+        let database = try await TestDatabase.make("catalogue")
         let store = CatalogueStore(pool: database.pool)
         let results = try await withThrowingTaskGroup(of: CatalogueApplyResult.self) { group in
             for index in 0..<6 { group.addTask { try await store.apply(Self.demo, operator: "test", reason: "run \(index)") } }

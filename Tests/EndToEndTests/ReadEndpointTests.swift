@@ -43,6 +43,23 @@ struct ReadEndpointTests {
         #expect(harness.leakedSecrets().isEmpty, "\(harness.leakedSecrets())")
     }
 
+    @Test func acceptsTheTokensOfSubsctlDevToken() async throws {
+        let harness = try await IngressHarness.start()
+        defer { Task { await harness.stop() } }
+        let process = Process()
+        process.executableURL = ServiceProcess.binaryDirectory.appendingPathComponent("subsctl")
+        process.arguments = ["dev-token", "--user", "local-user", "--ttl", "120"]
+        process.environment = ["USER_TOKEN_HS256_SECRET": harness.userTokenSecret]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let token = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(in: .newlines)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let response = try await harness.client.get("/api/v1/credits/balance", headers: ["Authorization": "Bearer \(token)"])
+        #expect(response.status == 200, "\(response.text)")
+    }
+
     @Test func anUnknownUserHasNothingYet() async throws {
         let harness = try await IngressHarness.start()
         defer { Task { await harness.stop() } }
