@@ -64,6 +64,10 @@ let package = Package(
             path: "Shared/Pipeline", swiftSettings: swiftSettings),
         // The domain core: projection, order state machine, notification matrix, credit rules. No I/O.
         .target(name: "Domain", path: "Shared/Domain", swiftSettings: swiftSettings),
+        // The product catalogue: its JSON file format, applied by upsert into payment_product, and read back.
+        .target(
+            name: "Catalogue", dependencies: ["Domain", "Postgres"], path: "Shared/Catalogue", exclude: ["README.md"],
+            swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
         .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
 
@@ -72,9 +76,9 @@ let package = Package(
             name: "IngressApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
-                "Domain",
+                "Domain", "Catalogue",
             ],
-            path: "Services/Ingress/App", swiftSettings: swiftSettings),
+            path: "Services/Ingress/App", resources: [.copy("openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(
             name: "Ingress", dependencies: ["IngressApp"], path: "Services/Ingress/Main",
             swiftSettings: swiftSettings),
@@ -90,7 +94,8 @@ let package = Package(
         // (`demo-signer`, `demo`, `bench sign-notifications`), whose signer only a deployment with
         // APPLE_IAP_ALLOW_TEST_ROOTS=true trusts.
         .executableTarget(
-            name: "Subsctl", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
+            name: "Subsctl",
+            dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Postgres"],
             path: "Services/Subsctl",
             swiftSettings: swiftSettings),
 
@@ -99,9 +104,9 @@ let package = Package(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
             path: "Tests/Benchmarks/BenchHTTPServer", swiftSettings: swiftSettings),
 
-        // Helpers for tests: the local services, process control, HTTP client.
+        // Helpers for tests: the local services, process control, HTTP client, throwaway migrated databases.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime"],
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Storage"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
@@ -131,13 +136,17 @@ let package = Package(
             name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
             path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "SubsctlTests", dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport"],
+            name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "TestSupport"],
+            path: "Tests/CatalogueTests", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SubsctlTests",
+            dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
             path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
-                "AppStore", "AppStoreTestSupport", "Crypto",
+                "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

@@ -45,7 +45,7 @@ enum DemoCommand: SubsctlCommand {
         let story = DemoStory(
             client: DemoHTTPClient(baseURL: ingress), signer: signer,
             bundleId: environment["APPLE_IAP_BUNDLE_ID"] ?? "com.example.subscriptions", user: user,
-            bearer: DevToken.hs256(user: user, secret: secret), wait: .seconds(wait))
+            bearer: DevTokenCommand.token(user: user, secret: secret, ttl: 3600), wait: .seconds(wait))
         do {
             try await story.run()
             return ExitStatus.success

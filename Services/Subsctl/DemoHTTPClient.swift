@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -47,18 +46,5 @@ struct DemoHTTPClient: Sendable {
                 description: "\(method) \(path) on \(baseURL.absoluteString) failed: \(error.localizedDescription)",
                 status: ExitStatus.temporaryFailure)
         }
-    }
-}
-
-/// Client bearer tokens as the app's identity provider would mint them (HS256, `sub` = user id),
-/// for local use only. The key is the secret's UTF-8 bytes, as the ingress reads it.
-enum DevToken {
-    static func hs256(user: String, secret: String, lifetime: TimeInterval = 3600, now: Date = Date()) -> String {
-        let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
-        let claims: [String: Any] = ["sub": user, "iat": Int(now.timeIntervalSince1970), "exp": Int(now.timeIntervalSince1970 + lifetime)]
-        // A dictionary of a string and integers always serialises.
-        let payload = Base64URL.encode(Array(try! JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys])))
-        let signature = HMACSHA256.authenticate(key: Array(secret.utf8), message: Array("\(header).\(payload)".utf8))
-        return "\(header).\(payload).\(Base64URL.encode(signature))"
     }
 }

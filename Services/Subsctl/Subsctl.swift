@@ -35,7 +35,10 @@ enum ExitStatus {
 
 enum Subsctl {
     static var commands: [any SubsctlCommand.Type] {
-        [VerifyCommand.self, BenchVerifyCommand.self, DemoSignerCommand.self, DemoCommand.self, BenchSignNotificationsCommand.self]
+        [
+            VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
+            DemoCommand.self, BenchSignNotificationsCommand.self,
+        ]
     }
 
     /// Where diagnostics go: stderr, so stdout stays the command's output alone.

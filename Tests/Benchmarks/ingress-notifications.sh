@@ -103,14 +103,8 @@ pgbench -n -M prepared -c "$PGBENCH_CLIENTS" -j 2 -T "$PGBENCH_SECONDS" -f "$wor
 pgbench_tps=$(awk '/^tps = / { printf "%.0f", $3; exit }' "$work/pgbench.out")
 pgbench_latency=$(awk '/^latency average = / { print $4; exit }' "$work/pgbench.out")
 
-# A client token as the app's identity provider would mint it (HS256, sub = user id).
-b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
-jwt_header=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-jwt_claims=$(printf '{"sub":"bench-reader","exp":%d}' $(($(date +%s) + 3600)) | b64url)
-jwt_signature=$(printf '%s.%s' "$jwt_header" "$jwt_claims" | openssl dgst -sha256 -hmac "$user_secret" -binary | b64url)
-auth="Authorization: Bearer $jwt_header.$jwt_claims.$jwt_signature"
-sql "INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
-     VALUES ('$BUNDLE_ID', 'com.example.starter.monthly', '21000000', 'starter', 2, 'MONTH', 1000)"
+auth="Authorization: Bearer $(USER_TOKEN_HS256_SECRET="$user_secret" "$bin/subsctl" dev-token --user bench-reader)"
+DATABASE_URL="$bench_url" "$bin/subsctl" catalog apply --operator bench --reason "benchmark catalogue" deploy/local/catalog.json >/dev/null
 order_no=$(curl -fsS -H "$auth" -H 'Content-Type: application/json' \
     -d '{"productId":"com.example.starter.monthly","requestId":"bench-read"}' "$base/api/v1/subscriptions/orders" \
     | sed -n 's/.*"orderNo":"\([^"]*\)".*/\1/p')

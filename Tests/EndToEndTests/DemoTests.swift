@@ -1,6 +1,5 @@
 import AppStoreTestSupport
 import Foundation
-import Postgres
 import Testing
 import TestSupport
 
@@ -10,13 +9,7 @@ struct DemoTests {
     @Test func theDemoTellsItsFourStepsAndSucceeds() async throws {
         let harness = try await IngressHarness.start()
         defer { Task { await harness.stop() } }
-        for (product, level, credits) in [("com.example.starter.monthly", 2, 1000), ("com.example.pro.monthly", 1, 3000)] {
-            try await harness.pool.query(
-                """
-                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
-                VALUES (\(IngressHarness.bundleID), \(product), '21000000', \(product), \(level), 'MONTH', \(credits))
-                """)
-        }
+        try await harness.applyDemoCatalogue()
         let worker = try ServiceProcess(
             executable: "fulfillment", name: "demo-worker", environment: harness.environment.merging(["WORKER_ID": "demo-worker"]) { _, new in new })
         defer { worker.kill() }
