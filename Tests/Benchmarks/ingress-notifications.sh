@@ -8,8 +8,8 @@
 #   Tests/Benchmarks/ingress-notifications.sh
 #   BENCH_NOTIFICATIONS=150000 DURATION=15s CONNECTIONS=64 BENCH_PORT=18090 BENCH_PERF=1 Tests/Benchmarks/ingress-notifications.sh
 #
-# BENCH_PERF=1 also records the whole machine with perf during the notification run and prints
-# where the CPU went (by process, then the ingress's top symbols).
+# BENCH_PERF=1 also records the whole machine with perf (call graphs) during the notification run
+# and prints where the CPU went: by process, then inside the ingress by function (inclusive).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source deploy/local/env.sh
@@ -78,12 +78,20 @@ post_bodies() {  # file duration output
 echo "notifications: warm-up (3 s), then wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $NOTIFICATION_PATH..."
 post_bodies "$work/warmup.jsonl" 3s "$work/warmup.wrk"
 rows_before=$(sql "SELECT count(*) FROM apple_notification_event")
+# Where the cost goes: the ingress's CPU time, commits and WAL bytes, rows per group commit.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$ingress_pid/stat"; }
+db_counters() { sql "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || wal_bytes FROM pg_stat_wal"; }
+batch_counters() { curl -fsS "$base/metrics" | awk '/^subs_group_commit_batch_size_(sum|count)/ { printf "%s ", $2 } END { print "" }'; }
+ticks_before=$(cpu_ticks); read -r commits_before wal_before < <(db_counters); read -r batch_sum_before batch_count_before < <(batch_counters)
 if [ "${BENCH_PERF:-0}" = 1 ]; then
     perf record -a -g -F 499 -o "$work/perf.data" -- sleep 10 >/dev/null 2>&1 &
     perf_pid=$!
 fi
 post_bodies "$work/bodies.jsonl" "$DURATION" "$work/notifications.wrk"
+ticks_after=$(cpu_ticks); read -r batch_sum_after batch_count_after < <(batch_counters)
 rows_after=$(sql "SELECT count(*) FROM apple_notification_event")
+sleep 1  # backends report their statistics at most once a second
+read -r commits_after wal_after < <(db_counters)
 read -r accepted duplicate other reused seconds < <(sed -n \
     's/^lua accepted=\([0-9]*\) duplicate=\([0-9]*\) other=\([0-9]*\) reused=\([0-9]*\) seconds=\([0-9.]*\)$/\1 \2 \3 \4 \5/p' \
     "$work/notifications.wrk")
@@ -121,9 +129,14 @@ final_rss=$(peak_rss_mib)
 
 if [ "${BENCH_PERF:-0}" = 1 ]; then
     wait "$perf_pid" || true
-    perf report -i "$work/perf.data" --no-children --sort comm --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -8 >"$work/perf-comm.txt"
-    perf report -i "$work/perf.data" --no-children --pid "$ingress_pid" --sort dso,symbol --stdio 2>/dev/null \
-        | grep -E '^ +[0-9]' | head -25 >"$work/perf-ingress.txt"
+    report() {  # lines perf-report-options…: the top lines, padding trimmed
+        local lines=$1; shift
+        perf report -i "$work/perf.data" -g none --stdio "$@" 2>/dev/null | grep -E '^ +[0-9]' \
+            | sed -E 's/ +- +- *$//; s/ +$//' | cut -c1-180 | head -n "$lines" || true
+    }
+    report 16 --no-children --sort comm,dso >"$work/perf-comm.txt"
+    # Inclusive time (callees included) names the operations: verification, logging, libpq calls…
+    report 40 --pid "$ingress_pid" --percentage relative --children --sort dso,symbol >"$work/perf-ingress.txt"
 fi
 
 echo
@@ -138,6 +151,11 @@ printf '  other answers       %s duplicate, %s non-200, %s bodies reused (raise 
     "$duplicate" "$other" "$reused" "$(wrk_figure "$work/notifications.wrk" errors)"
 printf '  published           %s outbox rows left at the end, %s a few seconds later\n' "$unpublished_at_end" "$unpublished_later"
 printf '  ingress peak RSS    %8s MiB (target < 150 MiB)\n' "$notification_rss"
+awk -v a="$accepted" -v t="$((ticks_after - ticks_before))" -v hz="$(getconf CLK_TCK)" -v s="$seconds" \
+    -v c="$((commits_after - commits_before))" -v w="$((wal_after - wal_before))" \
+    -v bs="$batch_sum_after" -v bs0="$batch_sum_before" -v bc="$batch_count_after" -v bc0="$batch_count_before" 'BEGIN {
+    printf "  cost per accepted   %.2f ms ingress CPU (%.2f cores busy), %.2f commits, %.1f KiB WAL; %.1f rows per group commit\n",
+        1000 * t / hz / a, t / hz / s, c / a, w / a / 1024, (bc > bc0) ? (bs - bs0) / (bc - bc0) : 0 }'
 printf 'pgbench one-row inserts (%s-byte payload, %s clients, %s s): %s tps, latency average %s ms\n' \
     "$PGBENCH_PAYLOAD_BYTES" "$PGBENCH_CLIENTS" "$PGBENCH_SECONDS" "$pgbench_tps" "$pgbench_latency"
 awk -v a="$accepted" -v s="$seconds" -v p="$pgbench_tps" 'BEGIN { printf "  notifications accepted / pgbench one-row tps = %.2f\n", a / s / p }'
@@ -151,6 +169,6 @@ if [ "${BENCH_PERF:-0}" = 1 ]; then
     echo
     echo "perf, whole machine during the notification run (share of samples by process):"
     cat "$work/perf-comm.txt"
-    echo "perf, the ingress's top symbols:"
+    echo "perf, the ingress alone: inclusive share (children, self), by function:"
     cat "$work/perf-ingress.txt"
 fi
