@@ -79,7 +79,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "FulfillmentApp",
-            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Pipeline"],
+            dependencies: [
+                "ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "AppStore", "Crypto", "Domain",
+            ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
@@ -124,7 +126,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
-                "AppStore", "AppStoreTestSupport", "Crypto",
+                "AppStore", "AppStoreTestSupport", "Crypto", "Domain", "FulfillmentApp",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

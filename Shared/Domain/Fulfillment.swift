@@ -36,7 +36,7 @@ public enum FactSource: Sendable, Hashable {
 }
 
 /// A business user as attribution sees it.
-public struct UserRecord: Sendable, Hashable {
+public struct UserRecord: Sendable, Hashable, Codable {
     public var userID: String
     public var isTestUser: Bool
 
@@ -47,7 +47,7 @@ public struct UserRecord: Sendable, Hashable {
 }
 
 /// A `payment_order` row as processing reads and writes it.
-public struct OrderRecord: Sendable, Hashable {
+public struct OrderRecord: Sendable, Hashable, Codable {
     public var orderNo: String
     public var userID: String
     public var productID: String
@@ -71,7 +71,7 @@ public struct OrderRecord: Sendable, Hashable {
 }
 
 /// A `credit_grant` row of the transaction being processed.
-public struct GrantRecord: Sendable, Hashable {
+public struct GrantRecord: Sendable, Hashable, Codable {
     public var grantKey: String
     public var userID: String
     public var pool: CreditPool
@@ -96,7 +96,7 @@ public struct GrantRecord: Sendable, Hashable {
 }
 
 /// The stored `user_subscription` row of a chain.
-public struct SubscriptionRecord: Sendable, Hashable {
+public struct SubscriptionRecord: Sendable, Hashable, Codable {
     public var owner: UserRecord
     public var state: SubscriptionState
     /// Set by an account conflict: nothing moves on the chain until an operator clears it.
@@ -187,6 +187,7 @@ public struct OrderChange: Sendable, Hashable {
     public var previousStatus: OrderStatus?
     public var originalTransactionID: String
     public var environment: String
+    public var subscriptionGroupID: String
 }
 
 /// The recomputed subscription row of the chain.
@@ -233,6 +234,12 @@ public struct FulfillmentPlan: Sendable, Hashable {
     public var history: [StatusChange] = []
     /// An account conflict on a chain that has a row: freeze it.
     public var freezeChain = false
+
+    /// True for a pure duplicate: every fact stored, every order and grant written before.
+    public var writesNothing: Bool {
+        storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
+            && revocations.isEmpty && restorations.isEmpty && history.isEmpty
+    }
 
     init(verdict: FulfillmentVerdict, user: UserRecord? = nil) {
         self.verdict = verdict
@@ -385,7 +392,7 @@ public enum FulfillmentPlanner {
             if let expires = transaction.expiresDate, expires <= input.now {
                 return .refused(code: "TRANSACTION_EXPIRED", reason: "an expired transaction cannot fulfil a new order")
             }
-            plan.order = link(order, to: transaction)
+            plan.order = link(order, to: transaction, product: product)
             return nil
         }
         // Family-shared access is a separate entitlement, never a paid order; a linked order is done.
@@ -402,7 +409,7 @@ public enum FulfillmentPlanner {
                 }
                 .max { $0.createdAt < $1.createdAt }
             if let candidate {
-                plan.order = link(candidate, to: transaction)
+                plan.order = link(candidate, to: transaction, product: product)
                 return nil
             }
         }
@@ -418,17 +425,20 @@ public enum FulfillmentPlanner {
                 productID: transaction.productID, type: type, status: .fulfilled,
                 transactionID: transaction.transactionID, createdAt: input.now),
             isNew: true, previousStatus: nil, originalTransactionID: transaction.originalTransactionID,
-            environment: transaction.environment)
+            environment: transaction.environment, subscriptionGroupID: product.subscriptionGroupID)
         return nil
     }
 
-    private static func link(_ order: OrderRecord, to transaction: TransactionFact) -> OrderChange {
+    private static func link(_ order: OrderRecord, to transaction: TransactionFact, product: CatalogueProduct)
+        -> OrderChange
+    {
         var linked = order
         linked.status = .fulfilled
         linked.transactionID = transaction.transactionID
         return OrderChange(
             order: linked, isNew: false, previousStatus: order.status,
-            originalTransactionID: transaction.originalTransactionID, environment: transaction.environment)
+            originalTransactionID: transaction.originalTransactionID, environment: transaction.environment,
+            subscriptionGroupID: product.subscriptionGroupID)
     }
 
     /// Orders the processor creates are numbered after their transaction, so a retry can only

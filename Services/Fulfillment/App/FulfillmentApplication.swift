@@ -1,3 +1,4 @@
+import AppStore
 import Kafka
 import Pipeline
 import Postgres
@@ -13,14 +14,19 @@ public struct FulfillmentApplication: Sendable {
     public let sweeper: PipelineSweeper
     public let logger: Logger
 
-    public init(configuration: FulfillmentConfiguration, logger: Logger) throws {
+    public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
         let logger = logger.with(["worker.id": .string(configuration.workerID)])
         self.configuration = configuration
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
         producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
         let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
-        let processor = EventProcessor(store: store, configuration: configuration, logger: logger)
+        // `load` refuses a configuration without keys; a hand-made one must carry them.
+        guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
+        let processor = EventProcessor(
+            events: store,
+            verifier: try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger),
+            cipher: cipher, configuration: configuration, clock: clock, logger: logger)
         consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 kafka: configuration.pipeline.kafka, groupID: configuration.groupID,

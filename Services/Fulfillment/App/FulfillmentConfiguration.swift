@@ -1,3 +1,4 @@
+import AppStore
 import Foundation
 import Pipeline
 import ServiceRuntime
@@ -5,6 +6,12 @@ import ServiceRuntime
 /// Everything a fulfillment worker reads from its environment, validated at start-up.
 public struct FulfillmentConfiguration: Sendable {
     public var pipeline: PipelineConfiguration
+    /// `APPLE_IAP_*`: who may sign the facts the worker applies (the same settings as the ingress).
+    /// `APPLE_IAP_ENV` also decides who counts as a test user: everyone on a Sandbox deployment,
+    /// only users flagged `is_test_user` on a Production one.
+    public var appStore: AppStoreVerifierConfiguration
+    /// `PAYLOAD_ENCRYPTION_KEYS`: opens the payloads the ingress sealed (every listed key). Required.
+    public var payloadCipher: PayloadCipher?
     /// Consumer group shared by all workers (`FULFILLMENT_GROUP_ID`). Default `fulfillment`.
     public var groupID: String
     /// This worker's name in leases and logs (`WORKER_ID`). Default host name and process id.
@@ -22,6 +29,8 @@ public struct FulfillmentConfiguration: Sendable {
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
+        appStore = AppStoreVerifierConfiguration.read(from: reader)
+        payloadCipher = PayloadCipher(reader: reader)
         groupID = reader.string("FULFILLMENT_GROUP_ID", default: "fulfillment")
         workerID = reader.string(
             "WORKER_ID", default: "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)")
