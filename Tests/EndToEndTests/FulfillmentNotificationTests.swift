@@ -1,6 +1,7 @@
 import AppStore
 import AppStoreTestSupport
 import Foundation
+import FulfillmentApp
 import Postgres
 import Testing
 import TestSupport
@@ -49,6 +50,10 @@ struct FulfillmentNotificationTests {
         #expect(try await harness.count("SELECT count(*) FROM credit_grant") == 1)
         #expect(try await harness.count("SELECT count(*) FROM payment_order") == 1)
         try await harness.checkInvariants()
+
+        // The replay check sees a row that the facts do not give.
+        try await harness.pool.query("UPDATE user_subscription SET status = 'EXPIRED'")
+        #expect(try await ChainReplay.mismatches(pool: harness.pool, now: Date()).count == 1)
     }
 
     /// Scenarios 9, 14, 15, 16, 17 and 25: renewals, grace, billing retry, recovery, expiry, and a

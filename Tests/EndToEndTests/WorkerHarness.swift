@@ -151,12 +151,11 @@ struct WorkerHarness {
     }
 
     /// POSTs a signed transaction for an order (or as observed when `orderNo` is nil) as `user`.
-    func submit(_ transaction: JWSTransactionDecodedPayload, orderNo: String?, as user: String) async throws -> TestHTTPResponse {
+    func submit(_ jws: String, orderNo: String?, as user: String) async throws -> TestHTTPResponse {
         let path = orderNo.map { "/api/v1/subscriptions/orders/\($0)/apple-transaction" }
             ?? "/api/v1/subscriptions/apple-transactions/observed"
         return try await client.post(
-            path, json: ["signedTransaction": try signer.sign(transaction)],
-            headers: ["Authorization": "Bearer \(ingress.userToken(user))"])
+            path, json: ["signedTransaction": jws], headers: ["Authorization": "Bearer \(ingress.userToken(user))"])
     }
 
     /// Creates an order through the API; returns its number and the user's appAccountToken.
