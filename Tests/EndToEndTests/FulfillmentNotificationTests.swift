@@ -18,7 +18,7 @@ struct FulfillmentNotificationTests {
     /// Scenario 4: the app was killed after paying; only SUBSCRIBED arrives and completes the order.
     @Test func initialBuyCompletesTheOpenOrderActivatesAndGrantsOnce() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let (orderNo, token) = try await harness.order("alice")
         let id = Self.id()
         let purchase = harness.transaction(id, token: token)
@@ -60,7 +60,7 @@ struct FulfillmentNotificationTests {
     /// renewal processed before an older billing failure.
     @Test func renewalsGraceBillingRetryRecoveryAndExpiry() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let token = try await harness.user("alice")
         let now = Date()
         let day = Self.day
@@ -149,7 +149,7 @@ struct FulfillmentNotificationTests {
     /// refund changes nothing, a reversal restores what was taken.
     @Test func refundDeclinedAndReversed() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let token = try await harness.user("alice")
         let now = Date()
         let id = Self.id()
@@ -203,7 +203,7 @@ struct FulfillmentNotificationTests {
     /// a downgrade that wait for the renewal.
     @Test func autoRenewUpgradeCrossgradeAndDowngrade() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let now = Date()
         let day = Self.day
 
@@ -278,7 +278,7 @@ struct FulfillmentNotificationTests {
     /// only that member's access. Scenario 26: an unknown type is stored, acknowledged, counted.
     @Test func familySharingRevokeAndUnknownTypes() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let now = Date()
         let owner = try await harness.user("alice")
         let member = try await harness.user("fam")

@@ -16,7 +16,7 @@ struct FulfillmentRecoveryTests {
     /// summary; after the catalogue or the user is fixed, a replay fulfils it.
     @Test func unmatchedFactsAreKeptAndReplayedAfterTheFix() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let token = try await harness.user("alice")
         let id = Self.id()
         let purchase = harness.transaction(id, product: "com.example.max.monthly", token: token)
@@ -59,7 +59,7 @@ struct FulfillmentRecoveryTests {
         let harness = try await WorkerHarness.start(extra: [
             "FULFILLMENT_MAX_ATTEMPTS": "3", "FULFILLMENT_RETRY_BASE_MS": "100", "FULFILLMENT_RETRY_MAX_MS": "300",
         ])
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let token = try await harness.user("alice")
         // The database refuses to store transactions of the products listed here, as a failing
         // database would (40001 is a serialization failure: retryable).
@@ -122,7 +122,7 @@ struct FulfillmentRecoveryTests {
     /// Scenario 29: on a Production deployment a Sandbox fact only touches users flagged as test users.
     @Test func sandboxFactsOnlyTouchTestUsersInProduction() async throws {
         let harness = try await WorkerHarness.start(environment: .production)
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let alice = try await harness.user("alice")
         let tester = try await harness.user("tess", isTestUser: true)
 

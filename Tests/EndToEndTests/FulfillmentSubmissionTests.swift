@@ -18,7 +18,7 @@ struct FulfillmentSubmissionTests {
     /// Scenarios 1, 2, 3, 5, 7, 8 and 19: upload, cancel, Ask to Buy, repeated and old uploads, restore.
     @Test func uploadsObservationsCancelAndAskToBuy() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
 
         // 1: order, StoreKit success, upload: FULFILLED, ACTIVE, 1000 credits in the answer.
         let (orderNo, token) = try await harness.order("alice")
@@ -89,7 +89,7 @@ struct FulfillmentSubmissionTests {
     /// FULFILLED, one grant.
     @Test func uploadsAndNotificationsOfOnePurchaseRacingAHundredTimes() async throws {
         let harness = try await WorkerHarness.start(workers: 2)
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let (orderNo, token) = try await harness.order("alice")
         let id = Self.id()
         let purchase = harness.transaction(id, token: token)
@@ -142,7 +142,7 @@ struct FulfillmentSubmissionTests {
     /// or login claims is frozen, nothing moves, and it stays frozen for later facts.
     @Test func accountConflictsFreezeTheChain() async throws {
         let harness = try await WorkerHarness.start()
-        defer { Task { await harness.stop() } }
+        defer { harness.stop() }
         let alice = try await harness.user("alice")
         let bob = try await harness.user("bob")
         let now = Date()

@@ -47,9 +47,11 @@ struct WorkerHarness {
         return worker
     }
 
-    func stop() async {
+    /// Kills the processes at once: a `defer` cannot await, and a process left to a task may outlive
+    /// the test run. The pool's connections close with the test process.
+    func stop() {
         for worker in workers { worker.kill() }
-        await ingress.stop()
+        ingress.process.kill()
     }
 
     func seedCatalogue() async throws {

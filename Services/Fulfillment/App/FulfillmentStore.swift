@@ -61,11 +61,8 @@ struct FulfillmentStore: Sendable {
             }
             var granted = 0
             switch plan.verdict {
-            case .applied:
-                if !plan.writesNothing { granted = try await write(plan, verified, event: event, on: db) }
-                try await events.complete(event, owner: owner, on: db)
-            case .recorded:
-                try await events.complete(event, owner: owner, on: db)
+            case .applied, .recorded:
+                granted = try await write(plan, verified, event: event, owner: owner, on: db)
             case .unmatched(let reason):
                 try await keepUnmatched(event, verified, reason: reason, on: db)
                 try await events.fail(
@@ -231,12 +228,13 @@ struct FulfillmentStore: Sendable {
         var grants: [GrantRecord]?
     }
 
-    /// Writes an applied plan: facts, order, subscription, history and a grant in one statement;
-    /// revocations and restorations (refunds, rare) after it. Returns how many grants were new.
-    private func write(_ plan: FulfillmentPlan, _ verified: VerifiedEvent, event: ClaimedEvent, on db: PostgresConnection)
-        async throws -> Int
-    {
-        let user = plan.user!.userID
+    /// Writes what the plan says and completes the event in one statement (facts, order,
+    /// subscription, history, grants with their balances and ledger, SUCCEEDED and its proof);
+    /// revocations and restorations (refunds, rare) follow. Returns how many grants were new.
+    private func write(
+        _ plan: FulfillmentPlan, _ verified: VerifiedEvent, event: ClaimedEvent, owner: String, on db: PostgresConnection
+    ) async throws -> Int {
+        let user = plan.user?.userID
         let t = plan.storeTransaction
         // The columns Apple signed beside the fact, from this event's own verified copy.
         let r = verified.transaction.flatMap { $0.fact == t ? $0 : nil }
@@ -244,9 +242,9 @@ struct FulfillmentStore: Sendable {
         let order = plan.order
         let orderFacts = verified.transaction.flatMap { $0.fact.transactionID == order?.order.transactionID ? $0 : nil }
         let state = plan.subscription?.state
-        var grants = plan.grants
-        let grant = grants.isEmpty ? nil : grants.removeFirst()
+        let grants = plan.grants
         let fact = verified.transaction?.fact
+        let table: StaticString = event.kind == .submission ? "transaction_submission" : "apple_notification_event"
         let rows = try await db.query(
             """
             WITH stored_transaction AS (
@@ -340,37 +338,46 @@ struct FulfillmentStore: Sendable {
             ), new_grant AS (
                 INSERT INTO credit_grant (
                     grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id)
-                SELECT \(grant?.grantKey), \(user), \(grant?.pool.rawValue), \(grant?.amount), \(grant?.reason),
-                       \(fact?.environment), \(fact?.transactionID), \(fact?.originalTransactionID)
-                 WHERE \(grant != nil)
+                SELECT g.key, \(user), g.pool, g.amount, g.reason, \(fact?.environment), \(fact?.transactionID),
+                       \(fact?.originalTransactionID)
+                  FROM unnest(\(PostgresArray(grants.map(\.grantKey)))::text[],
+                              \(PostgresArray(grants.map(\.pool.rawValue)))::text[],
+                              \(PostgresArray(grants.map(\.amount)))::bigint[],
+                              \(PostgresArray(grants.map(\.reason)))::text[]) AS g(key, pool, amount, reason)
                 ON CONFLICT (grant_key) DO NOTHING
                 RETURNING user_id, pool, amount, grant_key
             ), account AS (
                 INSERT INTO credit_account AS a (user_id, pool, balance)
-                SELECT user_id, pool, amount FROM new_grant
+                SELECT user_id, pool, sum(amount) FROM new_grant GROUP BY user_id, pool
                 ON CONFLICT (user_id, pool) DO UPDATE SET balance = a.balance + EXCLUDED.balance, updated_at = now()
                 RETURNING user_id, pool, balance
             ), ledger AS (
+                -- Each entry's balance_after: the final balance minus the grants booked after it.
                 INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-                SELECT g.user_id, g.pool, g.amount, a.balance, 'GRANT', g.grant_key
+                SELECT g.user_id, g.pool, g.amount,
+                       a.balance - coalesce(sum(g.amount) OVER (PARTITION BY g.pool ORDER BY g.grant_key DESC
+                                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0),
+                       'GRANT', g.grant_key
                   FROM new_grant g JOIN account a USING (user_id, pool)
+                 ORDER BY g.grant_key
+                RETURNING 1
+            ), done AS (
+                UPDATE \(sql: table)
+                   SET process_status = 'SUCCEEDED', processed_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+                       error_code = NULL, error_message = NULL, updated_at = now()
+                 WHERE id = \(event.id)
+                RETURNING id
+            ), proof AS (
+                INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
+                SELECT \(event.kind.rawValue), id, \(owner), \(event.retryCount + 1) FROM done
                 RETURNING 1
             )
-            SELECT (SELECT count(*) FROM ledger) AS granted
+            SELECT (SELECT count(*) FROM ledger) AS granted, (SELECT count(*) FROM proof) AS completed
             """)
-        var granted: Int = try rows.first!.decode("granted")
-        // CreditRules gives one grant per transaction today; a rule that gives more gets them here.
-        if !grants.isEmpty {
-            var rest = plan
-            rest.storeTransaction = nil
-            rest.storeRenewal = nil
-            rest.order = nil
-            rest.subscription = nil
-            rest.history = []
-            rest.revocations = []
-            rest.restorations = []
-            rest.grants = grants
-            granted += try await write(rest, verified, event: event, on: db)
+        let granted: Int = try rows.first!.decode("granted")
+        guard try rows.first!.decode("completed", as: Int.self) == 1 else {
+            // Cannot happen under the row lock taken at the start; rolled back and retried if it does.
+            throw ProcessingFailure.retryable(code: "FULFILLMENT_FAILED", message: "the leased event row was not completed")
         }
         for grant in plan.revocations { try await revoke(grant, on: db) }
         for grant in plan.restorations { try await restore(grant, on: db) }
