@@ -87,8 +87,12 @@ struct EventReader: Sendable {
     }
 
     private func decodeOuter(_ jws: String) throws(ProcessingFailure) -> ResponseBodyV2DecodedPayload {
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
+        // Bytes, not Characters: a notification is ~20 KB and grapheme breaking would dominate.
+        let utf8 = Array(jws.utf8)
+        let dot = UInt8(ascii: ".")
+        guard let first = utf8.firstIndex(of: dot), let second = utf8[(first + 1)...].firstIndex(of: dot),
+            utf8[(second + 1)...].firstIndex(of: dot) == nil,
+            let bytes = Base64URL.decode(bytes: utf8[(first + 1)..<second]),
             let payload = try? decoder.decode(ResponseBodyV2DecodedPayload.self, from: Data(bytes))
         else { throw .permanent(code: "MALFORMED", message: "the stored notification does not decode") }
         return payload
