@@ -14,6 +14,7 @@ let package = Package(
     products: [
         .executable(name: "ingress", targets: ["Ingress"]),
         .executable(name: "fulfillment", targets: ["Fulfillment"]),
+        .executable(name: "subsctl", targets: ["Subsctl"]),
     ],
     targets: [
         // C libraries from Debian, one system module each; CShims holds the only C we write.
@@ -63,6 +64,10 @@ let package = Package(
             path: "Shared/Pipeline", swiftSettings: swiftSettings),
         // The domain core: projection, order state machine, notification matrix, credit rules. No I/O.
         .target(name: "Domain", path: "Shared/Domain", swiftSettings: swiftSettings),
+        // The product catalogue: its JSON file format, applied by upsert into payment_product, and read back.
+        .target(
+            name: "Catalogue", dependencies: ["Domain", "Postgres"], path: "Shared/Catalogue", exclude: ["README.md"],
+            swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
         .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
 
@@ -71,9 +76,9 @@ let package = Package(
             name: "IngressApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
-                "Domain",
+                "Domain", "Catalogue",
             ],
-            path: "Services/Ingress/App", swiftSettings: swiftSettings),
+            path: "Services/Ingress/App", resources: [.copy("openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(
             name: "Ingress", dependencies: ["IngressApp"], path: "Services/Ingress/Main",
             swiftSettings: swiftSettings),
@@ -87,19 +92,25 @@ let package = Package(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
+        // Operations CLI: one file per subcommand.
+        .executableTarget(
+            name: "Subsctl", dependencies: ["AppStore", "Crypto", "ServiceRuntime", "Catalogue", "Postgres"], path: "Services/Subsctl",
+            swiftSettings: swiftSettings),
+
         // Benchmark peers (not tests): small servers measured by the scripts in Tests/Benchmarks.
         .executableTarget(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
             path: "Tests/Benchmarks/BenchHTTPServer", swiftSettings: swiftSettings),
 
-        // Helpers for tests: the local services, process control, HTTP client.
+        // Helpers for tests: the local services, process control, HTTP client, throwaway migrated databases.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime"],
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Storage"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
         .target(
-            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto"], path: "Tests/AppStoreSupport",
+            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "HTTPServer", "ServiceRuntime"],
+            path: "Tests/AppStoreSupport",
             swiftSettings: swiftSettings),
 
         .testTarget(
@@ -123,10 +134,17 @@ let package = Package(
             name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
             path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
         .testTarget(
+            name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "TestSupport"],
+            path: "Tests/CatalogueTests", swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SubsctlTests",
+            dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
+            path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
+        .testTarget(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
-                "AppStore", "AppStoreTestSupport", "Crypto", "Domain", "FulfillmentApp",
+                "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "FulfillmentApp",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

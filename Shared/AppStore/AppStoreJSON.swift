@@ -2,8 +2,15 @@ import Foundation
 
 /// JSON coding of Apple payloads: dates are integer milliseconds since 1970.
 public enum AppStoreJSON {
-    /// One decoder for the verifier's hot path (JSONDecoder is Sendable; its options never change).
+    /// One Foundation decoder for non-hot paths (JSONDecoder is Sendable; its options never change).
     static let sharedDecoder = decoder()
+
+    /// Decodes an Apple payload with the strict, fast parser the verifier uses: RFC 8259 only,
+    /// no duplicate member names, valid UTF-8, integers only from integer syntax, dates from
+    /// epoch milliseconds, unknown fields ignored.
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        try bytes.withUnsafeBufferPointer { try StrictJSON.decodeFast(T.self, from: $0) }
+    }
 
     /// A decoder for Apple payloads (dates from epoch milliseconds; unknown fields ignored).
     public static func decoder() -> JSONDecoder {
@@ -23,5 +30,11 @@ public enum AppStoreJSON {
             if let exact = Int64(exactly: milliseconds) { try container.encode(exact) } else { try container.encode(milliseconds) }
         }
         return encoder
+    }
+
+    /// `date` as whole epoch milliseconds in decimal, as Apple's query parameters want it.
+    static func milliseconds(_ date: Date) -> String {
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down)
+        return Int64(exactly: milliseconds).map(String.init) ?? "0"
     }
 }

@@ -17,8 +17,9 @@ public struct AppStoreVerifierConfiguration: Sendable {
     public var rootCertificates: [X509Certificate]
     /// `APPLE_IAP_ALLOW_TEST_ROOTS`: accept roots that are not Apple's (tests, demo). Default false.
     public var allowTestRoots: Bool
-    /// `APPLE_IAP_ONLINE_CHECKS`: check certificates at the current time plus OCSP. Default false,
-    /// which checks them at the payload's signedDate as Apple's libraries do offline.
+    /// `APPLE_IAP_ONLINE_CHECKS`: check certificates at the current time plus OCSP (Apple's
+    /// responders must be reachable). Default false, which checks them at the payload's
+    /// signedDate as Apple's libraries do offline.
     public var onlineChecks: Bool
     /// `APPLE_IAP_ALLOW_XCODE`: accept locally signed Xcode / LocalTesting data, for local StoreKit
     /// testing only; never together with Production. Default false.
@@ -102,9 +103,6 @@ public struct AppStoreVerifierConfiguration: Sendable {
         }
         if environment.isLocal && !allowXcode {
             reader.report("APPLE_IAP_ALLOW_XCODE", allowXcode ? "true" : nil, "true with APPLE_IAP_ENV=\(environment.rawValue)")
-        }
-        if onlineChecks {
-            reader.report("APPLE_IAP_ONLINE_CHECKS", "true", "false: online (OCSP) checks are not implemented yet")
         }
         if requireRoots && rootCertificates.isEmpty {
             reader.report("APPLE_IAP_ROOT_CERTS", nil, "at least one root certificate")

@@ -62,7 +62,7 @@ struct JWSHeader: Decodable {
     static func decode(_ segment: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> JWSHeader {
         let bytes = try CompactJWS.decode(segment, "header")
         do {
-            return try AppStoreJSON.sharedDecoder.decode(JWSHeader.self, from: Data(bytes))
+            return try AppStoreJSON.decode(JWSHeader.self, from: bytes)
         } catch {
             throw VerificationError(.malformed, "the protected header is not a JSON object of the JWS header fields")
         }

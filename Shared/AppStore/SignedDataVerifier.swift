@@ -11,12 +11,14 @@ import Synchronization
 ///    1.2.840.113635.100.6.11.1, the intermediate 1.2.840.113635.100.6.2.1; the chain is built
 ///    from the leaf and intermediate to a *configured* root only, and `x5c[2]` must be that root;
 /// 3. certificates are checked at the payload's signedDate (the current time when it has none,
-///    as Apple's library does);
+///    as Apple's library does); with online checks, at the current time and against each
+///    certificate's OCSP responder (see `RevocationChecker`);
 /// 4. the ES256 signature over `header.payload` verifies with the leaf key;
 /// 5. bundleId, appAppleId (Production) and environment match.
 ///
 /// Verified chains are cached by (leaf, intermediate) fingerprint, so a repeat costs one ECDSA
-/// verification. Calls are synchronous CPU work (~0.1 ms) and safe from any thread.
+/// verification. Calls are CPU work (~0.1 ms) that only suspends for OCSP requests (online
+/// checks, when no fresh answer is cached), and safe from any task.
 ///
 /// Sendable: configuration and chain verifier are immutable; the cache sits behind a Mutex.
 public final class SignedDataVerifier: Sendable {
@@ -25,15 +27,18 @@ public final class SignedDataVerifier: Sendable {
     private let clock: any WallClock
     private let cache = Mutex(ChainCache())
     private let metrics: VerifierMetrics
+    private let revocation: RevocationChecker?
 
     static let leafOID = "1.2.840.113635.100.6.11.1"
     static let intermediateOID = "1.2.840.113635.100.6.2.1"
 
     /// Refuses an invalid configuration; logs a loud warning for every non-Apple root.
-    /// `clock` gives "now" (for data without signedDate); `metrics` receives the outcome counters.
+    /// `clock` gives "now" (for data without signedDate, online checks and OCSP freshness);
+    /// `metrics` receives the outcome counters; `onlineCheckTimeout` bounds each OCSP request.
     public init(
         configuration: AppStoreVerifierConfiguration, clock: any WallClock = SystemClock(),
-        logger: Logger = Logger(label: "appstore.verifier"), metrics: MetricsRegistry = .shared
+        logger: Logger = Logger(label: "appstore.verifier"), metrics: MetricsRegistry = .shared,
+        onlineCheckTimeout: Duration = .seconds(5)
     ) throws(ConfigurationError) {
         try configuration.validate()
         do throws(CryptoError) {
@@ -47,6 +52,8 @@ public final class SignedDataVerifier: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.metrics = VerifierMetrics(registry: metrics)
+        revocation = configuration.onlineChecks
+            ? RevocationChecker(trust: chainVerifier, timeout: onlineCheckTimeout, clock: clock, logger: logger) : nil
         for root in configuration.testRoots {
             logger.warning(
                 "TEST ROOT CERTIFICATE TRUSTED: data signed by a non-Apple chain will verify; never use this in production",
@@ -60,9 +67,9 @@ public final class SignedDataVerifier: Sendable {
     /// `expectedEnvironment` defaults to the configured one (pass `.sandbox` on a Production
     /// deployment's sandbox endpoint).
     public func verifyNotification(_ signedPayload: String, expectedEnvironment: AppStoreEnvironment? = nil)
-        throws(VerificationError) -> ResponseBodyV2DecodedPayload
+        async throws(VerificationError) -> ResponseBodyV2DecodedPayload
     {
-        try verify(signedPayload, expectedEnvironment) { (payload: ResponseBodyV2DecodedPayload) in
+        try await verify(signedPayload, expectedEnvironment) { (payload: ResponseBodyV2DecodedPayload) in
             if let data = payload.data {
                 return Claims(signedDate: payload.signedDate, environment: data.rawEnvironment,
                               bundleId: data.bundleId, appAppleId: data.appAppleId, checksApp: true)
@@ -85,9 +92,9 @@ public final class SignedDataVerifier: Sendable {
 
     /// A signed transaction (JWSTransaction): bundleId and environment are checked.
     public func verifyTransaction(_ signedTransaction: String, expectedEnvironment: AppStoreEnvironment? = nil)
-        throws(VerificationError) -> JWSTransactionDecodedPayload
+        async throws(VerificationError) -> JWSTransactionDecodedPayload
     {
-        try verify(signedTransaction, expectedEnvironment) { (payload: JWSTransactionDecodedPayload) in
+        try await verify(signedTransaction, expectedEnvironment) { (payload: JWSTransactionDecodedPayload) in
             Claims(signedDate: payload.signedDate, environment: payload.rawEnvironment,
                    bundleId: payload.bundleId, appAppleId: nil, checksApp: true, checksAppAppleId: false)
         }
@@ -95,9 +102,9 @@ public final class SignedDataVerifier: Sendable {
 
     /// Signed renewal info (JWSRenewalInfo): it names no app, so only the environment is checked.
     public func verifyRenewalInfo(_ signedRenewalInfo: String, expectedEnvironment: AppStoreEnvironment? = nil)
-        throws(VerificationError) -> JWSRenewalInfoDecodedPayload
+        async throws(VerificationError) -> JWSRenewalInfoDecodedPayload
     {
-        try verify(signedRenewalInfo, expectedEnvironment) { (payload: JWSRenewalInfoDecodedPayload) in
+        try await verify(signedRenewalInfo, expectedEnvironment) { (payload: JWSRenewalInfoDecodedPayload) in
             Claims(signedDate: payload.signedDate, environment: payload.rawEnvironment,
                    bundleId: nil, appAppleId: nil, checksApp: false)
         }
@@ -106,9 +113,9 @@ public final class SignedDataVerifier: Sendable {
     /// A signed app transaction: checked at its receiptCreationDate; bundleId, appAppleId
     /// (Production) and receiptType are checked.
     public func verifyAppTransaction(_ signedAppTransaction: String, expectedEnvironment: AppStoreEnvironment? = nil)
-        throws(VerificationError) -> AppTransaction
+        async throws(VerificationError) -> AppTransaction
     {
-        try verify(signedAppTransaction, expectedEnvironment) { (payload: AppTransaction) in
+        try await verify(signedAppTransaction, expectedEnvironment) { (payload: AppTransaction) in
             Claims(signedDate: payload.receiptCreationDate, environment: payload.rawReceiptType,
                    bundleId: payload.bundleId, appAppleId: payload.appAppleId, checksApp: true)
         }
@@ -124,11 +131,18 @@ public final class SignedDataVerifier: Sendable {
         var checksAppAppleId = true
     }
 
+    /// Where one synchronous pass over a token ended.
+    private enum Step<Payload> {
+        case verified(Payload)
+        /// Online checks need OCSP answers for this verified chain before the pass can finish.
+        case needsRevocationCheck(ChainCache.Key, [X509Certificate])
+    }
+
     private func verify<Payload: Decodable>(
         _ token: String, _ requestedEnvironment: AppStoreEnvironment?, claims: (Payload) -> Claims
-    ) throws(VerificationError) -> Payload {
+    ) async throws(VerificationError) -> Payload {
         do {
-            let payload = try verifyUnmetered(token, requestedEnvironment, claims: claims)
+            let payload = try await verifyUnmetered(token, requestedEnvironment, claims: claims)
             metrics.record(nil)
             return payload
         } catch {
@@ -139,20 +153,58 @@ public final class SignedDataVerifier: Sendable {
 
     private func verifyUnmetered<Payload: Decodable>(
         _ token: String, _ requestedEnvironment: AppStoreEnvironment?, claims claimsOf: (Payload) -> Claims
-    ) throws(VerificationError) -> Payload {
+    ) async throws(VerificationError) -> Payload {
         let expected = try acceptedEnvironment(requestedEnvironment)
-        return try CompactJWS.withSegments(of: token) { jws throws(VerificationError) in
-            try verify(jws, expected: expected, claims: claimsOf)
+        var checked: ChainCache.Key?
+        // At most two passes: the second runs once the chain's OCSP answers are in.
+        for _ in 0..<2 {
+            let step = try CompactJWS.withSegments(of: token) { jws throws(VerificationError) in
+                try verify(jws, expected: expected, revocationChecked: checked, claims: claimsOf)
+            }
+            switch step {
+            case .verified(let payload): return payload
+            case .needsRevocationCheck(let key, let chain):
+                try await checkRevocation(chain)
+                checked = key
+            }
         }
+        throw VerificationError(.retryableVerification, "the revocation status of the chain changed during verification")
+    }
+
+    /// OCSP for the leaf (issued by the intermediate) and the intermediate (issued by the root),
+    /// concurrently; the root is a configured trust anchor.
+    private func checkRevocation(_ chain: [X509Certificate]) async throws(VerificationError) {
+        guard let revocation else { return }
+        let leaf: Result<Void, VerificationError>
+        let intermediate: Result<Void, VerificationError>
+        async let leafCheck = Self.result { () async throws(VerificationError) in try await revocation.check(chain[0], issuer: chain[1]) }
+        async let intermediateCheck = Self.result { () async throws(VerificationError) in
+            try await revocation.check(chain[1], issuer: chain[2])
+        }
+        (leaf, intermediate) = await (leafCheck, intermediateCheck)
+        // A definite "revoked" outranks "could not tell" from the other certificate.
+        for result in [leaf, intermediate] {
+            if case .failure(let error) = result, error.code == .invalidChain { throw error }
+        }
+        try leaf.get()
+        try intermediate.get()
+    }
+
+    private static func result(_ body: () async throws(VerificationError) -> Void) async -> Result<Void, VerificationError> {
+        do throws(VerificationError) {
+            try await body()
+            return .success(())
+        } catch { return .failure(error) }
     }
 
     private func verify<Payload: Decodable>(
-        _ jws: CompactJWS, expected: AppStoreEnvironment, claims claimsOf: (Payload) -> Claims
-    ) throws(VerificationError) -> Payload {
+        _ jws: CompactJWS, expected: AppStoreEnvironment, revocationChecked: ChainCache.Key?,
+        claims claimsOf: (Payload) -> Claims
+    ) throws(VerificationError) -> Step<Payload> {
         // A header seen in an earlier successful verification is not decoded again: its
-        // algorithm checks passed and its certificates are at hand (keyed by its SHA-256).
-        let headerHash = SHA256.hash(UnsafeRawBufferPointer(jws.header))
-        let knownHeader = cache.withLock { $0.signingHeader(for: headerHash) }
+        // algorithm checks passed and its certificates are at hand (found by its exact bytes).
+        let known = cache.withLock { $0.signingHeader(for: jws.header) }
+        let knownHeader = known?.header
         var x5c: [String]?
         if knownHeader == nil {
             let header = try JWSHeader.decode(jws.header)
@@ -167,7 +219,7 @@ public final class SignedDataVerifier: Sendable {
         let payloadBytes = try CompactJWS.decode(jws.payload, "payload")
         let payload: Payload
         do {
-            payload = try AppStoreJSON.sharedDecoder.decode(Payload.self, from: Data(payloadBytes))
+            payload = try AppStoreJSON.decode(Payload.self, from: payloadBytes)
         } catch {
             throw VerificationError(.malformed, "the payload is not a JSON \(Payload.self)")
         }
@@ -186,13 +238,22 @@ public final class SignedDataVerifier: Sendable {
             let date = configuration.onlineChecks ? now : (claims.signedDate ?? now)
             let header: SigningHeader
             if let knownHeader { header = knownHeader } else { header = try SigningHeader(x5c: x5c) }
-            let leafKey = try verifiedLeafKey(header, at: date, now: now)
-            if knownHeader == nil { cache.withLock { $0.remember(header, for: headerHash) } }
+            let entry = try verifiedChain(header, at: date, now: now)
+            if let revocation, revocationChecked != header.chainKey,
+                !(revocation.isKnownGood(header.chainKey.leaf, now: now) && revocation.isKnownGood(header.chainKey.intermediate, now: now))
+            {
+                return .needsRevocationCheck(header.chainKey, entry.chain)
+            }
+            if knownHeader == nil { cache.withLock { $0.remember(header, for: jws.header, signingInput: jws.signingInput) } }
             let signature = try CompactJWS.decode(jws.signature, "signature")
             guard signature.count == 64 else {
                 throw VerificationError(.invalidSignature, "an ES256 signature is 64 bytes (r||s), got \(signature.count)")
             }
-            guard leafKey.isValidSignature(signature, for: UnsafeRawBufferPointer(jws.signingInput)) else {
+            // A known header's bytes (and the dot after them) are already absorbed: only the
+            // payload is hashed, about two thirds of a notification's signing input.
+            let digest = known.map { $0.signingPrefix.hash(appending: UnsafeRawBufferPointer(jws.payload)) }
+                ?? SHA256.hash(UnsafeRawBufferPointer(jws.signingInput))
+            guard entry.leafKey.isValidSignature(signature, digest: digest) else {
                 throw VerificationError(.invalidSignature, "the signature does not verify with the leaf certificate's key")
             }
         }
@@ -211,7 +272,7 @@ public final class SignedDataVerifier: Sendable {
             throw VerificationError(
                 .invalidEnvironment, "environment \(claims.environment.map { "'\($0)'" } ?? "missing") is not the expected \(expected.rawValue)")
         }
-        return payload
+        return .verified(payload)
     }
 
     /// The environment the caller may ask for on this deployment: Production serves both App
@@ -229,9 +290,9 @@ public final class SignedDataVerifier: Sendable {
         return expected
     }
 
-    /// The leaf key of a chain verified at `date`, from the cache when this (leaf, intermediate)
-    /// pair was verified before and `date` lies inside the chain's validity.
-    private func verifiedLeafKey(_ header: SigningHeader, at date: Date, now: Date) throws(VerificationError) -> P256PublicKey {
+    /// The chain verified at `date`, from the cache when this (leaf, intermediate) pair was
+    /// verified before and `date` lies inside the chain's validity.
+    private func verifiedChain(_ header: SigningHeader, at date: Date, now: Date) throws(VerificationError) -> ChainCache.Entry {
         let entry: ChainCache.Entry
         if let cached = cache.withLock({ $0.lookup(header.chainKey, now: now) }) {
             // Only validity depends on the date: outside it, OpenSSL would refuse this very chain.
@@ -249,7 +310,7 @@ public final class SignedDataVerifier: Sendable {
         guard entry.rootFingerprint == header.rootFingerprint else {
             throw VerificationError(.invalidChain, "x5c[2] is not the root the chain ends in")
         }
-        return entry.leafKey
+        return entry
     }
 
     private func verifyChain(_ der: [[UInt8]], at date: Date, now: Date) throws(VerificationError) -> ChainCache.Entry {
@@ -279,7 +340,7 @@ public final class SignedDataVerifier: Sendable {
             throw VerificationError(.invalidChain, "chain is not leaf → x5c[1] → configured root")
         }
         return ChainCache.Entry(
-            leafKey: leafKey, rootFingerprint: chain[2].sha256Fingerprint,
+            leafKey: leafKey, chain: chain, rootFingerprint: chain[2].sha256Fingerprint,
             validFrom: chain.map(\.notBefore).max()!, validUntil: chain.map(\.notAfter).min()!, verifiedAt: now)
     }
 }
@@ -297,6 +358,8 @@ struct ChainCache {
 
     struct Entry {
         let leafKey: P256PublicKey
+        /// Leaf, intermediate, root: what online checks ask OCSP about.
+        let chain: [X509Certificate]
         let rootFingerprint: [UInt8]
         let validFrom: Date
         let validUntil: Date
@@ -307,8 +370,16 @@ struct ChainCache {
     static let lifetime: TimeInterval = 15 * 60
 
     private var entries: [Key: Entry] = [:]
-    /// Headers (by SHA-256 of their segment) that led to a verified chain.
-    private var headers: [[UInt8]: SigningHeader] = [:]
+    /// Header segments (exact bytes) that led to a verified chain. A short list compared by
+    /// length then memcmp: cheaper than hashing the ~5 KB segment on every verification.
+    private var headers: [KnownHeader] = []
+
+    /// A header segment that led to a verified chain, with SHA-256 of `header.` absorbed.
+    struct KnownHeader {
+        let segment: [UInt8]
+        let header: SigningHeader
+        let signingPrefix: SHA256Prefix
+    }
 
     /// A fresh entry for `key`, or nil when there is none or it is older than `lifetime`.
     func lookup(_ key: Key, now: Date) -> Entry? {
@@ -325,13 +396,22 @@ struct ChainCache {
         entries[key] = entry
     }
 
-    func signingHeader(for hash: [UInt8]) -> SigningHeader? { headers[hash] }
+    func signingHeader(for segment: UnsafeBufferPointer<UInt8>) -> KnownHeader? {
+        for known in headers where known.segment.count == segment.count {
+            let same = known.segment.withUnsafeBufferPointer { memcmp($0.baseAddress!, segment.baseAddress!, segment.count) == 0 }
+            if same { return known }
+        }
+        return nil
+    }
 
-    mutating func remember(_ header: SigningHeader, for hash: [UInt8]) {
+    /// Remembers `header` for its segment; `signingInput` starts with the segment and its dot.
+    mutating func remember(_ header: SigningHeader, for segment: UnsafeBufferPointer<UInt8>, signingInput: UnsafeBufferPointer<UInt8>) {
+        guard !segment.isEmpty, signingInput.count > segment.count, signingHeader(for: segment) == nil else { return }
         // Apple's headers only differ when its certificates do: a full cache means churn, so
         // starting over costs little.
-        if headers.count >= Self.capacity * 2 { headers.removeAll() }
-        headers[hash] = header
+        if headers.count >= Self.capacity { headers.removeAll() }
+        let prefix = SHA256Prefix(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(signingInput)[0...segment.count]))
+        headers.append(KnownHeader(segment: Array(segment), header: header, signingPrefix: prefix))
     }
 }
 

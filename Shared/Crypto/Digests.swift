@@ -26,6 +26,40 @@ public enum SHA256 {
     }
 }
 
+/// SHA-256 of messages that all start with the same prefix, the prefix absorbed once: a JWS
+/// signing input starts with its protected header, identical for every payload Apple signs
+/// with one certificate chain (about a third of a notification's bytes).
+///
+/// `@unchecked Sendable`: the digest context is filled in `init` and afterwards only copied
+/// (EVP_MD_CTX_copy_ex reads its source), each hash working on its own copy.
+public final class SHA256Prefix: @unchecked Sendable {
+    private let context: OpaquePointer
+
+    /// Absorbs `prefix`. Do not escape the pointer.
+    public init(_ prefix: UnsafeRawBufferPointer) {
+        guard let context = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed: out of memory") }
+        guard EVP_DigestInit_ex(context, FetchedAlgorithms.shared.sha256, nil) == 1,
+            EVP_DigestUpdate(context, prefix.baseAddress, prefix.count) == 1
+        else { fatalError("SHA-256 init/update failed: \(OpenSSLErrorQueue.drain() ?? "no detail")") }
+        self.context = context
+    }
+
+    deinit { EVP_MD_CTX_free(context) }
+
+    /// SHA-256(prefix || suffix). Do not escape the pointer.
+    public func hash(appending suffix: UnsafeRawBufferPointer) -> [UInt8] {
+        guard let copy = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed: out of memory") }
+        defer { EVP_MD_CTX_free(copy) }
+        var digest = [UInt8](repeating: 0, count: SHA256.byteCount)
+        var length: UInt32 = 0
+        let ok = EVP_MD_CTX_copy_ex(copy, context) == 1 && EVP_DigestUpdate(copy, suffix.baseAddress, suffix.count) == 1
+            && digest.withUnsafeMutableBufferPointer { EVP_DigestFinal_ex(copy, $0.baseAddress, &length) } == 1
+        // Only an allocation failure makes SHA-256 fail.
+        guard ok, length == UInt32(SHA256.byteCount) else { fatalError("SHA-256 continuation failed") }
+        return digest
+    }
+}
+
 /// HMAC with SHA-256 (RFC 2104).
 public enum HMACSHA256 {
     public static func authenticate(key: [UInt8], message: [UInt8]) -> [UInt8] {

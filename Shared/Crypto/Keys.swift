@@ -1,4 +1,5 @@
 import COpenSSL
+import Synchronization
 
 /// Owns one EVP_PKEY, freed when the last reference goes.
 ///
@@ -94,20 +95,27 @@ final class EVPKey: @unchecked Sendable {
 enum ECDSASignatureEncoding {
     static let rawByteCount = 64
 
-    /// DER `ECDSA-Sig-Value` for a raw r||s, or nil when it is not exactly 64 bytes.
+    /// DER `ECDSA-Sig-Value` for a raw r||s, or nil when it is not exactly 64 bytes. Encoded
+    /// here (two minimal positive INTEGERs in a SEQUENCE, always short-form lengths) rather
+    /// than through BIGNUMs: it runs once per verification.
     static func der(fromRaw raw: [UInt8]) -> [UInt8]? {
-        guard raw.count == rawByteCount, let signature = ECDSA_SIG_new() else { return nil }
-        defer { ECDSA_SIG_free(signature) }
-        let (r, s) = raw.withUnsafeBufferPointer { buffer in
-            (BN_bin2bn(buffer.baseAddress, 32, nil), BN_bin2bn(buffer.baseAddress! + 32, 32, nil))
+        guard raw.count == rawByteCount else { return nil }
+        func integer(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+            var start = bytes.startIndex
+            while start < bytes.endIndex - 1 && bytes[start] == 0 { start += 1 }
+            return bytes[start...]
         }
-        // ECDSA_SIG_set0 takes ownership of r and s only when it succeeds.
-        guard let r, let s, ECDSA_SIG_set0(signature, r, s) == 1 else {
-            BN_free(r)
-            BN_free(s)
-            return nil
-        }
-        return derBytes { i2d_ECDSA_SIG(signature, $0) }
+        let r = integer(raw[0..<32]), s = integer(raw[32..<64])
+        let rPad = r.first! & 0x80 != 0 ? 1 : 0, sPad = s.first! & 0x80 != 0 ? 1 : 0
+        var der = [UInt8]()
+        der.reserveCapacity(72)
+        der += [0x30, UInt8(4 + r.count + rPad + s.count + sPad), 0x02, UInt8(r.count + rPad)]
+        if rPad == 1 { der.append(0) }
+        der += r
+        der += [0x02, UInt8(s.count + sPad)]
+        if sPad == 1 { der.append(0) }
+        der += s
+        return der
     }
 
     /// Raw r||s (each left-padded to 32 bytes) of a DER `ECDSA-Sig-Value`.
@@ -192,6 +200,10 @@ public final class P256PrivateKey: Sendable {
 /// Sendable: it only holds an immutable `EVPKey` (see there for the thread-safety argument).
 public final class P256PublicKey: Sendable {
     let key: EVPKey
+    /// Verification contexts initialised for this key, reused across calls: setting one up
+    /// (EVP_PKEY_CTX_new + EVP_PKEY_verify_init) costs several microseconds per verification.
+    private let contexts = Mutex<[VerifyContext]>([])
+    private static let pooledContexts = 8
 
     init(checked key: EVPKey) throws(CryptoError) {
         guard key.isP256 else { throw CryptoError(.invalidKey, "public key is not an EC P-256 key") }
@@ -219,9 +231,44 @@ public final class P256PublicKey: Sendable {
 
     /// As `isValidSignature(_:for:)` over raw bytes. Do not escape the pointer.
     public func isValidSignature(_ rawRS: [UInt8], for message: UnsafeRawBufferPointer) -> Bool {
-        guard let der = ECDSASignatureEncoding.der(fromRaw: rawRS) else { return false }
-        return key.verify(derSignature: der, message: message)
+        isValidSignature(rawRS, digest: SHA256.hash(message))
     }
+
+    /// Whether `rawRS` (JOSE r||s, exactly 64 bytes) signs a message whose SHA-256 is `digest`
+    /// (for callers that hash the message themselves, e.g. with `SHA256Prefix`).
+    public func isValidSignature(_ rawRS: [UInt8], digest: [UInt8]) -> Bool {
+        guard digest.count == SHA256.byteCount, let der = ECDSASignatureEncoding.der(fromRaw: rawRS) else { return false }
+        guard let context = contexts.withLock({ $0.popLast() }) ?? VerifyContext(key) else { return false }
+        let valid = EVP_PKEY_verify(context.handle, der, der.count, digest, digest.count) == 1
+        if !valid { OpenSSLErrorQueue.clear() }
+        contexts.withLock { if $0.count < Self.pooledContexts { $0.append(context) } }
+        return valid
+    }
+}
+
+/// One EVP_PKEY_CTX initialised for verification with one key, used by one thread at a time.
+///
+/// `@unchecked Sendable`: it only moves between threads through `P256PublicKey`'s locked pool,
+/// which hands it to one caller at a time; it holds its own reference to the key.
+private final class VerifyContext: @unchecked Sendable {
+    let handle: OpaquePointer
+    private let key: EVPKey
+
+    init?(_ key: EVPKey) {
+        guard let handle = EVP_PKEY_CTX_new_from_pkey(nil, key.handle, nil) else {
+            OpenSSLErrorQueue.clear()
+            return nil
+        }
+        guard EVP_PKEY_verify_init(handle) == 1 else {
+            EVP_PKEY_CTX_free(handle)
+            OpenSSLErrorQueue.clear()
+            return nil
+        }
+        self.handle = handle
+        self.key = key
+    }
+
+    deinit { EVP_PKEY_CTX_free(handle) }
 }
 
 /// JWS signature algorithms this project verifies (RFC 7518 §3.1 names).

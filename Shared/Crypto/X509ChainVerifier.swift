@@ -12,7 +12,7 @@ import Foundation
 /// call uses its own X509_STORE_CTX.
 public final class X509ChainVerifier: @unchecked Sendable {
     public let trustedRoots: [X509Certificate]
-    private let store: OpaquePointer
+    let store: OpaquePointer
 
     public init(trustedRoots: [X509Certificate]) throws(CryptoError) {
         guard let store = X509_STORE_new() else { throw .openSSL(.internalFailure, "X509_STORE_new failed") }

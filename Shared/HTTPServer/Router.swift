@@ -21,6 +21,9 @@ public struct Router: Sendable {
         routes.insert(route, at: index)
     }
 
+    /// Method and pattern of every route, most specific first (for checks that an API document covers them).
+    public var registeredRoutes: [(method: String, pattern: String)] { routes.map { ($0.method, $0.pattern) } }
+
     public mutating func get(_ pattern: String, _ handler: @escaping HTTPHandler) { add("GET", pattern, handler) }
     public mutating func post(_ pattern: String, _ handler: @escaping HTTPHandler) { add("POST", pattern, handler) }
     public mutating func put(_ pattern: String, _ handler: @escaping HTTPHandler) { add("PUT", pattern, handler) }

@@ -22,11 +22,15 @@ public final class TestAppleSigner: Sendable {
         public var leafValidity: ClosedRange<Date>?
         /// Default: one year ago to five years ahead.
         public var intermediateValidity: ClosedRange<Date>?
+        /// When set, leaf and intermediate name OCSP responders as Apple's do: the leaf
+        /// `<base>/intermediate` (answered by the intermediate CA), the intermediate `<base>/root`.
+        public var ocspResponderBaseURL: String?
 
         public init(
             leafHasAppleOID: Bool = true, intermediateHasAppleOID: Bool = true, leafValidity: ClosedRange<Date>? = nil,
-            intermediateValidity: ClosedRange<Date>? = nil
+            intermediateValidity: ClosedRange<Date>? = nil, ocspResponderBaseURL: String? = nil
         ) {
+            self.ocspResponderBaseURL = ocspResponderBaseURL
             self.leafHasAppleOID = leafHasAppleOID
             self.intermediateHasAppleOID = intermediateHasAppleOID
             self.leafValidity = leafValidity
@@ -64,14 +68,16 @@ public final class TestAppleSigner: Sendable {
             TestCertificateSpec(
                 commonName: "Test Apple Worldwide Developer Relations CA", notBefore: intermediateValidity.lowerBound,
                 notAfter: intermediateValidity.upperBound, isCA: true,
-                extensions: options.intermediateHasAppleOID ? [TestCertificateExtension(oid: Self.intermediateOID)] : []),
+                extensions: options.intermediateHasAppleOID ? [TestCertificateExtension(oid: Self.intermediateOID)] : [],
+                ocspResponderURL: options.ocspResponderBaseURL.map { $0 + "/root" }),
             subjectKey: intermediateKey.publicKey, issuer: root, issuerKey: rootKey)
         let leafValidity = options.leafValidity ?? (now - 86400)...(now + year)
         leaf = try TestCertificateIssuer.issue(
             TestCertificateSpec(
                 commonName: "Test Mac App Store and iTunes Store Receipt Signing", notBefore: leafValidity.lowerBound,
                 notAfter: leafValidity.upperBound, isCA: false,
-                extensions: options.leafHasAppleOID ? [TestCertificateExtension(oid: Self.leafOID)] : []),
+                extensions: options.leafHasAppleOID ? [TestCertificateExtension(oid: Self.leafOID)] : [],
+                ocspResponderURL: options.ocspResponderBaseURL.map { $0 + "/intermediate" }),
             subjectKey: leafKey.publicKey, issuer: intermediate, issuerKey: intermediateKey)
     }
 

@@ -14,7 +14,7 @@ struct AppleVectorTests {
 
     init() throws { g3 = try AppleVectors.root("AppleRootCA-G3.cer") }
 
-    @Test func theManifestListsEverySample() {
+    @Test func theManifestListsEverySample() async {
         #expect(Self.genuine.count == 73)
         #expect(AppleVectors.entries(folders: ["xcode"]).count == 3)
         #expect(AppleVectors.entries(folders: ["derived"]).count == 10)
@@ -22,13 +22,13 @@ struct AppleVectorTests {
     }
 
     @Test(arguments: genuine)
-    func genuineSampleVerifiesAndDecodesToTheManifest(_ entry: AppleVectors.Entry) throws {
+    func genuineSampleVerifiesAndDecodesToTheManifest(_ entry: AppleVectors.Entry) async throws {
         let verifier = try Self.verifier(for: entry, roots: [g3])
-        #expect(try Self.verify(entry, with: verifier) == Facts(entry))
+        #expect(try await Self.verify(entry, with: verifier) == Facts(entry))
     }
 
     @Test(arguments: genuine)
-    func genuineSampleIsRefusedUnderAnotherRoot(_ entry: AppleVectors.Entry) throws {
+    func genuineSampleIsRefusedUnderAnotherRoot(_ entry: AppleVectors.Entry) async throws {
         let others: [(X509Certificate, Bool)] = [
             (try AppleVectors.root("AppleRootCA-G2.cer"), false),
             (try AppleVectors.root("AppleIncRootCertificate.cer"), false),
@@ -36,14 +36,14 @@ struct AppleVectorTests {
         ]
         for (root, isTestRoot) in others {
             let verifier = try Self.verifier(for: entry, roots: [root], allowTestRoots: isTestRoot)
-            let error = #expect(throws: VerificationError.self, "trusting \(root.subject)") {
-                try Self.verify(entry, with: verifier)
+            let error = await #expect(throws: VerificationError.self, "trusting \(root.subject)") {
+                try await Self.verify(entry, with: verifier)
             }
             #expect(error?.code == .invalidChain, "trusting \(root.subject): \(String(describing: error))")
         }
     }
 
-    @Test func requestBodiesCarryTheSameJWS() throws {
+    @Test func requestBodiesCarryTheSameJWS() async throws {
         let withBodies = AppleVectors.entries.filter { $0.request_body_file != nil }
         #expect(withBodies.count == 27)
         for entry in withBodies {
@@ -53,12 +53,12 @@ struct AppleVectorTests {
         }
     }
 
-    @Test func nestedSamplesAreTheStringsInsideTheirNotifications() throws {
+    @Test func nestedSamplesAreTheStringsInsideTheirNotifications() async throws {
         let nested = AppleVectors.entries(folders: ["nested"])
         #expect(nested.count == 43)
         for entry in nested {
             let parent = try #require(entry.parent.flatMap(AppleVectors.entry))
-            let notification = try Self.verifier(for: parent, roots: [g3], clock: Self.clock(at: parent))
+            let notification = try await Self.verifier(for: parent, roots: [g3], clock: Self.clock(at: parent))
                 .verifyNotification(try AppleVectors.text(parent.file))
             let field = entry.file.hasSuffix(".signedTransactionInfo.jws")
                 ? notification.data?.signedTransactionInfo : notification.data?.signedRenewalInfo
@@ -66,30 +66,30 @@ struct AppleVectorTests {
         }
     }
 
-    @Test func repeatVerificationsReuseTheVerifiedChain() throws {
+    @Test func repeatVerificationsReuseTheVerifiedChain() async throws {
         let entry = try #require(AppleVectors.entry("notifications/notif-DID_RENEW-none-Sandbox-2.jws"))
         let registry = MetricsRegistry()
         let verifier = try Self.verifier(for: entry, roots: [g3], metrics: registry)
         let token = try AppleVectors.text(entry.file)
-        for _ in 0..<3 { _ = try verifier.verifyNotification(token) }
+        for _ in 0..<3 { _ = try await verifier.verifyNotification(token) }
         // Its nested infos come from the same leaf and intermediate: no new chain work either.
-        let notification = try verifier.verifyNotification(token)
-        _ = try verifier.verifyTransaction(try #require(notification.data?.signedTransactionInfo))
-        _ = try verifier.verifyRenewalInfo(try #require(notification.data?.signedRenewalInfo))
+        let notification = try await verifier.verifyNotification(token)
+        _ = try await verifier.verifyTransaction(try #require(notification.data?.signedTransactionInfo))
+        _ = try await verifier.verifyRenewalInfo(try #require(notification.data?.signedRenewalInfo))
         #expect(registry.counter("appstore_chain_cache_misses_total", help: "").value == 1)
         #expect(registry.counter("appstore_jws_verifications_total", help: "", labels: ["result": "OK"]).value == 6)
     }
 
     @Test(arguments: AppleVectors.entries(folders: ["xcode"]))
-    func xcodeSamplesAreRefusedUnlessAllowed(_ entry: AppleVectors.Entry) throws {
+    func xcodeSamplesAreRefusedUnlessAllowed(_ entry: AppleVectors.Entry) async throws {
         let refusing = try Self.verifier(for: entry, roots: [g3], environment: .sandbox)
-        let error = #expect(throws: VerificationError.self) { try Self.verify(entry, with: refusing) }
+        let error = await #expect(throws: VerificationError.self) { try await Self.verify(entry, with: refusing) }
         #expect(error?.code == .invalidEnvironment)
 
         // Local StoreKit testing: allowed explicitly, and only when the caller expects Xcode data.
         let allowing = try Self.verifier(for: entry, roots: [g3], environment: .sandbox, allowXcode: true)
-        #expect(try Self.verify(entry, with: allowing, expecting: .xcode) == Facts(entry))
-        let wrongExpectation = #expect(throws: VerificationError.self) { try Self.verify(entry, with: allowing) }
+        #expect(try await Self.verify(entry, with: allowing, expecting: .xcode) == Facts(entry))
+        let wrongExpectation = await #expect(throws: VerificationError.self) { try await Self.verify(entry, with: allowing) }
         #expect(wrongExpectation?.code == .invalidEnvironment)
     }
 
@@ -108,25 +108,25 @@ struct AppleVectorTests {
     ]
 
     @Test(arguments: AppleVectors.entries(folders: ["derived"]))
-    func derivedNegativesAreRefusedWithTheirCode(_ entry: AppleVectors.Entry) throws {
+    func derivedNegativesAreRefusedWithTheirCode(_ entry: AppleVectors.Entry) async throws {
         let base = try #require(AppleVectors.entry("notifications/notif-DID_RENEW-none-Sandbox-2.jws"))
         let verifier = try Self.verifier(for: base, roots: [g3])
-        let error = #expect(throws: VerificationError.self) { try verifier.verifyNotification(try AppleVectors.text(entry.file)) }
+        let error = await #expect(throws: VerificationError.self) { try await verifier.verifyNotification(try AppleVectors.text(entry.file)) }
         #expect(error?.code == Self.derivedCodes[entry.file], "\(String(describing: error))")
     }
 
     /// No top-level signedDate: like Apple's library, the chain is checked at the current time,
     /// which the 2021 leaf no longer passes; at a time inside its validity it verifies.
-    @Test func edgeSampleIsCheckedAtTheCurrentTime() throws {
+    @Test func edgeSampleIsCheckedAtTheCurrentTime() async throws {
         let entry = try #require(AppleVectors.entries(folders: ["edge"]).first)
         let token = try AppleVectors.text(entry.file)
         let today = try Self.verifier(for: entry, roots: [g3])
-        let error = #expect(throws: VerificationError.self) { try today.verifyNotification(token) }
+        let error = await #expect(throws: VerificationError.self) { try await today.verifyNotification(token) }
         #expect(error?.code == .invalidChain)
         #expect(error?.reason.contains("expired") == true)
 
         let thenVerifier = try Self.verifier(for: entry, roots: [g3], clock: Self.clock(at: entry))
-        #expect(try Self.verify(entry, with: thenVerifier) == Facts(entry))
+        #expect(try await Self.verify(entry, with: thenVerifier) == Facts(entry))
     }
 
     // MARK: - helpers
@@ -175,27 +175,27 @@ struct AppleVectorTests {
     /// Verifies a sample with the method of its kind and reduces the result to comparable facts.
     static func verify(
         _ entry: AppleVectors.Entry, with verifier: SignedDataVerifier, expecting environment: AppStoreEnvironment? = nil
-    ) throws -> Facts {
+    ) async throws -> Facts {
         let token = try AppleVectors.text(entry.file)
         switch entry.kind {
         case "notification":
-            let n = try verifier.verifyNotification(token, expectedEnvironment: environment)
+            let n = try await verifier.verifyNotification(token, expectedEnvironment: environment)
             return Facts(
                 notificationType: n.rawNotificationType, subtype: n.rawSubtype, notificationUUID: n.notificationUUID,
                 environment: n.data?.rawEnvironment, bundleId: n.data?.bundleId, appAppleId: n.data?.appAppleId,
                 signedDate: n.signedDate)
         case "transaction":
-            let t = try verifier.verifyTransaction(token, expectedEnvironment: environment)
+            let t = try await verifier.verifyTransaction(token, expectedEnvironment: environment)
             return Facts(
                 environment: t.rawEnvironment, bundleId: t.bundleId, signedDate: t.signedDate, transactionId: t.transactionId,
                 originalTransactionId: t.originalTransactionId, productId: t.productId, type: t.rawType)
         case "renewalInfo":
-            let r = try verifier.verifyRenewalInfo(token, expectedEnvironment: environment)
+            let r = try await verifier.verifyRenewalInfo(token, expectedEnvironment: environment)
             return Facts(
                 environment: r.rawEnvironment, signedDate: r.signedDate, originalTransactionId: r.originalTransactionId,
                 productId: r.productId)
         case "appTransaction":
-            let a = try verifier.verifyAppTransaction(token, expectedEnvironment: environment)
+            let a = try await verifier.verifyAppTransaction(token, expectedEnvironment: environment)
             return Facts(environment: a.rawReceiptType, bundleId: a.bundleId, appAppleId: a.appAppleId, signedDate: nil)
         default:
             Issue.record("unknown kind \(entry.kind ?? "nil") in \(entry.file)")

@@ -68,7 +68,7 @@ import Testing
             (["APPLE_IAP_ENV": "Production"], "APPLE_IAP_APPLE_ID"),
             (["APPLE_IAP_ENV": "Production", "APPLE_IAP_APPLE_ID": "1", "APPLE_IAP_ALLOW_XCODE": "true"], "APPLE_IAP_ALLOW_XCODE"),
             (["APPLE_IAP_ENV": "Xcode"], "APPLE_IAP_ALLOW_XCODE"),
-            (["APPLE_IAP_ONLINE_CHECKS": "true"], "APPLE_IAP_ONLINE_CHECKS"),
+            (["APPLE_IAP_ONLINE_CHECKS": "sometimes"], "APPLE_IAP_ONLINE_CHECKS"),
             (["APPLE_IAP_APPLE_ID": "-5"], "APPLE_IAP_APPLE_ID"),
             (["APPLE_IAP_ROOT_CERTS": "/nonexistent/root.cer"], "APPLE_IAP_ROOT_CERTS"),
             (["APPLE_IAP_ROOT_CERTS": " , "], "APPLE_IAP_ROOT_CERTS"),
@@ -82,6 +82,8 @@ import Testing
         }
         let xcode = base.merging(["APPLE_IAP_ENV": "xcode", "APPLE_IAP_ALLOW_XCODE": "true"]) { _, new in new }
         #expect(try AppStoreVerifierConfiguration(environment: xcode).environment == .xcode)
+        let online = base.merging(["APPLE_IAP_ONLINE_CHECKS": "true"]) { _, new in new }
+        #expect(try AppStoreVerifierConfiguration(environment: online).onlineChecks)
     }
 
     @Test func aLeafCertificateIsNotARoot() throws {

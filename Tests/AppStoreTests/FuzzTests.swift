@@ -20,7 +20,7 @@ import Testing
 
     static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.=+/ {}\"\\".utf8)
 
-    @Test func mutatedTokensNeverCrashOrVerify() throws {
+    @Test func mutatedTokensNeverCrashOrVerify() async throws {
         let signer = try TestAppleSigner()
         let verifier = try makeVerifier(trusting: signer)
         // Small payloads keep each attempt cheap; the header (three certificates) dominates.
@@ -37,7 +37,7 @@ import Testing
             Original(try signer.sign(renewal), .renewalInfo), Original(try signer.sign(transaction), .transaction),
             Original(notification, .notification),
         ]
-        for original in originals { try verify(original.token, as: original.kind, verifier) }
+        for original in originals { try await verify(original.token, as: original.kind, verifier) }
 
         let seed = UInt64.random(in: 0...UInt64.max)
         var rng = SeededGenerator(state: seed)
@@ -48,7 +48,7 @@ import Testing
             let mutated = mutate(original, using: &rng)
             let outcome: String
             do {
-                try verify(mutated, as: original.kind, verifier)
+                try await verify(mutated, as: original.kind, verifier)
                 outcome = mutated == original.token ? "unchanged" : "ACCEPTED"
             } catch { outcome = error.code.rawValue }
             outcomes[outcome, default: 0] += 1
@@ -80,11 +80,11 @@ import Testing
         }
     }
 
-    func verify(_ token: String, as kind: Kind, _ verifier: SignedDataVerifier) throws(VerificationError) {
+    func verify(_ token: String, as kind: Kind, _ verifier: SignedDataVerifier) async throws(VerificationError) {
         switch kind {
-        case .renewalInfo: _ = try verifier.verifyRenewalInfo(token)
-        case .transaction: _ = try verifier.verifyTransaction(token)
-        case .notification: _ = try verifier.verifyNotification(token)
+        case .renewalInfo: _ = try await verifier.verifyRenewalInfo(token)
+        case .transaction: _ = try await verifier.verifyTransaction(token)
+        case .notification: _ = try await verifier.verifyNotification(token)
         }
     }
 

@@ -8,7 +8,7 @@ import Testing
         try AppStoreJSON.decoder().decode(type, from: Data(json.utf8))
     }
 
-    @Test func unknownEnumValuesAndFieldsDecodeAndKeepTheirRawValue() throws {
+    @Test func unknownEnumValuesAndFieldsDecodeAndKeepTheirRawValue() async throws {
         let json = """
             {"notificationType":"SOMETHING_NEW","subtype":"NEW_SUBTYPE","notificationUUID":"u","version":"2.0",
              "signedDate":1700000000123,"futureField":{"nested":[1,2,3]},
@@ -27,7 +27,7 @@ import Testing
         #expect(again == payload)
     }
 
-    @Test func transactionFieldsDecodeWithTypedViews() throws {
+    @Test func transactionFieldsDecodeWithTypedViews() async throws {
         let json = """
             {"transactionId":"2000000000000001","originalTransactionId":"2000000000000000","bundleId":"b","productId":"p",
              "purchaseDate":1700000000000,"expiresDate":1702592000000,"quantity":1,"type":"Auto-Renewable Subscription",
@@ -47,13 +47,13 @@ import Testing
         #expect(t.purchaseDate == Date(timeIntervalSince1970: 1_700_000_000))
     }
 
-    @Test func aMalformedAppAccountTokenDoesNotBreakDecoding() throws {
+    @Test func aMalformedAppAccountTokenDoesNotBreakDecoding() async throws {
         let t = try decode(JWSTransactionDecodedPayload.self, #"{"appAccountToken":"not-a-uuid","offerType":99}"#)
         #expect(t.appAccountToken == nil && t.rawAppAccountToken == "not-a-uuid")
         #expect(t.offerType == nil && t.rawOfferType == 99)
     }
 
-    @Test func renewalInfoAndAppTransactionDecode() throws {
+    @Test func renewalInfoAndAppTransactionDecode() async throws {
         let r = try decode(JWSRenewalInfoDecodedPayload.self, """
             {"expirationIntent":3,"autoRenewStatus":0,"priceIncreaseStatus":1,"isInBillingRetryPeriod":true,
              "gracePeriodExpiresDate":1700000000000,"renewalPrice":4990,"eligibleWinBackOfferIds":["a","b"],"environment":"Sandbox"}
@@ -68,7 +68,7 @@ import Testing
         #expect(a.receiptType == .sandbox && a.originalPlatform == .visionOS && a.deviceVerificationNonce != nil)
     }
 
-    @Test func summaryAndExternalPurchaseTokenCarryTheirEnvironment() throws {
+    @Test func summaryAndExternalPurchaseTokenCarryTheirEnvironment() async throws {
         let summary = try decode(ResponseBodyV2DecodedPayload.self, """
             {"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","summary":{"environment":"Production","appAppleId":1,
              "bundleId":"b","productId":"p","requestIdentifier":"r","storefrontCountryCodes":["USA"],"succeededCount":5,"failedCount":0}}
@@ -81,20 +81,20 @@ import Testing
         #expect(token.externalPurchaseToken?.environment == .sandbox)
     }
 
-    @Test func datesEncodeAsWholeMilliseconds() throws {
+    @Test func datesEncodeAsWholeMilliseconds() async throws {
         var t = JWSTransactionDecodedPayload()
         t.signedDate = Date(timeIntervalSince1970: 1_700_000_000.123)
         let json = String(decoding: try AppStoreJSON.encoder().encode(t), as: UTF8.self)
         #expect(json == #"{"signedDate":1700000000123}"#)
     }
 
-    @Test func absurdDatesDecodeAndEncodeWithoutTrapping() throws {
+    @Test func absurdDatesDecodeAndEncodeWithoutTrapping() async throws {
         let t = try decode(JWSTransactionDecodedPayload.self, #"{"signedDate":1e300,"expiresDate":-1e300}"#)
         let json = String(decoding: try AppStoreJSON.encoder().encode(t), as: UTF8.self)
         #expect(json.contains("signedDate") && json.contains("expiresDate"))
     }
 
-    @Test func everyEnumRoundTripsItsRawValue() throws {
+    @Test func everyEnumRoundTripsItsRawValue() async throws {
         func check<E: RawRepresentable & CaseIterable & Codable & Equatable>(_: E.Type) throws where E.RawValue: Codable {
             for value in E.allCases {
                 let encoded = try JSONEncoder().encode(value)
@@ -120,7 +120,7 @@ import Testing
         try check(PurchasePlatform.self)
     }
 
-    @Test func signedDataWithUnknownValuesVerifies() throws {
+    @Test func signedDataWithUnknownValuesVerifies() async throws {
         let signer = try TestAppleSigner()
         let verifier = try makeVerifier(trusting: signer)
         let json = """
@@ -128,7 +128,7 @@ import Testing
              "signedDate":\(Int64(Date().timeIntervalSince1970 * 1000)),"somethingElse":[{"a":1}],
              "data":{"environment":"Sandbox","bundleId":"com.example.app","status":9,"newField":"x"}}
             """
-        let payload = try verifier.verifyNotification(try signer.sign(payload: Array(json.utf8)))
+        let payload = try await verifier.verifyNotification(try signer.sign(payload: Array(json.utf8)))
         #expect(payload.notificationType == nil && payload.rawNotificationType == "BRAND_NEW_TYPE")
         #expect(payload.data?.status == nil && payload.data?.rawStatus == 9)
     }

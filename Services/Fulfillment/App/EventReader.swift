@@ -36,14 +36,13 @@ struct TransactionRecord: Sendable {
 struct EventReader: Sendable {
     let cipher: PayloadCipher
     let verifier: SignedDataVerifier
-    private let decoder = AppStoreJSON.decoder()
 
     init(cipher: PayloadCipher, verifier: SignedDataVerifier) {
         self.cipher = cipher
         self.verifier = verifier
     }
 
-    func read(_ event: ClaimedEvent) throws(ProcessingFailure) -> VerifiedEvent {
+    func read(_ event: ClaimedEvent) async throws(ProcessingFailure) -> VerifiedEvent {
         let payload = event.payload
         guard let environment = AppStoreEnvironment(rawValue: payload.environment) else {
             throw .permanent(code: "INVALID_ENVIRONMENT", message: "unknown environment \(payload.environment)")
@@ -51,16 +50,13 @@ struct EventReader: Sendable {
         let jws = try open(payload)
         switch payload.origin {
         case .notification(_, let type, let subtype):
-            let notification = try decodeOuter(jws)
-            let data = notification.data
-            return VerifiedEvent(
-                source: .notification(type: type, subtype: subtype),
-                transaction: try data?.signedTransactionInfo.map { token throws(ProcessingFailure) in
-                    try transaction(token, environment: environment)
-                },
-                renewal: try data?.signedRenewalInfo.map { token throws(ProcessingFailure) in
-                    try renewal(token, environment: environment)
-                })
+            let data = try decodeOuter(jws).data
+            var verified = VerifiedEvent(source: .notification(type: type, subtype: subtype), transaction: nil, renewal: nil)
+            if let token = data?.signedTransactionInfo {
+                verified.transaction = try await transaction(token, environment: environment)
+            }
+            if let token = data?.signedRenewalInfo { verified.renewal = try await renewal(token, environment: environment) }
+            return verified
         case .submission(let kind, let userID, let orderNo, _):
             let source: FactSource
             if kind == "CLIENT", let orderNo {
@@ -68,7 +64,7 @@ struct EventReader: Sendable {
             } else {
                 source = .observedSubmission(submitter: userID)
             }
-            return VerifiedEvent(source: source, transaction: try transaction(jws, environment: environment), renewal: nil)
+            return VerifiedEvent(source: source, transaction: try await transaction(jws, environment: environment), renewal: nil)
         }
     }
 
@@ -93,17 +89,17 @@ struct EventReader: Sendable {
         guard let first = utf8.firstIndex(of: dot), let second = utf8[(first + 1)...].firstIndex(of: dot),
             utf8[(second + 1)...].firstIndex(of: dot) == nil,
             let bytes = Base64URL.decode(bytes: utf8[(first + 1)..<second]),
-            let payload = try? decoder.decode(ResponseBodyV2DecodedPayload.self, from: Data(bytes))
+            let payload = try? AppStoreJSON.decode(ResponseBodyV2DecodedPayload.self, from: bytes)
         else { throw .permanent(code: "MALFORMED", message: "the stored notification does not decode") }
         return payload
     }
 
-    private func transaction(_ jws: String, environment: AppStoreEnvironment) throws(ProcessingFailure)
+    private func transaction(_ jws: String, environment: AppStoreEnvironment) async throws(ProcessingFailure)
         -> TransactionRecord
     {
         let decoded: JWSTransactionDecodedPayload
         do {
-            decoded = try verifier.verifyTransaction(jws, expectedEnvironment: environment)
+            decoded = try await verifier.verifyTransaction(jws, expectedEnvironment: environment)
         } catch {
             throw Self.failure(error)
         }
@@ -127,10 +123,12 @@ struct EventReader: Sendable {
             appAccountTokenUUID: uuid)
     }
 
-    private func renewal(_ jws: String, environment: AppStoreEnvironment) throws(ProcessingFailure) -> RenewalFact {
+    private func renewal(_ jws: String, environment: AppStoreEnvironment) async throws(ProcessingFailure)
+        -> RenewalFact
+    {
         let decoded: JWSRenewalInfoDecodedPayload
         do {
-            decoded = try verifier.verifyRenewalInfo(jws, expectedEnvironment: environment)
+            decoded = try await verifier.verifyRenewalInfo(jws, expectedEnvironment: environment)
         } catch {
             throw Self.failure(error)
         }

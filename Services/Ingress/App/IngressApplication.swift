@@ -17,6 +17,8 @@ public struct IngressApplication: Sendable {
     public let server: HTTPServer
     public let logger: Logger
     let waiter: FulfillmentWaiter
+    /// Method and path pattern of every route served, for the check that the API document lists them all.
+    public let routes: [(method: String, pattern: String)]
 
     public init(configuration: IngressConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
         self.configuration = configuration
@@ -44,6 +46,10 @@ public struct IngressApplication: Sendable {
         OrderRoutes(context: context).register(in: &router)
         waiter = FulfillmentWaiter(pool: pool, logger: logger)
         SubmissionRoutes(context: context, waiter: waiter).register(in: &router)
+        CatalogueRoutes(context: context).register(in: &router)
+        AccountRoutes(context: context).register(in: &router)
+        try OpenAPIRoutes().register(in: &router)
+        routes = router.registeredRoutes
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,

@@ -64,10 +64,12 @@ struct OrderRoutes: Sendable {
         if let headerKey, let bodyKey = body.requestId, headerKey != bodyKey {
             throw APIError.invalidRequest("Idempotency-Key and requestId differ")
         }
-        guard let requestID = body.requestId ?? headerKey, !requestID.isEmpty, requestID.count <= 128 else {
+        guard let requestID = body.requestId ?? headerKey, Self.isAcceptableIdentifier(requestID, maxLength: 128) else {
             throw APIError.invalidRequest("requestId (or an Idempotency-Key header) of at most 128 characters is required")
         }
-        guard !body.productId.isEmpty, body.productId.count <= 255 else { throw APIError.invalidRequest("productId is required") }
+        guard Self.isAcceptableIdentifier(body.productId, maxLength: 255) else {
+            throw APIError.invalidRequest("productId is required (at most 255 printable characters)")
+        }
         let bundleID = context.configuration.appStore.bundleId
         let environment = context.configuration.appStore.environment.rawValue
 
@@ -217,7 +219,9 @@ struct OrderRoutes: Sendable {
         return "PAY\(stamp)\(random)"
     }
 
-    /// Database trouble is the client's cue to retry (503); business errors pass through.
+    /// Database trouble is the client's cue to retry (503); a value the database cannot hold
+    /// (SQLSTATE class 22: NUL characters, overlong text) is the client's mistake (400); business
+    /// errors pass through.
     static func databaseCall<R>(_ body: () async throws -> R) async throws -> R {
         do {
             return try await body()
@@ -225,6 +229,19 @@ struct OrderRoutes: Sendable {
             throw error
         } catch let error as PostgresError where error.isRetryable {
             throw APIError.serviceUnavailable()
+        } catch let error as PostgresError where error.sqlState?.hasPrefix("22") == true {
+            throw APIError.invalidRequest("a value in the request is not acceptable")
         }
     }
+
+    /// Identifiers clients send (request ids, product ids): bounded, without control characters.
+    static func isAcceptableIdentifier(_ text: String, maxLength: Int) -> Bool {
+        !text.isEmpty && text.count <= maxLength
+            && text.unicodeScalars.allSatisfy { !$0.properties.generalCategory.isControlOrFormat }
+    }
+}
+
+extension Unicode.GeneralCategory {
+    /// Control (Cc) and format (Cf) characters: invisible, never part of an identifier.
+    var isControlOrFormat: Bool { self == .control || self == .format }
 }

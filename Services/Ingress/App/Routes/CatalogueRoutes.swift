@@ -1,0 +1,65 @@
+import AppStore
+import Catalogue
+import Domain
+import HTTPServer
+import ServiceRuntime
+
+/// `GET /api/v1/subscriptions/products`: the products on offer and how each relates to the
+/// caller's current plan in its group, so the app can label buttons (upgrade now, downgrade at
+/// the next renewal…) without knowing Apple's level rules.
+struct CatalogueRoutes: Sendable {
+    static let productsPath = "/api/v1/subscriptions/products"
+
+    let context: IngressContext
+    let catalogue: CatalogueStore
+
+    init(context: IngressContext) {
+        self.context = context
+        catalogue = CatalogueStore(pool: context.pool)
+    }
+
+    func register(in router: inout Router) {
+        router.get(Self.productsPath) { request in try await products(request) }
+    }
+
+    struct ProductView: Encodable, Sendable {
+        let productId: String
+        let planCode: String
+        let planLevel: Int
+        let duration: ProductDuration
+        let creditsAmount: Int64
+        let subscriptionGroupId: String
+        let relation: PlanRelation
+    }
+
+    struct Products: Encodable, Sendable {
+        let products: [ProductView]
+    }
+
+    func products(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let user = try context.authenticator.authenticate(request)
+        let (products, subscriptions) = try await OrderRoutes.databaseCall {
+            (
+                try await catalogue.products(appKey: context.configuration.appStore.bundleId),
+                try await UserSubscription.load(userID: user.userID, pool: context.pool)
+            )
+        }
+        // All known products, disabled ones included: a withdrawn product can still be someone's plan.
+        let byID = Dictionary(products.map { ($0.productID, $0) }) { first, _ in first }
+        let now = context.clock.now()
+        var current: [String: CatalogueProduct] = [:]
+        // Rows come latest expiry first, so the first plan with service in a group is the current one.
+        for subscription in subscriptions where subscription.status(at: now).hasService {
+            guard let product = byID[subscription.activeProductID], current[product.subscriptionGroupID] == nil else { continue }
+            current[product.subscriptionGroupID] = product
+        }
+        let offered = products.filter(\.enabled).map { product in
+            ProductView(
+                productId: product.productID, planCode: product.planCode, planLevel: product.planLevel,
+                duration: product.duration, creditsAmount: product.creditsAmount,
+                subscriptionGroupId: product.subscriptionGroupID,
+                relation: PlanRelation.between(current: current[product.subscriptionGroupID], candidate: product))
+        }
+        return .json(Products(products: offered))
+    }
+}

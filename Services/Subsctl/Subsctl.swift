@@ -1,0 +1,117 @@
+import Foundation
+import ServiceRuntime
+
+/// One `subsctl` subcommand. Add a type conforming to this in its own file and list it in
+/// `Subsctl.commands`.
+protocol SubsctlCommand {
+    /// The words that select it, e.g. ["bench", "verify"].
+    static var path: [String] { get }
+    /// The usage line after `subsctl`.
+    static var usage: String { get }
+    static var summary: String { get }
+    /// Runs with the arguments after the command words; returns the exit status.
+    static func run(_ arguments: ParsedArguments) async -> Int32
+}
+
+/// Exit statuses (sysexits.h where one fits).
+enum ExitStatus {
+    static let success: Int32 = 0
+    /// The input was checked and refused (e.g. a signature that does not verify).
+    static let refused: Int32 = 1
+    static let usage: Int32 = 64
+    static let noInput: Int32 = 66
+    /// Try again later (e.g. an OCSP responder was unreachable).
+    static let temporaryFailure: Int32 = 75
+    static let configuration: Int32 = 78
+}
+
+enum Subsctl {
+    static var commands: [any SubsctlCommand.Type] {
+        [VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self]
+    }
+
+    /// Where diagnostics go: stderr, so stdout stays the command's output alone.
+    static let logger = Logger(label: "subsctl", sink: LogSink(fileDescriptor: STDERR_FILENO))
+
+    static func run(_ arguments: [String]) async -> Int32 {
+        if arguments.isEmpty || arguments == ["help"] || arguments == ["--help"] || arguments == ["-h"] {
+            printUsage(to: arguments.isEmpty ? .standardError : .standardOutput)
+            return arguments.isEmpty ? ExitStatus.usage : ExitStatus.success
+        }
+        // The longest command path that prefixes the arguments wins.
+        let match = commands.filter { arguments.starts(with: $0.path) }.max { $0.path.count < $1.path.count }
+        guard let command = match else {
+            printError("unknown command '\(arguments.joined(separator: " "))'")
+            printUsage(to: .standardError)
+            return ExitStatus.usage
+        }
+        do {
+            return await command.run(try ParsedArguments(Array(arguments.dropFirst(command.path.count))))
+        } catch {
+            printError("\(error.description)\nusage: subsctl \(command.usage)")
+            return ExitStatus.usage
+        }
+    }
+
+    static func printUsage(to handle: FileHandle) {
+        var text = "usage: subsctl <command> [options]\n\ncommands:\n"
+        for command in commands { text += "  subsctl \(command.usage)\n      \(command.summary)\n" }
+        handle.write(Data(text.utf8))
+    }
+
+    static func printError(_ message: String) {
+        FileHandle.standardError.write(Data(("subsctl: " + message + "\n").utf8))
+    }
+
+    static func printOutput(_ text: String) {
+        FileHandle.standardOutput.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+    }
+}
+
+/// Command-line arguments split into `--name value` options and positionals. `-` alone is a
+/// positional (stdin); `--` ends the options.
+struct ParsedArguments {
+    struct UsageError: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    private(set) var options: [String: String] = [:]
+    private(set) var positionals: [String] = []
+    private var consumed: Set<String> = []
+
+    init(_ arguments: [String]) throws(UsageError) {
+        var index = 0
+        var optionsEnded = false
+        while index < arguments.count {
+            let argument = arguments[index]
+            if !optionsEnded && argument == "--" {
+                optionsEnded = true
+            } else if !optionsEnded && argument.hasPrefix("--") {
+                let name = String(argument.dropFirst(2))
+                if let equals = name.firstIndex(of: "=") {
+                    options[String(name[..<equals])] = String(name[name.index(after: equals)...])
+                } else {
+                    guard index + 1 < arguments.count else { throw UsageError(description: "option --\(name) needs a value") }
+                    index += 1
+                    options[name] = arguments[index]
+                }
+            } else {
+                positionals.append(argument)
+            }
+            index += 1
+        }
+    }
+
+    mutating func option(_ name: String) -> String? {
+        consumed.insert(name)
+        return options[name]
+    }
+
+    /// Fails on options the command did not ask for (typos must not be ignored silently).
+    func checkAllOptionsUsed() throws(UsageError) {
+        let unknown = Set(options.keys).subtracting(consumed)
+        guard unknown.isEmpty else {
+            throw UsageError(description: "unknown option " + unknown.sorted().map { "--\($0)" }.joined(separator: ", "))
+        }
+    }
+}

@@ -1,0 +1,136 @@
+import Domain
+import Foundation
+
+/// A catalogue file: every product of one app on one channel, with its per-product rules.
+///
+/// The format is documented in `README.md` next to this file. Parsing is strict on purpose: an
+/// unknown key is refused rather than ignored, because a misspelt rule (`"creditAmount"`) would
+/// otherwise silently fall back to its default and grant the wrong credits.
+public struct CatalogueFile: Sendable, Equatable {
+    /// The payment channel; only Apple's exists today.
+    public var channel: String
+    /// The app the products belong to: its bundle id (`APPLE_IAP_BUNDLE_ID` of the services).
+    public var appKey: String
+    public var products: [CatalogueProduct]
+
+    public init(channel: String = CatalogueFile.appleChannel, appKey: String, products: [CatalogueProduct]) {
+        self.channel = channel
+        self.appKey = appKey
+        self.products = products
+    }
+
+    public static let appleChannel = "APPLE"
+
+    /// Reads and validates a catalogue file from disk.
+    public static func load(path: String) throws(CatalogueFileError) -> CatalogueFile {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CatalogueFileError(problems: ["cannot read \(path)"])
+        }
+        return try parse(data)
+    }
+
+    /// Parses and validates catalogue JSON; the error lists every problem found.
+    public static func parse(_ data: Data) throws(CatalogueFileError) -> CatalogueFile {
+        // Types are checked by JSONDecoder (which tells a boolean from a number); key names by a
+        // second, untyped read, since JSONDecoder ignores keys it does not know.
+        let raw: RawFile
+        do {
+            raw = try JSONDecoder().decode(RawFile.self, from: data)
+        } catch {
+            throw CatalogueFileError(problems: [describe(error)])
+        }
+        var problems: [String] = []
+        if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
+            problems += unknownKeys(of: object, allowed: RawFile.CodingKeys.allCases.map(\.rawValue), at: "")
+            for (index, product) in ((object["products"] as? [Any]) ?? []).enumerated() {
+                guard let product = product as? [String: Any] else { continue }
+                problems += unknownKeys(of: product, allowed: RawProduct.CodingKeys.allCases.map(\.rawValue), at: "products[\(index)].")
+            }
+        }
+        let channel = raw.channel ?? appleChannel
+        if channel != appleChannel { problems.append("channel must be \(appleChannel)") }
+        if !isIdentifier(raw.appKey) { problems.append("appKey must be a bundle id (1 to 255 characters, no spaces)") }
+        if raw.products.isEmpty { problems.append("products must list at least one product") }
+        var seen: Set<String> = []
+        var products: [CatalogueProduct] = []
+        for (index, product) in raw.products.enumerated() {
+            let at = "products[\(index)]"
+            if !isIdentifier(product.productId) { problems.append("\(at).productId must be 1 to 255 characters, no spaces") }
+            if !seen.insert(product.productId).inserted { problems.append("\(at).productId \(product.productId) is listed twice") }
+            if !isIdentifier(product.subscriptionGroupId) {
+                problems.append("\(at).subscriptionGroupId must be 1 to 255 characters, no spaces")
+            }
+            if !isIdentifier(product.planCode) { problems.append("\(at).planCode must be 1 to 255 characters, no spaces") }
+            if !(1...1000).contains(product.planLevel) { problems.append("\(at).planLevel must be from 1 (highest) to 1000") }
+            if !(0...maxCreditsAmount).contains(product.creditsAmount) {
+                problems.append("\(at).creditsAmount must be from 0 to \(maxCreditsAmount) whole credits")
+            }
+            products.append(
+                CatalogueProduct(
+                    productID: product.productId, subscriptionGroupID: product.subscriptionGroupId,
+                    planCode: product.planCode, planLevel: product.planLevel, duration: product.duration,
+                    creditsAmount: product.creditsAmount, enabled: product.enabled ?? true,
+                    trialGrantsCredits: product.trialGrantsCredits ?? true, upgradeGrant: product.upgradeGrant ?? .full,
+                    familySharedGrantsCredits: product.familySharedGrantsCredits ?? false))
+        }
+        guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
+        return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
+    }
+
+    /// Credits are stored as micro-credits in a bigint: this bound keeps every amount convertible.
+    public static let maxCreditsAmount: Int64 = 1_000_000_000_000
+
+    private struct RawFile: Decodable {
+        enum CodingKeys: String, CodingKey, CaseIterable { case channel, appKey, products }
+        let channel: String?
+        let appKey: String
+        let products: [RawProduct]
+    }
+
+    private struct RawProduct: Decodable {
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case productId, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, enabled
+            case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits
+        }
+        let productId: String
+        let subscriptionGroupId: String
+        let planCode: String
+        let planLevel: Int
+        let duration: ProductDuration
+        let creditsAmount: Int64
+        let enabled: Bool?
+        let trialGrantsCredits: Bool?
+        let upgradeGrant: UpgradeGrant?
+        let familySharedGrantsCredits: Bool?
+    }
+
+    private static func unknownKeys(of object: [String: Any], allowed: [String], at prefix: String) -> [String] {
+        object.keys.filter { !allowed.contains($0) }.sorted().map { "\(prefix)\($0) is not a catalogue field" }
+    }
+
+    private static func isIdentifier(_ value: String) -> Bool {
+        (1...255).contains(value.utf8.count) && !value.unicodeScalars.contains { $0.properties.isWhitespace || $0.value < 0x20 }
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        func path(_ context: DecodingError.Context, _ last: (any CodingKey)? = nil) -> String {
+            let keys = context.codingPath + (last.map { [$0] } ?? [])
+            let joined = keys.map { $0.intValue.map { "[\($0)]" } ?? ".\($0.stringValue)" }.joined()
+            return String(joined.drop(while: { $0 == "." }))
+        }
+        switch error as? DecodingError {
+        case .keyNotFound(let key, let context)?: return "\(path(context, key)) is required"
+        case .valueNotFound(_, let context)?: return "\(path(context)) must not be null"
+        case .typeMismatch(_, let context)?: return "\(path(context)) has the wrong type"
+        case .dataCorrupted(let context)? where !context.codingPath.isEmpty:
+            return "\(path(context)) has an invalid value (duration: MONTH|YEAR, upgradeGrant: FULL|DIFFERENCE)"
+        default: return "the file is not a JSON object"
+        }
+    }
+}
+
+/// Why a catalogue file was refused: one line per problem.
+public struct CatalogueFileError: Error, Sendable, CustomStringConvertible {
+    public let problems: [String]
+    public var description: String { problems.joined(separator: "\n") }
+}

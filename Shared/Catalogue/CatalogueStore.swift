@@ -1,0 +1,152 @@
+import Domain
+import Foundation
+import Postgres
+
+/// What applying a catalogue file did, by product id.
+public struct CatalogueApplyResult: Sendable, Equatable {
+    public var inserted: [String] = []
+    public var updated: [String] = []
+    public var unchanged: [String] = []
+
+    public init(inserted: [String] = [], updated: [String] = [], unchanged: [String] = []) {
+        self.inserted = inserted
+        self.updated = updated
+        self.unchanged = unchanged
+    }
+}
+
+/// The catalogue in PostgreSQL (`payment_product`): written from catalogue files, read by the services.
+public struct CatalogueStore: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Upserts every product of `file` in one transaction: a new product is inserted, a changed
+    /// (or previously deleted) one is updated with its version bumped, an identical one is left
+    /// alone; each insert or update writes an `audit_log` row with the before and after states.
+    /// Products absent from the file are not touched (disable one with `"enabled": false`).
+    @discardableResult
+    public func apply(_ file: CatalogueFile, operator operatorName: String, reason: String) async throws -> CatalogueApplyResult {
+        try await pool.transaction { connection in
+            // Two concurrent applies of the same app would both insert a new product and one would
+            // fail on the unique key; queueing them makes the later one find the work done.
+            try await connection.query(
+                "SELECT pg_advisory_xact_lock(hashtextextended(\("payment_product:\(file.channel):\(file.appKey)"), 0))")
+            var existing: [String: StoredProduct] = [:]
+            let rows = try await connection.query(
+                """
+                SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
+                    trial_grants_credits, upgrade_grant, family_shared_grants_credits, version, deleted
+                FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
+                """)
+            for row in rows {
+                let stored = StoredProduct(product: try Self.product(row), version: try row.decode("version"), deleted: try row.decode("deleted"))
+                existing[stored.product.productID] = stored
+            }
+            var result = CatalogueApplyResult()
+            for product in file.products {
+                let before = existing[product.productID]
+                if let before, !before.deleted, before.product == product {
+                    result.unchanged.append(product.productID)
+                    continue
+                }
+                let version: Int
+                if before == nil {
+                    version = try await connection.query(
+                        """
+                        INSERT INTO payment_product (channel, app_key, product_id, subscription_group_id, plan_code, plan_level,
+                            duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits)
+                        VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
+                            \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
+                            \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits))
+                        RETURNING version
+                        """
+                    )[0].decode("version")
+                    result.inserted.append(product.productID)
+                } else {
+                    version = try await connection.query(
+                        """
+                        UPDATE payment_product SET subscription_group_id = \(product.subscriptionGroupID), plan_code = \(product.planCode),
+                            plan_level = \(product.planLevel), duration = \(product.duration.rawValue),
+                            credits_amount = \(product.creditsAmount), enabled = \(product.enabled),
+                            trial_grants_credits = \(product.trialGrantsCredits), upgrade_grant = \(product.upgradeGrant.rawValue),
+                            family_shared_grants_credits = \(product.familySharedGrantsCredits), deleted = false,
+                            version = version + 1, updated_at = now()
+                        WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
+                        RETURNING version
+                        """
+                    )[0].decode("version")
+                    result.updated.append(product.productID)
+                }
+                let after = StoredProduct(product: product, version: version, deleted: false)
+                try await connection.query(
+                    """
+                    INSERT INTO audit_log (operator, action, reason, before, after)
+                    VALUES (\(operatorName), \(before == nil ? "CATALOGUE_PRODUCT_CREATED" : "CATALOGUE_PRODUCT_UPDATED"), \(reason),
+                        \(try before.map { try $0.audit(file) }), \(try after.audit(file)))
+                    """)
+            }
+            return result
+        }
+    }
+
+    /// The products of an app that are not deleted, enabled or not (a disabled product can still
+    /// be someone's current plan), ordered by group, level, duration and id.
+    public func products(channel: String = CatalogueFile.appleChannel, appKey: String) async throws -> [CatalogueProduct] {
+        try await pool.query(
+            """
+            SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
+                trial_grants_credits, upgrade_grant, family_shared_grants_credits
+            FROM payment_product
+            WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
+            ORDER BY subscription_group_id, plan_level, duration, product_id
+            """
+        ).map(Self.product)
+    }
+
+    private static func product(_ row: PostgresRow) throws -> CatalogueProduct {
+        let duration: String = try row.decode("duration")
+        let upgradeGrant: String = try row.decode("upgrade_grant")
+        guard let duration = ProductDuration(rawValue: duration), let upgradeGrant = UpgradeGrant(rawValue: upgradeGrant) else {
+            throw PostgresError.decoding(column: "duration/upgrade_grant", reason: "a value the domain does not know")
+        }
+        return CatalogueProduct(
+            productID: try row.decode("product_id"), subscriptionGroupID: try row.decode("subscription_group_id"),
+            planCode: try row.decode("plan_code"), planLevel: try row.decode("plan_level"), duration: duration,
+            creditsAmount: try row.decode("credits_amount"), enabled: try row.decode("enabled"),
+            trialGrantsCredits: try row.decode("trial_grants_credits"), upgradeGrant: upgradeGrant,
+            familySharedGrantsCredits: try row.decode("family_shared_grants_credits"))
+    }
+}
+
+/// A `payment_product` row as the apply step compares and audits it.
+private struct StoredProduct {
+    let product: CatalogueProduct
+    let version: Int
+    let deleted: Bool
+
+    /// The audit trail's view of the row: every business column under the file format's names.
+    func audit(_ file: CatalogueFile) throws -> PostgresJSON {
+        struct Snapshot: Encodable {
+            let channel, appKey, productId, subscriptionGroupId, planCode: String
+            let planLevel: Int
+            let duration: String
+            let creditsAmount: Int64
+            let enabled, trialGrantsCredits: Bool
+            let upgradeGrant: String
+            let familySharedGrantsCredits: Bool
+            let version: Int
+            let deleted: Bool
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        return try PostgresJSON(
+            encoding: Snapshot(
+                channel: file.channel, appKey: file.appKey, productId: product.productID,
+                subscriptionGroupId: product.subscriptionGroupID, planCode: product.planCode, planLevel: product.planLevel,
+                duration: product.duration.rawValue, creditsAmount: product.creditsAmount, enabled: product.enabled,
+                trialGrantsCredits: product.trialGrantsCredits, upgradeGrant: product.upgradeGrant.rawValue,
+                familySharedGrantsCredits: product.familySharedGrantsCredits, version: version, deleted: deleted),
+            encoder: encoder)
+    }
+}

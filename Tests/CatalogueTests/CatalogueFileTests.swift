@@ -1,0 +1,105 @@
+import Catalogue
+import Domain
+import Foundation
+import Testing
+import TestSupport
+
+/// The catalogue file format: the shipped demo file, defaults, and every refusal.
+@Suite struct CatalogueFileTests {
+    static func product(_ fields: [String: Any] = [:], removing: [String] = []) -> [String: Any] {
+        var product: [String: Any] = [
+            "productId": "com.example.starter.monthly", "subscriptionGroupId": "21000000", "planCode": "starter",
+            "planLevel": 2, "duration": "MONTH", "creditsAmount": 1000,
+        ]
+        product.merge(fields) { _, new in new }
+        for key in removing { product.removeValue(forKey: key) }
+        return product
+    }
+
+    static func parse(_ object: [String: Any]) throws(CatalogueFileError) -> CatalogueFile {
+        try CatalogueFile.parse(try! JSONSerialization.data(withJSONObject: object))
+    }
+
+    static func problems(_ object: [String: Any]) -> [String] {
+        do {
+            _ = try parse(object)
+            return []
+        } catch {
+            return error.problems
+        }
+    }
+
+    @Test func demoCatalogueIsDomainMdTable() throws {
+        let path = ServiceProcess.packageRoot.appendingPathComponent("deploy/local/catalog.json").path
+        let file = try CatalogueFile.load(path: path)
+        #expect(file.channel == "APPLE")
+        #expect(file.appKey == "com.example.subscriptions")
+        let byID = Dictionary(uniqueKeysWithValues: file.products.map { ($0.productID, $0) })
+        let starter = try #require(byID["com.example.starter.monthly"])
+        let proMonthly = try #require(byID["com.example.pro.monthly"])
+        let proYearly = try #require(byID["com.example.pro.yearly"])
+        #expect(file.products.count == 3)
+        #expect(Set(file.products.map(\.subscriptionGroupID)).count == 1)
+        #expect((starter.planCode, starter.duration, starter.creditsAmount) == ("starter", .month, 1000))
+        #expect((proMonthly.planCode, proMonthly.duration, proMonthly.creditsAmount) == ("pro", .month, 3000))
+        #expect((proYearly.planCode, proYearly.duration, proYearly.creditsAmount) == ("pro", .year, 3000))
+        // Apple's levels: 1 is the highest, so pro is above starter and the two pro periods share a level.
+        #expect(proMonthly.planLevel < starter.planLevel)
+        #expect(proMonthly.planLevel == proYearly.planLevel)
+        #expect(PlanRelation.between(current: starter, candidate: proYearly) == .upgrade)
+        #expect(PlanRelation.between(current: proYearly, candidate: proMonthly) == .crossgrade)
+    }
+
+    @Test func optionalRulesTakeTheDatabaseDefaults() throws {
+        let file = try Self.parse(["appKey": "com.example.app", "products": [Self.product()]])
+        let product = try #require(file.products.first)
+        #expect(file.channel == "APPLE")
+        #expect(product.enabled)
+        #expect(product.trialGrantsCredits)
+        #expect(product.upgradeGrant == .full)
+        #expect(!product.familySharedGrantsCredits)
+        let explicit = try Self.parse([
+            "appKey": "com.example.app",
+            "products": [Self.product([
+                "enabled": false, "trialGrantsCredits": false, "upgradeGrant": "DIFFERENCE", "familySharedGrantsCredits": true,
+            ])],
+        ])
+        let rules = try #require(explicit.products.first)
+        #expect(!rules.enabled && !rules.trialGrantsCredits && rules.upgradeGrant == .difference && rules.familySharedGrantsCredits)
+    }
+
+    /// Each case: fields (JSON) merged into a valid product, and the start of the expected problem.
+    @Test(arguments: [
+        (#"{"creditAmount": 5}"#, "products[0].creditAmount is not a catalogue field"),
+        (#"{"planLevel": true}"#, "products[0].planLevel has the wrong type"),
+        (#"{"creditsAmount": "1000"}"#, "products[0].creditsAmount has the wrong type"),
+        (#"{"duration": "WEEK"}"#, "products[0].duration has an invalid value"),
+        (#"{"upgradeGrant": "HALF"}"#, "products[0].upgradeGrant has an invalid value"),
+        (#"{"planLevel": 0}"#, "products[0].planLevel must be from 1"),
+        (#"{"creditsAmount": -1}"#, "products[0].creditsAmount must be from 0"),
+        (#"{"creditsAmount": 1000000000001}"#, "products[0].creditsAmount must be from 0"),
+        (#"{"productId": ""}"#, "products[0].productId must be 1 to 255 characters"),
+        (#"{"planCode": "pro plan"}"#, "products[0].planCode must be 1 to 255 characters"),
+    ])
+    func refusesABadProduct(fields: String, expected: String) throws {
+        let merge = try #require(try JSONSerialization.jsonObject(with: Data(fields.utf8)) as? [String: Any])
+        let problems = Self.problems(["appKey": "com.example.app", "products": [Self.product(merge)]])
+        #expect(problems.contains { $0.hasPrefix(expected) }, "\(problems)")
+    }
+
+    @Test func refusesMissingFieldsDuplicatesAndBadTopLevel() {
+        #expect(Self.problems(["appKey": "a.b", "products": [Self.product(removing: ["planCode"])]]) == ["products[0].planCode is required"])
+        #expect(Self.problems(["products": [Self.product()]]) == ["appKey is required"])
+        #expect(Self.problems(["appKey": "a.b", "products": []]) == ["products must list at least one product"])
+        #expect(Self.problems(["appKey": "a.b", "channel": "GOOGLE", "products": [Self.product()]]) == ["channel must be APPLE"])
+        #expect(Self.problems(["appKey": "a.b", "products": [Self.product()], "extra": 1]) == ["extra is not a catalogue field"])
+        // Several problems are all reported at once.
+        let problems = Self.problems([
+            "appKey": "a.b", "products": [Self.product(), Self.product(["planLevel": 0, "creditsAmount": -5])],
+        ])
+        #expect(problems.count == 3, "\(problems)")
+        #expect(problems.contains("products[1].productId com.example.starter.monthly is listed twice"))
+        #expect(throws: CatalogueFileError.self) { try CatalogueFile.parse(Data("[1, 2]".utf8)) }
+        #expect(throws: CatalogueFileError.self) { try CatalogueFile.load(path: "/nonexistent/catalog.json") }
+    }
+}

@@ -1,0 +1,43 @@
+import Foundation
+import Postgres
+import ServiceRuntime
+import Storage
+
+/// A database of its own on the test PostgreSQL, migrated to the current schema, for one test.
+public struct TestDatabase: Sendable {
+    public let name: String
+    /// libpq URI of this database.
+    public let url: String
+    public let pool: PostgresPool
+    private let serverURL: String
+
+    /// Creates and migrates a fresh database named after `prefix`.
+    public static func make(_ prefix: String = "test") async throws -> TestDatabase {
+        let serverURL = try TestEnvironment.databaseURL()
+        let name = TestEnvironment.uniqueName(prefix)
+        let admin = PostgresPool(configuration: PostgresConfiguration(url: serverURL, maximumConnections: 1), logger: Logger(label: "test"))
+        // The name is generated, never input: safe to splice into DDL.
+        try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"))
+        await admin.shutdown()
+        guard var components = URLComponents(string: serverURL) else { throw MissingServiceError(variable: "a parsable DATABASE_URL") }
+        components.path = "/" + name
+        let url = components.string ?? serverURL
+        let logger = Logger(label: "test", level: .warning)
+        let pool = PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 8), logger: logger)
+        try await Migrator(pool: pool, logger: logger).migrate(Migrator.bundled())
+        return TestDatabase(name: name, url: url, pool: pool, serverURL: serverURL)
+    }
+
+    /// Closes the pool and drops the database.
+    public func drop() async {
+        await pool.shutdown()
+        let admin = PostgresPool(configuration: PostgresConfiguration(url: serverURL, maximumConnections: 1), logger: Logger(label: "test"))
+        _ = try? await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"))
+        await admin.shutdown()
+    }
+
+    /// The integer in the first column of the first row of `sql`.
+    public func count(_ sql: String) async throws -> Int {
+        try await pool.query(PostgresQuery(unsafeSQL: sql))[0].decode(0, as: Int.self)
+    }
+}
