@@ -85,7 +85,8 @@ let package = Package(
         .target(
             name: "FulfillmentApp",
             dependencies: [
-                "ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "AppStore", "Crypto", "Domain",
+                "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "AppStore", "Crypto",
+                "Domain",
             ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(

@@ -63,6 +63,8 @@ struct PipelineHarness {
             "KAFKA_PROPERTY_SESSION_TIMEOUT_MS": "2000",
             "KAFKA_PROPERTY_HEARTBEAT_INTERVAL_MS": "500",
             "LOG_LEVEL": "info",
+            // Several workers share this host: each takes a free port for its /metrics.
+            "FULFILLMENT_HTTP_PORT": "0",
         ].merging(appleSettings) { _, apple in apple }
     }
 

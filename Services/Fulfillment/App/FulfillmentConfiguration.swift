@@ -26,6 +26,10 @@ public struct FulfillmentConfiguration: Sendable {
     public var retryMax: Duration
     /// Partitions processed at once by this worker (`FULFILLMENT_CONCURRENCY`). Default 8.
     public var concurrency: Int
+    /// Port of `/healthz` and `/metrics` (`FULFILLMENT_HTTP_PORT`; 0 picks a free one). Default 8081.
+    public var httpPort: Int
+    /// Address of that endpoint (`FULFILLMENT_HTTP_HOST`). Default 0.0.0.0.
+    public var httpHost: String
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -39,6 +43,8 @@ public struct FulfillmentConfiguration: Sendable {
         retryBase = .milliseconds(reader.int("FULFILLMENT_RETRY_BASE_MS", default: 1000, range: 1...3_600_000))
         retryMax = .milliseconds(reader.int("FULFILLMENT_RETRY_MAX_MS", default: 300_000, range: 1...86_400_000))
         concurrency = reader.int("FULFILLMENT_CONCURRENCY", default: 8, range: 1...256)
+        httpPort = reader.int("FULFILLMENT_HTTP_PORT", default: 8081, range: 0...65_535)
+        httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
     }
 
     public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {
