@@ -201,6 +201,7 @@ public struct SubscriptionChange: Sendable, Hashable {
 
 /// One row of `status_history`.
 public struct StatusChange: Sendable, Hashable {
+    /// What changed status (`status_history.entity_type`).
     public enum Entity: String, Sendable, Hashable {
         case order = "ORDER"
         case subscription = "SUBSCRIPTION"
