@@ -93,9 +93,13 @@ let package = Package(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
-        // Operations CLI: one file per subcommand.
+        // Operations CLI: one file per subcommand. AppStoreTestSupport only for the local demo
+        // (`demo-signer`, `demo`, `bench sign-notifications`), whose signer only a deployment with
+        // APPLE_IAP_ALLOW_TEST_ROOTS=true trusts.
         .executableTarget(
-            name: "Subsctl", dependencies: ["AppStore", "Crypto", "ServiceRuntime", "Catalogue", "Postgres"], path: "Services/Subsctl",
+            name: "Subsctl",
+            dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Postgres"],
+            path: "Services/Subsctl",
             swiftSettings: swiftSettings),
 
         // Benchmark peers (not tests): small servers measured by the scripts in Tests/Benchmarks.

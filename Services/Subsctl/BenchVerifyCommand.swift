@@ -68,9 +68,4 @@ enum BenchVerifyCommand: SubsctlCommand {
             """)
         return ExitStatus.success
     }
-
-    private static func usageError(_ message: String) -> Int32 {
-        Subsctl.printError("\(message)\nusage: subsctl \(usage)")
-        return ExitStatus.usage
-    }
 }

@@ -60,9 +60,4 @@ enum CatalogApplyCommand: SubsctlCommand {
             return ExitStatus.refused
         }
     }
-
-    private static func usageError(_ message: String) -> Int32 {
-        Subsctl.printError("\(message)\nusage: subsctl \(usage)")
-        return ExitStatus.usage
-    }
 }

@@ -26,20 +26,18 @@ enum DevTokenCommand: SubsctlCommand {
             Subsctl.printError("USER_TOKEN_HS256_SECRET must be set to the ingress's secret (at least 32 bytes)")
             return ExitStatus.configuration
         }
-        let now = Int(Date().timeIntervalSince1970)
-        let claims: [String: Any] = ["sub": user, "iat": now, "exp": now + ttl]
-        guard let payload = try? JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys, .withoutEscapingSlashes]) else {
-            Subsctl.printError("the claims could not be encoded")
-            return ExitStatus.refused
-        }
-        let signingInput = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)) + "." + Base64URL.encode(Array(payload))
-        let signature = HMACSHA256.authenticate(key: Array(secret.utf8), message: Array(signingInput.utf8))
-        Subsctl.printOutput(signingInput + "." + Base64URL.encode(signature))
+        Subsctl.printOutput(token(user: user, secret: secret, ttl: ttl))
         return ExitStatus.success
     }
 
-    private static func usageError(_ message: String) -> Int32 {
-        Subsctl.printError("\(message)\nusage: subsctl \(usage)")
-        return ExitStatus.usage
+    /// The token itself (also minted by `subsctl demo` for its user).
+    static func token(user: String, secret: String, ttl: Int, now: Date = Date()) -> String {
+        let issued = Int(now.timeIntervalSince1970)
+        let claims: [String: Any] = ["sub": user, "iat": issued, "exp": issued + ttl]
+        // A string and two integers always serialise.
+        let payload = try! JSONSerialization.data(withJSONObject: claims, options: [.sortedKeys, .withoutEscapingSlashes])
+        let signingInput = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)) + "." + Base64URL.encode(Array(payload))
+        let signature = HMACSHA256.authenticate(key: Array(secret.utf8), message: Array(signingInput.utf8))
+        return signingInput + "." + Base64URL.encode(signature)
     }
 }

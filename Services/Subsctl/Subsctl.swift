@@ -13,6 +13,14 @@ protocol SubsctlCommand {
     static func run(_ arguments: ParsedArguments) async -> Int32
 }
 
+extension SubsctlCommand {
+    /// Reports a usage mistake with the command's usage line.
+    static func usageError(_ message: String) -> Int32 {
+        Subsctl.printError("\(message)\nusage: subsctl \(usage)")
+        return ExitStatus.usage
+    }
+}
+
 /// Exit statuses (sysexits.h where one fits).
 enum ExitStatus {
     static let success: Int32 = 0
@@ -27,7 +35,10 @@ enum ExitStatus {
 
 enum Subsctl {
     static var commands: [any SubsctlCommand.Type] {
-        [VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self]
+        [
+            VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
+            DemoCommand.self, BenchSignNotificationsCommand.self,
+        ]
     }
 
     /// Where diagnostics go: stderr, so stdout stays the command's output alone.

@@ -74,9 +74,4 @@ enum VerifyCommand: SubsctlCommand {
         else { throw VerificationError(.malformed, "the verified payload does not re-read as JSON") }
         return object
     }
-
-    private static func usageError(_ message: String) -> Int32 {
-        Subsctl.printError("\(message)\nusage: subsctl \(usage)")
-        return ExitStatus.usage
-    }
 }

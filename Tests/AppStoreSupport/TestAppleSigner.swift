@@ -81,6 +81,19 @@ public final class TestAppleSigner: Sendable {
             subjectKey: leafKey.publicKey, issuer: intermediate, issuerKey: intermediateKey)
     }
 
+    /// The chain as given; `TestAppleSigner(loadingFrom:)` checks that each key matches its certificate.
+    init(
+        rootKey: P256PrivateKey, intermediateKey: P256PrivateKey, leafKey: P256PrivateKey, root: X509Certificate,
+        intermediate: X509Certificate, leaf: X509Certificate
+    ) {
+        self.rootKey = rootKey
+        self.intermediateKey = intermediateKey
+        self.leafKey = leafKey
+        self.root = root
+        self.intermediate = intermediate
+        self.leaf = leaf
+    }
+
     /// A new intermediate and leaf under the same root, deviating as `options` says.
     public func variant(_ options: Options, now: Date = Date()) throws -> TestAppleSigner {
         try TestAppleSigner(root: root, rootKey: rootKey, options: options, now: now)

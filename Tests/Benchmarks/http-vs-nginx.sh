@@ -67,23 +67,16 @@ pids+=($!)
 wait_for "http://127.0.0.1:$OURS_PORT/bench"
 wait_for "http://127.0.0.1:$NGINX_PORT/bench"
 
-# seconds, from a wrk latency such as 812.00us, 1.53ms or 1.02s
-to_ms() {
-    awk -v v="$1" 'BEGIN {
-        n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
-        if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
-        printf "%.3f", n }'
-}
+source Tests/Benchmarks/wrk-figures.sh
 
 measure() {  # name port
     wrk -t2 -c"$CONNECTIONS" -d2s "http://127.0.0.1:$2/bench" >/dev/null  # warm-up
     wrk -t2 -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:$2/bench" >"$work/$1.wrk"
-    local rps p99 errors
-    rps=$(awk '/^Requests\/sec:/ {print $2}' "$work/$1.wrk")
-    p99=$(awk '$1 == "99%" {print $2}' "$work/$1.wrk")
-    errors=$(awk '/Non-2xx|Socket errors/ {print}' "$work/$1.wrk" | tr '\n' ' ')
-    printf '%-8s %12s req/s   p99 %9s ms   %s\n' "$1" "$rps" "$(to_ms "$p99")" "$errors"
-    eval "${1}_rps=$rps; ${1}_p99=$(to_ms "$p99")"
+    local rps p99
+    rps=$(wrk_figure "$work/$1.wrk" rps)
+    p99=$(wrk_figure "$work/$1.wrk" p99)
+    printf '%-8s %12s req/s   p99 %9s ms   %s\n' "$1" "$rps" "$p99" "$(wrk_figure "$work/$1.wrk" errors)"
+    eval "${1}_rps=$rps; ${1}_p99=$p99"
 }
 
 echo "wrk -t2 -c$CONNECTIONS -d$DURATION --latency; HTTPServer with $BENCH_THREADS MHD threads; nginx with 2 workers; $(nproc) cores"

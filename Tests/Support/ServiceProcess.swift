@@ -70,6 +70,17 @@ public final class ServiceProcess: @unchecked Sendable {
         return process.terminationStatus
     }
 
+    /// Waits for the process to end by itself; its exit status, or nil (and killed) after `timeout`.
+    public func waitForExit(timeout: TimeInterval) async -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning, Date() < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+        guard !process.isRunning else {
+            kill()
+            return nil
+        }
+        return process.terminationStatus
+    }
+
     /// Everything the process wrote so far.
     public var output: String { (try? String(contentsOf: logFile, encoding: .utf8)) ?? "" }
 

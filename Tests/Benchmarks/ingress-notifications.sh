@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The ingress alone on this machine, with PostgreSQL and the broker co-located (issue 4): Apple
+# notifications accepted per second (verify + group commit + publish) with wrk posting distinct
+# pre-signed bodies, p50/p99, a row count proving every 200 is durable, the ingress's peak RSS;
+# pgbench one-row inserts in the same run (the one-row-per-commit ceiling); a client read
+# endpoint's requests per second. Prints figures; it is not a test and asserts nothing.
+#
+#   Tests/Benchmarks/ingress-notifications.sh
+#   BENCH_NOTIFICATIONS=150000 DURATION=15s CONNECTIONS=64 BENCH_PORT=18090 BENCH_PERF=1 Tests/Benchmarks/ingress-notifications.sh
+#
+# BENCH_PERF=1 also records the whole machine with perf during the notification run and prints
+# where the CPU went (by process, then the ingress's top symbols).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source deploy/local/env.sh
+source Tests/Benchmarks/wrk-figures.sh
+command -v swift >/dev/null 2>&1 || export PATH="/opt/swift/usr/bin:$PATH"
+
+NOTIFICATIONS=${BENCH_NOTIFICATIONS:-120000}
+WARMUP_NOTIFICATIONS=${BENCH_WARMUP_NOTIFICATIONS:-10000}
+DURATION=${DURATION:-15s}
+CONNECTIONS=${CONNECTIONS:-64}
+THREADS=2
+PORT=${BENCH_PORT:-18090}
+PGBENCH_PAYLOAD_BYTES=${PGBENCH_PAYLOAD_BYTES:-6144}
+PGBENCH_CLIENTS=${PGBENCH_CLIENTS:-8}
+PGBENCH_SECONDS=${PGBENCH_SECONDS:-15}
+BUNDLE_ID=com.example.subscriptions
+NOTIFICATION_PATH=/api/v1/iap/apple/notifications/sandbox
+base="http://127.0.0.1:$PORT"
+
+work=$(mktemp -d)
+ingress_pid=""
+database="bench_ingress_$(date +%s)_$$"
+topic="bench.events.$database"
+bench_url="${DATABASE_URL%/*}/$database"
+cleanup() {
+    if [ -n "$ingress_pid" ]; then kill "$ingress_pid" 2>/dev/null || true; wait "$ingress_pid" 2>/dev/null || true; fi
+    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $database" >/dev/null 2>&1 || true
+    "$(tansu_bin)" topic delete --broker "tcp://$KAFKA_BROKERS" "$topic" >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+bash deploy/local/start.sh >/dev/null
+echo "building ingress and subsctl (release)..."
+for product in ingress subsctl; do
+    swift build -c release --product "$product" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+done
+bin="$(swift build -c release --show-bin-path)"
+
+"$bin/subsctl" demo-signer init --dir "$work/signer" >/dev/null
+echo "signing $WARMUP_NOTIFICATIONS + $NOTIFICATIONS distinct notifications..."
+"$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count "$WARMUP_NOTIFICATIONS" --out "$work/warmup.jsonl" >/dev/null
+body_bytes=$("$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count "$NOTIFICATIONS" --out "$work/bodies.jsonl" \
+    | sed -n 's/^average_body_bytes=//p')
+
+psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
+# Secrets of this run only: generated here, handed to the ingress, never printed.
+user_secret=$(openssl rand -base64 32)
+DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 \
+    INGRESS_NOTIFICATION_RATE_PER_SECOND=1000000 INGRESS_NOTIFICATION_RATE_BURST=1000000 \
+    PAYLOAD_ENCRYPTION_KEYS="bench:$(openssl rand -base64 32)" CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" \
+    USER_TOKEN_HS256_SECRET="$user_secret" APPLE_IAP_ENV=Sandbox APPLE_IAP_BUNDLE_ID="$BUNDLE_ID" \
+    APPLE_IAP_ROOT_CERTS="$work/signer/root.pem" APPLE_IAP_ALLOW_TEST_ROOTS=true LOG_LEVEL="${BENCH_LOG_LEVEL:-info}" \
+    "$bin/ingress" >"$work/ingress.log" 2>&1 &
+ingress_pid=$!
+for _ in $(seq 300); do curl -fsS "$base/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+curl -fsS "$base/readyz" >/dev/null || { echo "the ingress did not become ready:" >&2; tail -20 "$work/ingress.log" >&2; exit 1; }
+
+sql() { psql "$bench_url" -qAtc "$1"; }
+peak_rss_mib() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$ingress_pid/status"; }
+post_bodies() {  # file duration output
+    BODIES="$1" WRK_THREADS=$THREADS TARGET_PATH=$NOTIFICATION_PATH \
+        wrk -t$THREADS -c"$CONNECTIONS" -d"$2" --timeout 10s --latency -s Tests/Benchmarks/wrk-post-bodies.lua "$base" >"$3"
+}
+
+echo "notifications: warm-up (3 s), then wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $NOTIFICATION_PATH..."
+post_bodies "$work/warmup.jsonl" 3s "$work/warmup.wrk"
+rows_before=$(sql "SELECT count(*) FROM apple_notification_event")
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    perf record -a -g -F 499 -o "$work/perf.data" -- sleep 10 >/dev/null 2>&1 &
+    perf_pid=$!
+fi
+post_bodies "$work/bodies.jsonl" "$DURATION" "$work/notifications.wrk"
+rows_after=$(sql "SELECT count(*) FROM apple_notification_event")
+read -r accepted duplicate other reused seconds < <(sed -n \
+    's/^lua accepted=\([0-9]*\) duplicate=\([0-9]*\) other=\([0-9]*\) reused=\([0-9]*\) seconds=\([0-9.]*\)$/\1 \2 \3 \4 \5/p' \
+    "$work/notifications.wrk")
+notification_rss=$(peak_rss_mib)
+unpublished_at_end=$(sql "SELECT count(*) FROM event_outbox")
+for _ in $(seq 50); do [ "$(sql "SELECT count(*) FROM event_outbox")" = 0 ] && break; sleep 0.2; done
+unpublished_later=$(sql "SELECT count(*) FROM event_outbox")
+
+echo "pgbench: one-row inserts of a $PGBENCH_PAYLOAD_BYTES-byte payload, $PGBENCH_CLIENTS clients, ${PGBENCH_SECONDS}s..."
+# Random bytes like the ingress's sealed payloads (incompressible), a unique uuid like its notification UUID.
+sql "CREATE TABLE bench_insert (id bigserial PRIMARY KEY, notification_uuid uuid NOT NULL UNIQUE, payload bytea NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now());
+     CREATE TABLE bench_blob AS SELECT decode(string_agg(md5(random()::text), ''), 'hex') AS payload
+         FROM generate_series(1, $((PGBENCH_PAYLOAD_BYTES / 16)))"
+echo "INSERT INTO bench_insert (notification_uuid, payload) SELECT gen_random_uuid(), payload FROM bench_blob;" >"$work/insert.sql"
+pgbench -n -M prepared -c "$PGBENCH_CLIENTS" -j 2 -T "$PGBENCH_SECONDS" -f "$work/insert.sql" "$bench_url" >"$work/pgbench.out" 2>&1
+pgbench_tps=$(awk '/^tps = / { printf "%.0f", $3; exit }' "$work/pgbench.out")
+pgbench_latency=$(awk '/^latency average = / { print $4; exit }' "$work/pgbench.out")
+
+auth="Authorization: Bearer $(USER_TOKEN_HS256_SECRET="$user_secret" "$bin/subsctl" dev-token --user bench-reader)"
+DATABASE_URL="$bench_url" "$bin/subsctl" catalog apply --operator bench --reason "benchmark catalogue" deploy/local/catalog.json >/dev/null
+order_no=$(curl -fsS -H "$auth" -H 'Content-Type: application/json' \
+    -d '{"productId":"com.example.starter.monthly","requestId":"bench-read"}' "$base/api/v1/subscriptions/orders" \
+    | sed -n 's/.*"orderNo":"\([^"]*\)".*/\1/p')
+read_paths=("/api/v1/subscriptions/orders/$order_no")
+if [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$auth" "$base/api/v1/credits/balance")" = 200 ]; then
+    read_paths+=("/api/v1/credits/balance")
+fi
+for path in "${read_paths[@]}"; do
+    echo "reads: wrk -t$THREADS -c$CONNECTIONS -d$DURATION GET $path..."
+    wrk -t$THREADS -c"$CONNECTIONS" -d2s -H "$auth" "$base$path" >/dev/null
+    wrk -t$THREADS -c"$CONNECTIONS" -d"$DURATION" --latency -H "$auth" "$base$path" >"$work/read-$(basename "$path").wrk"
+done
+final_rss=$(peak_rss_mib)
+
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    wait "$perf_pid" || true
+    perf report -i "$work/perf.data" --no-children --sort comm --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -8 >"$work/perf-comm.txt"
+    perf report -i "$work/perf.data" --no-children --pid "$ingress_pid" --sort dso,symbol --stdio 2>/dev/null \
+        | grep -E '^ +[0-9]' | head -25 >"$work/perf-ingress.txt"
+fi
+
+echo
+echo "== ingress benchmark: $(nproc) cores, PostgreSQL + broker + ingress + wrk on one machine =="
+echo "notifications: POST $NOTIFICATION_PATH, $body_bytes-byte distinct signed bodies (nested transaction + renewal info)"
+awk -v a="$accepted" -v s="$seconds" 'BEGIN { printf "  accepted            %8.0f /s   (target >= 5000)   [%d new rows answered 200 in %.1f s]\n", a / s, a, s }'
+printf '  latency p50 / p99   %8s / %s ms   (target p99 < 50 ms)\n' \
+    "$(wrk_figure "$work/notifications.wrk" p50)" "$(wrk_figure "$work/notifications.wrk" p99)"
+printf '  durable             %s new rows for %s "accepted" answers: %s\n' "$((rows_after - rows_before))" "$accepted" \
+    "$([ "$((rows_after - rows_before))" -ge "$accepted" ] && echo "every 200 is a row" || echo "ROWS MISSING")"
+printf '  other answers       %s duplicate, %s non-200, %s bodies reused (raise BENCH_NOTIFICATIONS if > 0) %s\n' \
+    "$duplicate" "$other" "$reused" "$(wrk_figure "$work/notifications.wrk" errors)"
+printf '  published           %s outbox rows left at the end, %s a few seconds later\n' "$unpublished_at_end" "$unpublished_later"
+printf '  ingress peak RSS    %8s MiB (target < 150 MiB)\n' "$notification_rss"
+printf 'pgbench one-row inserts (%s-byte payload, %s clients, %s s): %s tps, latency average %s ms\n' \
+    "$PGBENCH_PAYLOAD_BYTES" "$PGBENCH_CLIENTS" "$PGBENCH_SECONDS" "$pgbench_tps" "$pgbench_latency"
+awk -v a="$accepted" -v s="$seconds" -v p="$pgbench_tps" 'BEGIN { printf "  notifications accepted / pgbench one-row tps = %.2f\n", a / s / p }'
+for path in "${read_paths[@]}"; do
+    file="$work/read-$(basename "$path").wrk"
+    printf 'reads: GET %s\n  %12s req/s (target >= 10000)   p50 %s ms   p99 %s ms   %s\n' "$path" \
+        "$(wrk_figure "$file" rps)" "$(wrk_figure "$file" p50)" "$(wrk_figure "$file" p99)" "$(wrk_figure "$file" errors)"
+done
+printf 'ingress peak RSS after everything: %s MiB (target < 150 MiB)\n' "$final_rss"
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    echo
+    echo "perf, whole machine during the notification run (share of samples by process):"
+    cat "$work/perf-comm.txt"
+    echo "perf, the ingress's top symbols:"
+    cat "$work/perf-ingress.txt"
+fi

@@ -1,0 +1,53 @@
+-- wrk script: POSTs pre-made JSON bodies (one per line of the file $BODIES) to $TARGET_PATH.
+-- Thread i of $WRK_THREADS takes lines i, i+n, i+2n…, so every body is sent once until a thread
+-- runs out (it then starts over: those requests are counted as reused). Answers are counted by
+-- outcome: 200 "accepted" (a new row), 200 "duplicate", anything else.
+local threads = {}
+local created = 0
+
+function setup(thread)
+    thread:set("id", created)
+    table.insert(threads, thread)
+    created = created + 1
+end
+
+function init(args)
+    local step = tonumber(os.getenv("WRK_THREADS"))
+    bodies = {}
+    local line_number = 0
+    for line in io.lines(os.getenv("BODIES")) do
+        if line_number % step == id then bodies[#bodies + 1] = line end
+        line_number = line_number + 1
+    end
+    body_count = #bodies
+    path = os.getenv("TARGET_PATH")
+    headers = { ["Content-Type"] = "application/json" }
+    sent, accepted, duplicate, other = 0, 0, 0, 0
+end
+
+function request()
+    sent = sent + 1
+    return wrk.format("POST", path, headers, bodies[(sent - 1) % #bodies + 1])
+end
+
+function response(status, headers, body)
+    if status ~= 200 then
+        other = other + 1
+    elseif string.find(body, '"duplicate"', 1, true) then
+        duplicate = duplicate + 1
+    else
+        accepted = accepted + 1
+    end
+end
+
+function done(summary, latency, requests)
+    local totals = { accepted = 0, duplicate = 0, other = 0, reused = 0 }
+    for _, thread in ipairs(threads) do
+        totals.accepted = totals.accepted + thread:get("accepted")
+        totals.duplicate = totals.duplicate + thread:get("duplicate")
+        totals.other = totals.other + thread:get("other")
+        totals.reused = totals.reused + math.max(0, thread:get("sent") - thread:get("body_count"))
+    end
+    io.write(string.format("lua accepted=%d duplicate=%d other=%d reused=%d seconds=%.3f\n",
+        totals.accepted, totals.duplicate, totals.other, totals.reused, summary.duration / 1e6))
+end

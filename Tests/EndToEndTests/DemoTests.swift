@@ -1,0 +1,55 @@
+import AppStoreTestSupport
+import Foundation
+import Testing
+import TestSupport
+
+/// `subsctl demo` (the end of deploy/local/run.sh) against a running ingress and worker.
+@Suite(.timeLimit(.minutes(3)))
+struct DemoTests {
+    @Test func theDemoTellsItsFourStepsAndSucceeds() async throws {
+        let harness = try await IngressHarness.start()
+        defer { Task { await harness.stop() } }
+        try await harness.applyDemoCatalogue()
+        let worker = try ServiceProcess(
+            executable: "fulfillment", name: "demo-worker", environment: harness.environment.merging(["WORKER_ID": "demo-worker"]) { _, new in new })
+        defer { worker.kill() }
+        let signerDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-signer-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: signerDirectory) }
+        try harness.signer.save(to: signerDirectory)
+
+        let demo = try ServiceProcess(
+            executable: "subsctl", name: "demo",
+            environment: [
+                "USER_TOKEN_HS256_SECRET": harness.userTokenSecret, "APPLE_IAP_BUNDLE_ID": IngressHarness.bundleID,
+                "LOG_LEVEL": "warning",
+            ],
+            arguments: ["demo", "--ingress", harness.client.baseURL.absoluteString, "--signer-dir", signerDirectory.path,
+                        "--wait-seconds", "10"])
+        let status = await demo.waitForExit(timeout: 150)
+        let output = demo.output
+        #expect(status == 0, "\(output)")
+        for step in ["== 1. Purchase", "== 2. Renewal", "== 3. Plan change", "== 4. Refund", "Demo complete"] {
+            #expect(output.contains(step), "missing \(step) in:\n\(output)")
+        }
+        #expect(output.components(separatedBy: "evidence").count - 1 == 4, "\(output)")
+        #expect(output.components(separatedBy: "-> 200 accepted").count - 1 == 5, "five notifications stored: \(output)")
+        #expect(!output.contains("eyJ"), "the demo prints no token or JWS")
+        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 5)
+        #expect(try await harness.count("SELECT count(*) FROM transaction_submission") == 1)
+        #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
+    }
+
+    @Test func anUnreachableIngressFailsAfterItsBoundedWait() async throws {
+        let signerDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-signer-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: signerDirectory) }
+        try TestAppleSigner().save(to: signerDirectory)
+        let demo = try ServiceProcess(
+            executable: "subsctl", name: "demo-unreachable",
+            environment: ["USER_TOKEN_HS256_SECRET": String(repeating: "s", count: 32)],
+            arguments: ["demo", "--ingress", "http://127.0.0.1:\(freeTCPPort())", "--signer-dir", signerDirectory.path,
+                        "--wait-seconds", "1"])
+        let status = await demo.waitForExit(timeout: 90)
+        #expect(status == 75, "\(demo.output)")
+        #expect(demo.output.contains("is not ready"))
+    }
+}
