@@ -84,7 +84,10 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "FulfillmentApp",
-            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Pipeline"],
+            dependencies: [
+                "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "AppStore", "Crypto",
+                "Domain",
+            ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
@@ -146,7 +149,7 @@ let package = Package(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
-                "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain",
+                "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "FulfillmentApp",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

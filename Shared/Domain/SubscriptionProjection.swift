@@ -25,6 +25,27 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     public var lastTransactionID: String
     public var lastSignedDate: Date
     public var isFamilyShared: Bool
+
+    public init(
+        originalTransactionID: String, environment: String, activeProductID: String, pendingProductID: String?,
+        status: SubscriptionStatus, autoRenewEnabled: Bool, expiresAt: Date?, graceExpiresAt: Date?,
+        lastTransactionID: String, lastSignedDate: Date, isFamilyShared: Bool
+    ) {
+        self.originalTransactionID = originalTransactionID
+        self.environment = environment
+        self.activeProductID = activeProductID
+        self.pendingProductID = pendingProductID
+        self.status = status
+        self.autoRenewEnabled = autoRenewEnabled
+        self.expiresAt = expiresAt
+        self.graceExpiresAt = graceExpiresAt
+        self.lastTransactionID = lastTransactionID
+        self.lastSignedDate = lastSignedDate
+        self.isFamilyShared = isFamilyShared
+    }
+
+    /// The chain's key in status history: `environment:originalTransactionId`.
+    public var historyKey: String { "\(environment):\(originalTransactionID)" }
 }
 
 /// The projection: because it reads only stored facts and the clock, recomputing it after every

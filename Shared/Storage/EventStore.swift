@@ -94,6 +94,35 @@ public struct ClaimedEvent: Sendable {
     public var retryCount: Int
     public var routingKey: String
     public var traceID: String?
+    /// Read with the claim, so applying the event costs no extra query.
+    public var payload: EventPayload
+}
+
+/// What an event row holds for the worker: the sealed signed payload and where it came from.
+public struct EventPayload: Sendable {
+    /// AES-256-GCM ciphertext of the JWS; nil once a retention job redacted it.
+    public var sealed: [UInt8]?
+    /// The key that sealed it (`PAYLOAD_ENCRYPTION_KEYS`).
+    public var keyID: String?
+    /// The App Store environment the ingress verified.
+    public var environment: String
+    public var origin: EventOrigin
+}
+
+/// Which intake stored an event, with the columns that say what it is.
+public enum EventOrigin: Sendable, Hashable {
+    case notification(uuid: String, type: String, subtype: String?)
+    /// A client upload (`CLIENT`, with its order) or observation (`OBSERVED`); `userID` is the
+    /// logged-in user, `payloadHash` the hex SHA-256 of the JWS.
+    case submission(kind: String, userID: String, orderNo: String?, payloadHash: String)
+
+    /// The context the ingress sealed the payload under (it must be given again to open it).
+    public var sealingContext: String {
+        switch self {
+        case .notification(let uuid, _, _): uuid
+        case .submission(_, _, _, let hash): "submission:" + hash
+        }
+    }
 }
 
 /// The SQL of the event pipeline: intake with outbox, worker leases, retries and the sweeper.
@@ -244,6 +273,10 @@ public struct EventStore: Sendable {
 
     /// Claims an event for `owner` until the lease runs out, if it is claimable now: new, due for a
     /// retry, or abandoned by a worker whose lease expired. Nil means someone else has it or it is done.
+    ///
+    /// The claim commits asynchronously (no WAL flush of its own): losing it in a server crash only
+    /// makes the event claimable again, and the worker's transaction that applies the event commits
+    /// synchronously, flushing the claim with it. One flush per event instead of two.
     public func claim(_ envelope: EventEnvelope, owner: String, lease: Duration) async throws -> ClaimedEvent? {
         guard let table = Self.table(for: envelope.kind) else { return nil }
         let rows = try await pool.query(
@@ -252,17 +285,39 @@ public struct EventStore: Sendable {
                     UPDATE \(table)
                        SET process_status = 'PROCESSING', lease_owner = $1,
                            lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
+                      FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
                      WHERE id = $3
                        AND (process_status = 'RECEIVED'
                             OR (process_status = 'RETRY_WAIT' AND next_retry_at <= now())
                             OR (process_status = 'PROCESSING' AND lease_expires_at < now()))
-                    RETURNING id, retry_count, routing_key, trace_id
+                    RETURNING id, retry_count, routing_key, trace_id, signed_payload, payload_key_id, environment,
+                              \(Self.originColumns(for: envelope.kind))
                     """,
                 binds: [owner.postgresData, Self.seconds(lease).postgresData, envelope.eventID.postgresData]))
         guard let row = rows.first else { return nil }
+        let origin: EventOrigin
+        if envelope.kind == .submission {
+            origin = .submission(
+                kind: try row.decode("submission_kind"), userID: try row.decode("user_id"),
+                orderNo: try row.decode("order_no", as: String?.self), payloadHash: try row.decode("payload_hash"))
+        } else {
+            origin = .notification(
+                uuid: try row.decode("notification_uuid"), type: try row.decode("notification_type"),
+                subtype: try row.decode("subtype", as: String?.self))
+        }
         return ClaimedEvent(
             kind: envelope.kind, id: try row.decode("id"), retryCount: try row.decode("retry_count"),
-            routingKey: try row.decode("routing_key"), traceID: try row.decode("trace_id", as: String?.self))
+            routingKey: try row.decode("routing_key"), traceID: try row.decode("trace_id", as: String?.self),
+            payload: EventPayload(
+                sealed: try row.decode("signed_payload", as: [UInt8]?.self),
+                keyID: try row.decode("payload_key_id", as: String?.self), environment: try row.decode("environment"),
+                origin: origin))
+    }
+
+    /// The columns of each event table that say what the event is (constants, never input).
+    static func originColumns(for kind: EventKind) -> String {
+        kind == .submission
+            ? "submission_kind, user_id, order_no, payload_hash" : "notification_uuid, notification_type, subtype"
     }
 
     /// Inside the worker's transaction, before any effect: locks the event row and checks that the
@@ -288,26 +343,40 @@ public struct EventStore: Sendable {
         try await connection.query(
             PostgresQuery(
                 unsafeSQL: """
-                    UPDATE \(table)
-                       SET process_status = 'SUCCEEDED', processed_at = now(), lease_owner = NULL,
-                           lease_expires_at = NULL, error_code = NULL, error_message = NULL, updated_at = now()
-                     WHERE id = $1
+                    WITH done AS (
+                        UPDATE \(table)
+                           SET process_status = 'SUCCEEDED', processed_at = now(), lease_owner = NULL,
+                               lease_expires_at = NULL, error_code = NULL, error_message = NULL, updated_at = now()
+                         WHERE id = $1
+                        RETURNING id
+                    )
+                    INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
+                    SELECT $2, id, $3, $4 FROM done
                     """,
-                binds: [event.id.postgresData]))
-        try await connection.query(
-            """
-            INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
-            VALUES (\(event.kind.rawValue), \(event.id), \(owner), \(event.retryCount + 1))
-            """)
+                binds: [
+                    event.id.postgresData, event.kind.rawValue.postgresData, owner.postgresData,
+                    (event.retryCount + 1).postgresData,
+                ]))
     }
 
     /// Gives the event back for a later attempt (`RETRY_WAIT`), or buries it (`DEAD`) when `retryAt` is nil.
     public func fail(
         _ event: ClaimedEvent, owner: String, code: String, message: String, retryAt delay: Duration?
     ) async throws {
+        try await pool.withConnection { connection in
+            try await fail(event, owner: owner, code: code, message: message, retryAt: delay, on: connection)
+        }
+    }
+
+    /// The same inside the worker's transaction, so a refusal commits together with what it records
+    /// (a frozen chain, an unmatched fact's summary).
+    public func fail(
+        _ event: ClaimedEvent, owner: String, code: String, message: String, retryAt delay: Duration?,
+        on connection: PostgresConnection
+    ) async throws {
         let table = Self.table(for: event.kind)!
         let status = delay == nil ? "DEAD" : "RETRY_WAIT"
-        try await pool.query(
+        try await connection.query(
             PostgresQuery(
                 unsafeSQL: """
                     UPDATE \(table)

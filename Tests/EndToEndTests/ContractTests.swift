@@ -25,7 +25,7 @@ struct ContractTests {
                 "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
                 "--max-examples", "10", "--seed", "20261129", "--workers", "2", "--max-time", "60",
                 "--header", "Authorization: Bearer \(harness.userToken("contract-user"))",
-                "--no-color", "--output-sanitize", "true",
+                "--no-color", "--output-sanitize", "true", "--generation-database", "none",
             ],
             environment: ["HOME": FileManager.default.temporaryDirectory.path])
         let finished = await eventually(timeout: 240, every: .milliseconds(500)) { !run.isRunning }

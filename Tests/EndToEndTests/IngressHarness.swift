@@ -22,19 +22,13 @@ struct IngressHarness {
     static func start(
         environment appleEnvironment: AppStoreEnvironment = .sandbox, extra: [String: String] = [:]
     ) async throws -> IngressHarness {
-        let pipeline = try await PipelineHarness.make()
-        let signer = try TestAppleSigner()
+        let pipeline = try await PipelineHarness.make(appleEnvironment: appleEnvironment)
+        let signer = pipeline.signer
         let secret = Base64URL.encode(SecureRandom.bytes(32))
         let port = freeTCPPort()
         var environment = pipeline.serviceEnvironment
-        environment.merge(
-            try signer.verifierEnvironment(
-                bundleId: bundleID, environment: appleEnvironment,
-                appAppleId: appleEnvironment == .production ? 1_234_567_890 : nil)
-        ) { _, new in new }
         environment.merge([
             "INGRESS_HTTP_PORT": String(port),
-            "PAYLOAD_ENCRYPTION_KEYS": "k1:" + Data(SecureRandom.bytes(32)).base64EncodedString(),
             "CURSOR_SIGNING_KEY": Data(SecureRandom.bytes(32)).base64EncodedString(),
             "USER_TOKEN_HS256_SECRET": secret,
         ]) { _, new in new }

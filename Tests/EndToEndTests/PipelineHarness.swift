@@ -1,3 +1,6 @@
+import AppStore
+import AppStoreTestSupport
+import Crypto
 import Foundation
 import IngressApp
 import Kafka
@@ -5,6 +8,7 @@ import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
+import Testing
 import TestSupport
 
 /// A private slice of the real services for one end-to-end test: its own database, topic and
@@ -14,9 +18,14 @@ struct PipelineHarness {
     let topic: String
     let groupID: String
     let partitions: Int
+    /// Apple, simulated: every process of the slice trusts this signer's root.
+    let signer: TestAppleSigner
+    /// `APPLE_IAP_*` and `PAYLOAD_ENCRYPTION_KEYS`, the same for every process of the slice (the
+    /// workers open what the ingress sealed).
+    let appleSettings: [String: String]
     let logger = Logger(label: "e2e", level: .warning)
 
-    static func make(partitions: Int = 6) async throws -> PipelineHarness {
+    static func make(partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox) async throws -> PipelineHarness {
         let baseURL = try TestEnvironment.databaseURL()
         _ = try TestEnvironment.kafkaBrokers()
         let database = TestEnvironment.uniqueName("e2e")
@@ -24,9 +33,15 @@ struct PipelineHarness {
         // The name is generated above, never input: safe to splice into DDL.
         try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"))
         await admin.shutdown()
+        let signer = try TestAppleSigner()
+        var appleSettings = try signer.verifierEnvironment(
+            bundleId: IngressHarness.bundleID, environment: appleEnvironment,
+            appAppleId: appleEnvironment == .production ? 1_234_567_890 : nil)
+        appleSettings["PAYLOAD_ENCRYPTION_KEYS"] = "k1:" + Data(SecureRandom.bytes(32)).base64EncodedString()
         return PipelineHarness(
             databaseURL: Self.replacingDatabase(in: baseURL, with: database), topic: TestEnvironment.uniqueName("events"),
-            groupID: TestEnvironment.uniqueName("group"), partitions: partitions)
+            groupID: TestEnvironment.uniqueName("group"), partitions: partitions, signer: signer,
+            appleSettings: appleSettings)
     }
 
     static func replacingDatabase(in url: String, with database: String) -> String {
@@ -48,7 +63,9 @@ struct PipelineHarness {
             "KAFKA_PROPERTY_SESSION_TIMEOUT_MS": "2000",
             "KAFKA_PROPERTY_HEARTBEAT_INTERVAL_MS": "500",
             "LOG_LEVEL": "info",
-        ]
+            // Several workers share this host: each takes a free port for its /metrics.
+            "FULFILLMENT_HTTP_PORT": "0",
+        ].merging(appleSettings) { _, apple in apple }
     }
 
     var configuration: PipelineConfiguration {
@@ -59,6 +76,27 @@ struct PipelineHarness {
             try reader.validate()
             return configuration
         }
+    }
+
+    /// A notification as the ingress stores it: signed by the slice's signer, sealed with its key.
+    func storedNotification(
+        type: NotificationTypeV2, subtype: Subtype? = nil, transaction: JWSTransactionDecodedPayload?,
+        renewal: JWSRenewalInfoDecodedPayload? = nil, environment: AppStoreEnvironment = .sandbox
+    ) throws -> NewNotificationEvent {
+        let uuid = UUID()
+        let jws = try signer.signNotification(
+            type: type, subtype: subtype, bundleId: IngressHarness.bundleID, environment: environment,
+            transaction: transaction, renewalInfo: renewal, notificationUUID: uuid)
+        let reader = ConfigurationReader(environment: appleSettings)
+        let cipher = try #require(PayloadCipher(reader: reader))
+        let context = uuid.uuidString.lowercased()
+        let sealed = try cipher.seal(Array(jws.utf8), context: context)
+        let original = transaction?.originalTransactionId
+        return NewNotificationEvent(
+            notificationUUID: context, notificationType: type.rawValue, subtype: subtype?.rawValue,
+            environment: environment.rawValue, transactionID: transaction?.transactionId,
+            originalTransactionID: original, routingKey: original ?? context, sealedPayload: sealed.sealed,
+            payloadKeyID: sealed.keyID)
     }
 
     func startWorker(_ name: String) throws -> ServiceProcess {

@@ -1,6 +1,9 @@
+import AppStore
+import Domain
 import Events
 import Foundation
 import Kafka
+import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
@@ -13,25 +16,32 @@ public enum ProcessingFailure: Error, Sendable {
     case permanent(code: String, message: String)
 }
 
-/// Applies one event under a lease: claim, one transaction of effects, complete; then the consumer
-/// stores the offset. Everything that can be retried is retried through the database, not Kafka.
+/// Applies one event under a lease: claim, open and verify, one transaction of effects (or of the
+/// refusal), complete; wake the waiting ingress; then the consumer stores the offset. Everything
+/// that can be retried is retried through the database, not Kafka.
 public struct EventProcessor: Sendable {
-    public let store: EventStore
     public let configuration: FulfillmentConfiguration
     public let logger: Logger
-    private let outcomes: [String: Counter]
-    private let duration = MetricsRegistry.shared.histogram(
-        "subs_fulfillment_processing_seconds", help: "Time from claim to commit of one event")
+    let events: EventStore
+    let store: FulfillmentStore
+    let reader: EventReader
+    let notifier: FulfillmentNotifier
+    let clock: any WallClock
+    private let metrics = ProcessorMetrics()
 
-    public init(store: EventStore, configuration: FulfillmentConfiguration, logger: Logger) {
-        self.store = store
+    public init(
+        events: EventStore, verifier: SignedDataVerifier, cipher: PayloadCipher, configuration: FulfillmentConfiguration,
+        clock: any WallClock = SystemClock(), logger: Logger
+    ) {
+        self.events = events
         self.configuration = configuration
         self.logger = logger
-        outcomes = Dictionary(
-            uniqueKeysWithValues: ["succeeded", "retry", "dead", "skipped", "invalid_message"].map {
-                ($0, MetricsRegistry.shared.counter(
-                    "subs_fulfillment_events_total", help: "Events handled by outcome", labels: ["outcome": $0]))
-            })
+        self.clock = clock
+        store = FulfillmentStore(
+            events: events, appKey: configuration.appStore.bundleId,
+            everyoneIsTestUser: configuration.appStore.environment != .production)
+        reader = EventReader(cipher: cipher, verifier: verifier)
+        notifier = FulfillmentNotifier(pool: events.pool, logger: logger)
     }
 
     /// Kafka handler. Returns normally once the event's fate is recorded in PostgreSQL; throws only
@@ -39,33 +49,33 @@ public struct EventProcessor: Sendable {
     public func handle(_ message: KafkaMessage) async throws {
         guard let envelope = EventEnvelope.decode(message.value) else {
             // Not ours to interpret; skipping loses nothing because PostgreSQL holds every event.
-            outcomes["invalid_message"]!.increment()
+            metrics.outcome("invalid_message")
             logger.warning(
                 "message is not an event envelope, skipped",
                 ["kafka.partition": .int(Int64(message.partition)), "kafka.offset": .int(message.offset)])
             return
         }
         let owner = configuration.workerID
-        guard let event = try await store.claim(envelope, owner: owner, lease: configuration.lease) else {
+        guard let event = try await events.claim(envelope, owner: owner, lease: configuration.lease) else {
             // Done, leased by a live worker, or waiting for its retry time: the sweeper brings it back if needed.
-            outcomes["skipped"]!.increment()
+            metrics.outcome("skipped")
             return
         }
         let started = ContinuousClock.now
-        let log = logger.with(["event.id": .int(event.id), "trace.id": .string(event.traceID ?? "")])
+        var log = logger.with(["event.id": .int(event.id), "event.kind": .string(event.kind.rawValue)])
+        if let trace = event.traceID { log = log.with(["trace.id": .string(trace)]) }
         do {
-            let applied = try await store.pool.transaction { connection in
-                guard try await store.lockLease(of: event, owner: owner, on: connection) else { return false }
-                try await store.complete(event, owner: owner, on: connection)
-                return true
-            }
-            duration.observe(since: started)
-            if applied {
-                outcomes["succeeded"]!.increment()
-                log.debug("event applied")
-            } else {
-                outcomes["skipped"]!.increment()
+            let verified = try await reader.read(event)
+            log = log.with(Self.metadata(verified))
+            let outcome = try await store.process(event, verified, owner: owner, now: clock.now())
+            metrics.duration.observe(since: started)
+            switch outcome {
+            case .leaseLost:
+                metrics.outcome("skipped")
                 log.info("lease lost before commit, left to its new owner")
+            case .done(let plan, let granted):
+                notifier.notify(event)
+                record(plan, granted: granted, source: verified.source, log: log, started: started)
             }
         } catch let failure as ProcessingFailure {
             try await record(failure, for: event, log: log)
@@ -76,19 +86,130 @@ public struct EventProcessor: Sendable {
         }
     }
 
+    /// What logs and dashboards see of a committed event.
+    private func record(
+        _ plan: FulfillmentPlan, granted: Int, source: FactSource, log: Logger, started: ContinuousClock.Instant
+    ) {
+        var log = log.with(["latency.ms": .int(Int64((ContinuousClock.now - started) / .milliseconds(1)))])
+        if let user = plan.user { log = log.with(["user.id": .string(user.userID)]) }
+        if let order = plan.order { log = log.with(["order.no": .string(order.order.orderNo)]) }
+        if let change = plan.subscription {
+            log = log.with([
+                "subscription.previous_status": .string(change.previousStatus?.rawValue ?? ""),
+                "subscription.status": .string(change.state.status.rawValue),
+            ])
+        }
+        if granted > 0 { metrics.grants.increment(by: granted) }
+        if !plan.revocations.isEmpty { metrics.revocations.increment(by: plan.revocations.count) }
+        if case .notification(let type, let subtype) = source, NotificationMatrix.alerts(type: type, subtype: subtype) {
+            metrics.alert("\(type).\(subtype ?? "")")
+            log.warning("notification needs an operator's attention")
+        }
+        switch plan.verdict {
+        case .applied:
+            metrics.outcome("succeeded")
+            if plan.writesNothing {
+                log.debug("event applied, nothing new", ["idempotency.result": .string("duplicate")])
+            } else {
+                log.info("event applied", ["credits.granted": .int(Int64(granted))])
+            }
+        case .recorded(let why):
+            metrics.outcome("succeeded")
+            if case .notification(let type, _) = source, source.action == .unknown {
+                metrics.unknownType(type)
+                log.warning("unknown notification type recorded, no business change")
+            } else {
+                log.debug("event recorded, no business change", ["reason": .string(why)])
+            }
+        case .unmatched(let reason):
+            metrics.outcome("dead")
+            metrics.unmatched(reason.rawValue)
+            log.warning("fact unmatched, kept for replay", ["error.code": .string(reason.rawValue)])
+        case .accountConflict:
+            metrics.outcome("dead")
+            metrics.accountConflicts.increment()
+            log.error("account conflict: chain frozen", ["error.code": .string("ACCOUNT_CONFLICT")])
+        case .refused(let code, let reason):
+            metrics.outcome("dead")
+            metrics.refused(code)
+            log.warning("fact refused", ["error.code": .string(code), "error.reason": .string(reason)])
+        }
+    }
+
+    static func metadata(_ verified: VerifiedEvent) -> Logger.Metadata {
+        var metadata: Logger.Metadata = [:]
+        if case .notification(let type, let subtype) = verified.source {
+            metadata["appstore.notification_type"] = .string(type)
+            if let subtype { metadata["appstore.subtype"] = .string(subtype) }
+        }
+        if let fact = verified.transaction?.fact {
+            metadata["appstore.transaction_id"] = .string(fact.transactionID)
+            metadata["appstore.original_transaction_id"] = .string(fact.originalTransactionID)
+            metadata["appstore.product_id"] = .string(fact.productID)
+            metadata["appstore.environment"] = .string(fact.environment)
+        }
+        return metadata
+    }
+
     private func record(_ failure: ProcessingFailure, for event: ClaimedEvent, log: Logger) async throws {
         switch failure {
         case .retryable(let code, let message) where event.retryCount + 1 < configuration.maxAttempts:
             let delay = RetryPolicy.delay(
                 attempt: event.retryCount + 1, base: configuration.retryBase, max: configuration.retryMax)
-            try await store.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: delay)
-            outcomes["retry"]!.increment()
+            try await events.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: delay)
+            metrics.outcome("retry")
             log.warning("event will be retried", ["error.code": .string(code), "retry.attempt": .int(Int64(event.retryCount + 1))])
         case .retryable(let code, let message), .permanent(let code, let message):
-            try await store.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: nil)
-            outcomes["dead"]!.increment()
+            try await events.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: nil)
+            notifier.notify(event)
+            metrics.outcome("dead")
+            metrics.refused(code)
             log.error("event is dead", ["error.code": .string(code)])
         }
+    }
+}
+
+/// The worker's counters, created once (labels with Apple's values are created on first use).
+private struct ProcessorMetrics: Sendable {
+    let outcomes: [String: Counter] = Dictionary(
+        uniqueKeysWithValues: ["succeeded", "retry", "dead", "skipped", "invalid_message"].map {
+            ($0, MetricsRegistry.shared.counter(
+                "subs_fulfillment_events_total", help: "Events handled by outcome", labels: ["outcome": $0]))
+        })
+    let duration = MetricsRegistry.shared.histogram(
+        "subs_fulfillment_processing_seconds", help: "Time from claim to commit of one event")
+    let accountConflicts = MetricsRegistry.shared.counter(
+        "subs_fulfillment_account_conflicts_total", help: "Facts attributed to one user but claimed by another (chains frozen)")
+    let grants = MetricsRegistry.shared.counter("subs_credit_grants_total", help: "Credit grants written")
+    let revocations = MetricsRegistry.shared.counter(
+        "subs_credit_revocations_total", help: "Grants revoked by refunds and revocations")
+
+    func outcome(_ name: String) { outcomes[name]?.increment() }
+
+    func unmatched(_ reason: String) {
+        MetricsRegistry.shared.counter(
+            "subs_fulfillment_unmatched_total", help: "Facts kept unmatched (product or account), by reason",
+            labels: ["reason": reason]
+        ).increment()
+    }
+
+    func refused(_ code: String) {
+        MetricsRegistry.shared.counter(
+            "subs_fulfillment_dead_total", help: "Events buried, by error code", labels: ["code": code]
+        ).increment()
+    }
+
+    func unknownType(_ type: String) {
+        MetricsRegistry.shared.counter(
+            "subs_fulfillment_unknown_notifications_total", help: "Notifications of a type this version does not know",
+            labels: ["type": String(type.prefix(64))]
+        ).increment()
+    }
+
+    func alert(_ reason: String) {
+        MetricsRegistry.shared.counter(
+            "subs_fulfillment_alerts_total", help: "Notifications that need an operator", labels: ["reason": reason]
+        ).increment()
     }
 }
 

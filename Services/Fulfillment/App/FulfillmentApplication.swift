@@ -1,3 +1,5 @@
+import AppStore
+import HTTPServer
 import Kafka
 import Pipeline
 import Postgres
@@ -11,16 +13,23 @@ public struct FulfillmentApplication: Sendable {
     public let producer: KafkaProducer
     public let consumer: KafkaConsumer
     public let sweeper: PipelineSweeper
+    /// `/healthz` and `/metrics` (Prometheus text) for the orchestrator and the alerts.
+    public let operations: HTTPServer
     public let logger: Logger
 
-    public init(configuration: FulfillmentConfiguration, logger: Logger) throws {
+    public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
         let logger = logger.with(["worker.id": .string(configuration.workerID)])
         self.configuration = configuration
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
         producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
         let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
-        let processor = EventProcessor(store: store, configuration: configuration, logger: logger)
+        // `load` refuses a configuration without keys; a hand-made one must carry them.
+        guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
+        let processor = EventProcessor(
+            events: store,
+            verifier: try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger),
+            cipher: cipher, configuration: configuration, clock: clock, logger: logger)
         consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
@@ -34,6 +43,15 @@ public struct FulfillmentApplication: Sendable {
                     "kafka.partition_count": .int(Int64(assigned.count)),
                 ])
         }
+        var router = Router()
+        router.get("/healthz") { _ in .json(["status": "ok"]) }
+        router.get("/metrics") { _ in
+            .text(MetricsRegistry.shared.prometheusText(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+        }
+        operations = HTTPServer(
+            configuration: HTTPServerConfiguration(
+                host: configuration.httpHost, port: configuration.httpPort, threadPoolSize: 1, maxBodyBytes: 1024),
+            router: router, logger: logger)
         sweeper = PipelineSweeper(
             publisher: EventPublisher(producer: producer, store: store, logger: logger),
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
@@ -41,11 +59,14 @@ public struct FulfillmentApplication: Sendable {
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
-    public var services: [any Service] { [pool, producer, sweeper, consumer] }
+    public var services: [any Service] { [pool, producer, sweeper, operations, consumer] }
 
     public func run() async throws {
         try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)
-        logger.info("fulfillment worker starting", ["kafka.group": .string(configuration.groupID)])
+        try operations.start()
+        logger.info(
+            "fulfillment worker starting",
+            ["kafka.group": .string(configuration.groupID), "http.port": .int(Int64(operations.port))])
         try await ServiceGroup(services: services, logger: logger).run()
     }
 }

@@ -1,3 +1,4 @@
+import AppStore
 import Foundation
 import Pipeline
 import ServiceRuntime
@@ -5,6 +6,12 @@ import ServiceRuntime
 /// Everything a fulfillment worker reads from its environment, validated at start-up.
 public struct FulfillmentConfiguration: Sendable {
     public var pipeline: PipelineConfiguration
+    /// `APPLE_IAP_*`: who may sign the facts the worker applies (the same settings as the ingress).
+    /// `APPLE_IAP_ENV` also decides who counts as a test user: everyone on a Sandbox deployment,
+    /// only users flagged `is_test_user` on a Production one.
+    public var appStore: AppStoreVerifierConfiguration
+    /// `PAYLOAD_ENCRYPTION_KEYS`: opens the payloads the ingress sealed (every listed key). Required.
+    public var payloadCipher: PayloadCipher?
     /// Consumer group shared by all workers (`FULFILLMENT_GROUP_ID`). Default `fulfillment`.
     public var groupID: String
     /// This worker's name in leases and logs (`WORKER_ID`). Default host name and process id.
@@ -19,9 +26,15 @@ public struct FulfillmentConfiguration: Sendable {
     public var retryMax: Duration
     /// Partitions processed at once by this worker (`FULFILLMENT_CONCURRENCY`). Default 8.
     public var concurrency: Int
+    /// Port of `/healthz` and `/metrics` (`FULFILLMENT_HTTP_PORT`; 0 picks a free one). Default 8081.
+    public var httpPort: Int
+    /// Address of that endpoint (`FULFILLMENT_HTTP_HOST`). Default 0.0.0.0.
+    public var httpHost: String
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
+        appStore = AppStoreVerifierConfiguration.read(from: reader)
+        payloadCipher = PayloadCipher(reader: reader)
         groupID = reader.string("FULFILLMENT_GROUP_ID", default: "fulfillment")
         workerID = reader.string(
             "WORKER_ID", default: "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)")
@@ -30,6 +43,8 @@ public struct FulfillmentConfiguration: Sendable {
         retryBase = .milliseconds(reader.int("FULFILLMENT_RETRY_BASE_MS", default: 1000, range: 1...3_600_000))
         retryMax = .milliseconds(reader.int("FULFILLMENT_RETRY_MAX_MS", default: 300_000, range: 1...86_400_000))
         concurrency = reader.int("FULFILLMENT_CONCURRENCY", default: 8, range: 1...256)
+        httpPort = reader.int("FULFILLMENT_HTTP_PORT", default: 8081, range: 0...65_535)
+        httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
     }
 
     public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {

@@ -1,0 +1,164 @@
+import AppStore
+import Crypto
+import Domain
+import Foundation
+import Pipeline
+import Storage
+
+/// A claimed event, opened and verified: where it came from and the Apple facts it carries.
+struct VerifiedEvent: Sendable {
+    var source: FactSource
+    var transaction: TransactionRecord?
+    var renewal: RenewalFact?
+}
+
+/// A verified transaction: the fact the rules read, plus the columns stored beside it.
+struct TransactionRecord: Sendable {
+    var fact: TransactionFact
+    var webOrderLineItemID: String?
+    var revocationType: String?
+    var revocationReason: Int32?
+    var offerIdentifier: String?
+    /// Milliunits of `currency` (display only: App Store Connect reports are the financial truth).
+    var price: Int64?
+    var currency: String?
+    /// Hex SHA-256 of the signed transaction.
+    var payloadHash: String
+    /// The token as signed, even when it is not a UUID (then it maps to no user: UNMATCHED).
+    var appAccountTokenUUID: UUID?
+}
+
+/// Opens the sealed payloads and verifies what the worker relies on.
+///
+/// A notification's outer JWS is not verified again: the ingress verified it before sealing it, and
+/// AES-GCM under our key, bound to the notification UUID, proves the bytes are the ones it stored.
+/// The nested transaction and renewal info are verified here, as is a client submission's JWS.
+struct EventReader: Sendable {
+    let cipher: PayloadCipher
+    let verifier: SignedDataVerifier
+
+    init(cipher: PayloadCipher, verifier: SignedDataVerifier) {
+        self.cipher = cipher
+        self.verifier = verifier
+    }
+
+    func read(_ event: ClaimedEvent) async throws(ProcessingFailure) -> VerifiedEvent {
+        let payload = event.payload
+        guard let environment = AppStoreEnvironment(rawValue: payload.environment) else {
+            throw .permanent(code: "INVALID_ENVIRONMENT", message: "unknown environment \(payload.environment)")
+        }
+        let jws = try open(payload)
+        switch payload.origin {
+        case .notification(_, let type, let subtype):
+            let data = try decodeOuter(jws).data
+            var verified = VerifiedEvent(source: .notification(type: type, subtype: subtype), transaction: nil, renewal: nil)
+            if let token = data?.signedTransactionInfo {
+                verified.transaction = try await transaction(token, environment: environment)
+            }
+            if let token = data?.signedRenewalInfo { verified.renewal = try await renewal(token, environment: environment) }
+            return verified
+        case .submission(let kind, let userID, let orderNo, _):
+            let source: FactSource
+            if kind == "CLIENT", let orderNo {
+                source = .clientSubmission(orderNo: orderNo, submitter: userID)
+            } else {
+                source = .observedSubmission(submitter: userID)
+            }
+            return VerifiedEvent(source: source, transaction: try await transaction(jws, environment: environment), renewal: nil)
+        }
+    }
+
+    private func open(_ payload: EventPayload) throws(ProcessingFailure) -> String {
+        guard let sealed = payload.sealed, let keyID = payload.keyID else {
+            throw .permanent(code: "PAYLOAD_MISSING", message: "the event has no stored payload")
+        }
+        do {
+            return String(decoding: try cipher.open(sealed, keyID: keyID, context: payload.origin.sealingContext), as: UTF8.self)
+        } catch let error as UnknownPayloadKey {
+            // Permanent until an operator lists the key again; then the event can be replayed.
+            throw .permanent(code: "PAYLOAD_KEY_UNKNOWN", message: "payload sealed with unlisted key \(error.keyID)")
+        } catch {
+            throw .permanent(code: "PAYLOAD_UNREADABLE", message: "the stored payload does not open")
+        }
+    }
+
+    private func decodeOuter(_ jws: String) throws(ProcessingFailure) -> ResponseBodyV2DecodedPayload {
+        // Bytes, not Characters: a notification is ~20 KB and grapheme breaking would dominate.
+        let utf8 = Array(jws.utf8)
+        let dot = UInt8(ascii: ".")
+        guard let first = utf8.firstIndex(of: dot), let second = utf8[(first + 1)...].firstIndex(of: dot),
+            utf8[(second + 1)...].firstIndex(of: dot) == nil,
+            let bytes = Base64URL.decode(bytes: utf8[(first + 1)..<second]),
+            let payload = try? AppStoreJSON.decode(ResponseBodyV2DecodedPayload.self, from: bytes)
+        else { throw .permanent(code: "MALFORMED", message: "the stored notification does not decode") }
+        return payload
+    }
+
+    private func transaction(_ jws: String, environment: AppStoreEnvironment) async throws(ProcessingFailure)
+        -> TransactionRecord
+    {
+        let decoded: JWSTransactionDecodedPayload
+        do {
+            decoded = try await verifier.verifyTransaction(jws, expectedEnvironment: environment)
+        } catch {
+            throw Self.failure(error)
+        }
+        guard let id = decoded.transactionId, let original = decoded.originalTransactionId,
+            let product = decoded.productId, let purchase = decoded.purchaseDate, let signed = decoded.signedDate,
+            let environment = decoded.rawEnvironment
+        else { throw .permanent(code: "MALFORMED", message: "the transaction lacks its identifiers or dates") }
+        let token = decoded.rawAppAccountToken.flatMap { $0.isEmpty ? nil : $0 }
+        let uuid = token.flatMap(UUID.init(uuidString:))
+        let fact = TransactionFact(
+            environment: environment, transactionID: id, originalTransactionID: original, productID: product,
+            purchaseDate: purchase, originalPurchaseDate: decoded.originalPurchaseDate, expiresDate: decoded.expiresDate,
+            revocationDate: decoded.revocationDate, isUpgraded: decoded.isUpgraded ?? false,
+            ownershipType: decoded.rawInAppOwnershipType ?? "PURCHASED", offerType: decoded.rawOfferType.map(Int.init),
+            offerDiscountType: decoded.rawOfferDiscountType, transactionReason: decoded.rawTransactionReason,
+            appAccountToken: uuid.map { $0.uuidString.lowercased() } ?? token, signedDate: signed)
+        return TransactionRecord(
+            fact: fact, webOrderLineItemID: decoded.webOrderLineItemId, revocationType: decoded.rawRevocationType,
+            revocationReason: decoded.rawRevocationReason, offerIdentifier: decoded.offerIdentifier,
+            price: decoded.price, currency: decoded.currency, payloadHash: Self.hex(SHA256.hash(Array(jws.utf8))),
+            appAccountTokenUUID: uuid)
+    }
+
+    private func renewal(_ jws: String, environment: AppStoreEnvironment) async throws(ProcessingFailure)
+        -> RenewalFact
+    {
+        let decoded: JWSRenewalInfoDecodedPayload
+        do {
+            decoded = try await verifier.verifyRenewalInfo(jws, expectedEnvironment: environment)
+        } catch {
+            throw Self.failure(error)
+        }
+        guard let original = decoded.originalTransactionId, let product = decoded.productId ?? decoded.autoRenewProductId,
+            let signed = decoded.signedDate, let environment = decoded.rawEnvironment
+        else { throw .permanent(code: "MALFORMED", message: "the renewal info lacks its identifiers or dates") }
+        return RenewalFact(
+            environment: environment, originalTransactionID: original, productID: product,
+            autoRenewProductID: decoded.autoRenewProductId, autoRenewEnabled: decoded.rawAutoRenewStatus == 1,
+            isInBillingRetryPeriod: decoded.isInBillingRetryPeriod ?? false,
+            gracePeriodExpiresDate: decoded.gracePeriodExpiresDate, expirationIntent: decoded.rawExpirationIntent.map(Int.init),
+            priceIncreaseStatus: decoded.rawPriceIncreaseStatus.map(Int.init), renewalDate: decoded.renewalDate,
+            signedDate: signed)
+    }
+
+    /// An unavailable revocation check may pass later; anything else never will.
+    static func failure(_ error: VerificationError) -> ProcessingFailure {
+        error.isRetryable
+            ? .retryable(code: VerificationErrorClass.retryableVerification.rawValue, message: error.description)
+            : .permanent(code: error.code.rawValue, message: error.description)
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,39 @@
+import Events
+import Pipeline
+import Postgres
+import ServiceRuntime
+import Storage
+
+/// Wakes the ingress requests waiting for an event's result: `NOTIFY fulfillment_events,
+/// '<kind>:<eventId>'` once the event's transaction committed.
+///
+/// Notifications sent at the same moment share one statement: PostgreSQL serialises the commits
+/// of transactions that notify, so one commit per event would cap the worker pool. A lost
+/// notification only delays an answer (the ingress also re-reads when its wait ends).
+struct FulfillmentNotifier: Sendable {
+    static let channel = "fulfillment_events"
+    private let batches: GroupCommit<String, Void>
+    private let logger: Logger
+
+    init(pool: PostgresPool, logger: Logger) {
+        self.logger = logger
+        batches = GroupCommit(maxBatchSize: 256, maxConcurrentBatches: 1) { payloads in
+            try await pool.query(
+                "SELECT pg_notify(\(Self.channel), p) FROM unnest(\(PostgresArray(payloads))::text[]) AS p")
+            return payloads.map { _ in () }
+        }
+    }
+
+    /// Sends in the background; the caller never waits for the waiters.
+    func notify(_ event: ClaimedEvent) {
+        let payload = "\(event.kind.rawValue):\(event.id)"
+        let (batches, logger) = (batches, logger)
+        Task {
+            do {
+                try await batches.submit(payload)
+            } catch {
+                logger.warning("could not notify the ingress", ["event.id": .int(event.id), "error": .string("\(error)")])
+            }
+        }
+    }
+}

@@ -1,0 +1,474 @@
+import Foundation
+
+/// Where a verified fact came from; decides which rows of the notification matrix apply.
+public enum FactSource: Sendable, Hashable {
+    /// An App Store Server Notification, with Apple's raw type and subtype.
+    case notification(type: String, subtype: String?)
+    /// A client's upload for one of its orders; `submitter` is the logged-in user.
+    case clientSubmission(orderNo: String, submitter: String)
+    /// A transaction a client observed (restore, Ask to Buy, `Transaction.updates`); no order.
+    case observedSubmission(submitter: String)
+
+    /// The cause written into status history.
+    public var cause: String {
+        switch self {
+        case .notification(let type, let subtype): subtype.map { "apple.\(type).\($0)" } ?? "apple.\(type)"
+        case .clientSubmission: "client.upload"
+        case .observedSubmission: "client.observed"
+        }
+    }
+
+    /// What the event asks for. A submission always carries a transaction to apply.
+    public var action: NotificationAction {
+        switch self {
+        case .notification(let type, let subtype): NotificationMatrix.action(type: type, subtype: subtype)
+        case .clientSubmission: .applyTransaction(.initial)
+        case .observedSubmission: .applyTransaction(.recovery)
+        }
+    }
+
+    var submitter: String? {
+        switch self {
+        case .notification: nil
+        case .clientSubmission(_, let submitter), .observedSubmission(let submitter): submitter
+        }
+    }
+}
+
+/// A business user as attribution sees it.
+public struct UserRecord: Sendable, Hashable, Codable {
+    public var userID: String
+    public var isTestUser: Bool
+
+    public init(userID: String, isTestUser: Bool) {
+        self.userID = userID
+        self.isTestUser = isTestUser
+    }
+}
+
+/// A `payment_order` row as processing reads and writes it.
+public struct OrderRecord: Sendable, Hashable, Codable {
+    public var orderNo: String
+    public var userID: String
+    public var productID: String
+    public var type: OrderType
+    public var status: OrderStatus
+    public var transactionID: String?
+    public var createdAt: Date
+
+    public init(
+        orderNo: String, userID: String, productID: String, type: OrderType, status: OrderStatus,
+        transactionID: String?, createdAt: Date
+    ) {
+        self.orderNo = orderNo
+        self.userID = userID
+        self.productID = productID
+        self.type = type
+        self.status = status
+        self.transactionID = transactionID
+        self.createdAt = createdAt
+    }
+}
+
+/// A `credit_grant` row of the transaction being processed.
+public struct GrantRecord: Sendable, Hashable, Codable {
+    public var grantKey: String
+    public var userID: String
+    public var pool: CreditPool
+    public var amount: MicroCredits
+    public var revokedAmount: MicroCredits
+    public var unrecoverableAmount: MicroCredits
+
+    public init(
+        grantKey: String, userID: String, pool: CreditPool, amount: MicroCredits, revokedAmount: MicroCredits = 0,
+        unrecoverableAmount: MicroCredits = 0
+    ) {
+        self.grantKey = grantKey
+        self.userID = userID
+        self.pool = pool
+        self.amount = amount
+        self.revokedAmount = revokedAmount
+        self.unrecoverableAmount = unrecoverableAmount
+    }
+
+    /// What a revocation may still take back: the unrecoverable part was given up already.
+    public var outstanding: MicroCredits { max(0, amount - revokedAmount - unrecoverableAmount) }
+}
+
+/// The stored `user_subscription` row of a chain.
+public struct SubscriptionRecord: Sendable, Hashable, Codable {
+    public var owner: UserRecord
+    public var state: SubscriptionState
+    /// Set by an account conflict: nothing moves on the chain until an operator clears it.
+    public var frozenReason: String?
+
+    public init(owner: UserRecord, state: SubscriptionState, frozenReason: String? = nil) {
+        self.owner = owner
+        self.state = state
+        self.frozenReason = frozenReason
+    }
+}
+
+/// Everything the rules read about one event: the verified facts it carries and what is stored.
+public struct FulfillmentInput: Sendable {
+    public var source: FactSource
+    public var transaction: TransactionFact?
+    public var renewal: RenewalFact?
+    /// The user of the fact's appAccountToken (nil when there is no token or it maps to nobody).
+    public var tokenUser: UserRecord?
+    public var subscription: SubscriptionRecord?
+    /// Catalogue rows by product id (enabled or not: a disabled product was still sold).
+    public var catalogue: [String: CatalogueProduct]
+    /// The chain's stored facts, before this event.
+    public var stored: ChainFacts
+    /// `apple_transaction.user_id` of the stored version of this transaction.
+    public var transactionOwner: String?
+    /// The order already linked to this transaction.
+    public var linkedOrder: OrderRecord?
+    /// The order a client submission names.
+    public var submittedOrder: OrderRecord?
+    /// The token user's open orders for the transaction's product.
+    public var openOrders: [OrderRecord]
+    /// Grants already written for this transaction.
+    public var grants: [GrantRecord]
+    /// A Sandbox deployment is an isolated test tenant: everyone counts as a test user there.
+    public var everyoneIsTestUser: Bool
+    public var now: Date
+
+    public init(
+        source: FactSource, transaction: TransactionFact?, renewal: RenewalFact?, tokenUser: UserRecord? = nil,
+        subscription: SubscriptionRecord? = nil, catalogue: [String: CatalogueProduct], stored: ChainFacts = ChainFacts(),
+        transactionOwner: String? = nil, linkedOrder: OrderRecord? = nil, submittedOrder: OrderRecord? = nil,
+        openOrders: [OrderRecord] = [], grants: [GrantRecord] = [], everyoneIsTestUser: Bool, now: Date
+    ) {
+        self.source = source
+        self.transaction = transaction
+        self.renewal = renewal
+        self.tokenUser = tokenUser
+        self.subscription = subscription
+        self.catalogue = catalogue
+        self.stored = stored
+        self.transactionOwner = transactionOwner
+        self.linkedOrder = linkedOrder
+        self.submittedOrder = submittedOrder
+        self.openOrders = openOrders
+        self.grants = grants
+        self.everyoneIsTestUser = everyoneIsTestUser
+        self.now = now
+    }
+}
+
+/// Why a fact could not be attributed; it is kept and replayed after the cause is fixed.
+public enum UnmatchedReason: String, Sendable, Hashable {
+    /// The product is not in the catalogue.
+    case product = "UNMATCHED_PRODUCT"
+    /// No appAccountToken, or one that maps to no user: never guess a user.
+    case account = "UNMATCHED_ACCOUNT"
+}
+
+/// The fate of an event.
+public enum FulfillmentVerdict: Sendable, Hashable {
+    /// The facts are stored and the state recomputed (a duplicate changes nothing and is applied too).
+    case applied
+    /// Nothing to apply by design (TEST, REFUND_DECLINED, an unknown type, no facts).
+    case recorded(String)
+    case unmatched(UnmatchedReason)
+    /// The fact is attributed to `attributed`, but the stored transaction, the chain or the submitter is `other`.
+    case accountConflict(attributed: String, other: String)
+    /// A permanent refusal with its stable code (the facts are genuine but may not be used this way).
+    case refused(code: String, reason: String)
+}
+
+/// An order the event completes or creates, as it must be after the event.
+public struct OrderChange: Sendable, Hashable {
+    public var order: OrderRecord
+    public var isNew: Bool
+    /// The status before the event (nil for a new order).
+    public var previousStatus: OrderStatus?
+    public var originalTransactionID: String
+    public var environment: String
+    public var subscriptionGroupID: String
+}
+
+/// The recomputed subscription row of the chain.
+public struct SubscriptionChange: Sendable, Hashable {
+    public var state: SubscriptionState
+    public var userID: String
+    public var subscriptionGroupID: String?
+    /// Nil when the row does not exist yet.
+    public var previousStatus: SubscriptionStatus?
+}
+
+/// One row of `status_history`.
+public struct StatusChange: Sendable, Hashable {
+    /// What changed status (`status_history.entity_type`).
+    public enum Entity: String, Sendable, Hashable {
+        case order = "ORDER"
+        case subscription = "SUBSCRIPTION"
+    }
+    public var entity: Entity
+    public var key: String
+    public var previous: String?
+    public var current: String
+    public var cause: String
+}
+
+/// Everything one event writes, decided before any write. Applying it twice changes nothing more:
+/// every write is keyed (transaction id, order, chain, grant key).
+public struct FulfillmentPlan: Sendable, Hashable {
+    public var verdict: FulfillmentVerdict
+    /// The attributed user, once known.
+    public var user: UserRecord?
+    /// A transaction version newer than the stored one (or the first one).
+    public var storeTransaction: TransactionFact?
+    /// Renewal info newer than the stored one (or the first one).
+    public var storeRenewal: RenewalFact?
+    public var order: OrderChange?
+    /// Nil when the row would not change.
+    public var subscription: SubscriptionChange?
+    public var grants: [GrantDecision] = []
+    /// Grants of a revoked transaction with something left to take back (amounts are decided
+    /// against the pool balance when written).
+    public var revocations: [GrantRecord] = []
+    /// Grants of a transaction whose revocation was reversed: what was taken back is restored.
+    public var restorations: [GrantRecord] = []
+    public var history: [StatusChange] = []
+    /// An account conflict on a chain that has a row: freeze it.
+    public var freezeChain = false
+
+    /// True for a pure duplicate: every fact stored, every order and grant written before.
+    public var writesNothing: Bool {
+        storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
+            && revocations.isEmpty && restorations.isEmpty && history.isEmpty
+    }
+
+    init(verdict: FulfillmentVerdict, user: UserRecord? = nil) {
+        self.verdict = verdict
+        self.user = user
+    }
+}
+
+/// The fulfillment rules of domain.md as one pure function: attribution, the Sandbox rule,
+/// account conflicts, order resolution, the projection, grants, revocations and restorations.
+public enum FulfillmentPlanner {
+    /// How far before an order's creation an Apple purchase date may lie and still complete it
+    /// (our clock and Apple's are not the same clock).
+    public static let clockTolerance: TimeInterval = 120
+
+    public static func plan(_ input: FulfillmentInput) -> FulfillmentPlan {
+        let action = input.source.action
+        switch action {
+        case .recordOnly: return FulfillmentPlan(verdict: .recorded("record only"))
+        case .unknown: return FulfillmentPlan(verdict: .recorded("unknown notification type"))
+        case .consumptionRequest: return FulfillmentPlan(verdict: .recorded("consumption request"))
+        case .applyTransaction, .applyRenewalInfo, .revokeTransaction, .restoreTransaction: break
+        }
+        let transaction = input.transaction
+        guard transaction != nil || input.renewal != nil else { return FulfillmentPlan(verdict: .recorded("no facts")) }
+
+        // Attribution: the signed token decides; a chain attributed earlier keeps its owner when a
+        // later fact carries no token. Never the logged-in user.
+        let token = transaction?.appAccountToken
+        let user: UserRecord
+        if token != nil {
+            guard let tokenUser = input.tokenUser else { return FulfillmentPlan(verdict: .unmatched(.account)) }
+            user = tokenUser
+        } else if let owner = input.subscription?.owner {
+            user = owner
+        } else {
+            return FulfillmentPlan(verdict: .unmatched(.account))
+        }
+        let productID = transaction?.productID ?? input.renewal!.productID
+        guard let product = input.catalogue[productID] else { return FulfillmentPlan(verdict: .unmatched(.product)) }
+        let environment = transaction?.environment ?? input.renewal!.environment
+        if environment != "Production", !input.everyoneIsTestUser, !user.isTestUser {
+            return FulfillmentPlan(
+                verdict: .refused(code: "SANDBOX_REFUSED", reason: "\(environment) facts only touch test users"), user: user)
+        }
+        for claimant in [input.transactionOwner, input.subscription?.owner.userID, input.source.submitter] {
+            if let claimant, claimant != user.userID {
+                var plan = FulfillmentPlan(verdict: .accountConflict(attributed: user.userID, other: claimant), user: user)
+                plan.freezeChain = input.subscription != nil
+                return plan
+            }
+        }
+        if let frozen = input.subscription?.frozenReason {
+            return FulfillmentPlan(verdict: .refused(code: "CHAIN_FROZEN", reason: frozen), user: user)
+        }
+
+        var plan = FulfillmentPlan(verdict: .applied, user: user)
+        var chain = input.stored
+        if let transaction {
+            let stored = chain.transactions.first { $0.transactionID == transaction.transactionID }
+            if stored.map({ transaction.isNewerVersion(than: $0) }) ?? true { plan.storeTransaction = transaction }
+            chain.record(transaction)
+        }
+        if let renewal = input.renewal {
+            if input.stored.renewal.map({ renewal.isNewer(than: $0) }) ?? true { plan.storeRenewal = renewal }
+            chain.record(renewal)
+        }
+        let cause = input.source.cause
+
+        // The stored version wins: a refund processed earlier stays a refund.
+        let effective = transaction.flatMap { t in chain.transactions.first { $0.transactionID == t.transactionID } }
+        if let effective, let effectiveProduct = input.catalogue[effective.productID] {
+            let applies: Bool
+            switch action {
+            case .applyTransaction, .restoreTransaction: applies = true
+            default: applies = false
+            }
+            if applies {
+                if let refusal = orderPlan(&plan, input: input, transaction: effective, product: effectiveProduct, chain: chain) {
+                    return FulfillmentPlan(verdict: refusal, user: user)
+                }
+                // A restored transaction gets its grant only if it was applied (ordered) before.
+                let applied = plan.order != nil || input.linkedOrder != nil || effective.isFamilyShared
+                if applied {
+                    let replaced = upgradedFrom(effective, chain: chain, catalogue: input.catalogue)
+                    let existing = Set(input.grants.map(\.grantKey))
+                    plan.grants = CreditRules.grants(for: effective, product: effectiveProduct, replaced: replaced)
+                        .filter { !existing.contains($0.grantKey) }
+                }
+            }
+            if effective.revocationDate != nil {
+                plan.revocations = input.grants.filter { $0.outstanding > 0 }
+            } else {
+                plan.restorations = input.grants.filter { $0.revokedAmount > 0 || $0.unrecoverableAmount > 0 }
+            }
+        }
+        if let order = plan.order {
+            let key = order.order.orderNo
+            plan.history.append(
+                StatusChange(
+                    entity: .order, key: key, previous: order.previousStatus?.rawValue,
+                    current: OrderStatus.verified.rawValue, cause: cause))
+            plan.history.append(
+                StatusChange(
+                    entity: .order, key: key, previous: OrderStatus.verified.rawValue,
+                    current: OrderStatus.fulfilled.rawValue, cause: cause))
+        }
+
+        if let state = SubscriptionProjection.project(chain, now: input.now), state != input.subscription?.state {
+            let previous = input.subscription?.state.status
+            plan.subscription = SubscriptionChange(
+                state: state, userID: user.userID,
+                subscriptionGroupID: input.catalogue[state.activeProductID]?.subscriptionGroupID ?? product.subscriptionGroupID,
+                previousStatus: previous)
+            if previous != state.status {
+                plan.history.append(
+                    StatusChange(
+                        entity: .subscription, key: state.historyKey, previous: previous?.rawValue,
+                        current: state.status.rawValue, cause: cause))
+            }
+        }
+        return plan
+    }
+
+    /// Resolves the order of a transaction being applied; a non-nil result refuses the event.
+    private static func orderPlan(
+        _ plan: inout FulfillmentPlan, input: FulfillmentInput, transaction: TransactionFact, product: CatalogueProduct,
+        chain: ChainFacts
+    ) -> FulfillmentVerdict? {
+        let user = plan.user!.userID
+        if case .clientSubmission(let orderNo, _) = input.source {
+            guard let order = input.submittedOrder, order.userID == user else {
+                return .refused(code: "ORDER_NOT_FOUND", reason: "order \(orderNo) does not belong to the transaction's user")
+            }
+            if let linked = input.linkedOrder {
+                if linked.orderNo == order.orderNo { return nil }
+                return .refused(code: "TRANSACTION_ALREADY_USED", reason: "the transaction fulfilled order \(linked.orderNo)")
+            }
+            guard order.productID == transaction.productID else {
+                return .refused(code: "ORDER_PRODUCT_MISMATCH", reason: "the order is for another product")
+            }
+            guard !transaction.isFamilyShared else {
+                return .refused(code: "FAMILY_SHARED", reason: "family-shared access is not a paid order")
+            }
+            if order.transactionID != nil || !order.status.canMove(to: .verified) {
+                return .refused(code: "ORDER_CONFLICT", reason: "the order is \(order.status.rawValue)")
+            }
+            if transaction.revocationDate != nil {
+                return .refused(code: "TRANSACTION_REVOKED", reason: "a revoked transaction fulfils no order")
+            }
+            if let expires = transaction.expiresDate, expires <= input.now {
+                return .refused(code: "TRANSACTION_EXPIRED", reason: "an expired transaction cannot fulfil a new order")
+            }
+            plan.order = link(order, to: transaction, product: product)
+            return nil
+        }
+        // Family-shared access is a separate entitlement, never a paid order; a linked order is done.
+        guard !transaction.isFamilyShared, input.linkedOrder == nil else { return nil }
+        let hint: OrderType
+        if case .applyTransaction(let type) = input.source.action { hint = type } else { return nil }
+        let isRenewal = transaction.transactionReason.map { $0 == "RENEWAL" } ?? (hint == .renewal)
+        if !isRenewal {
+            let candidate = input.openOrders
+                .filter {
+                    $0.userID == user && $0.productID == transaction.productID && $0.status.isOpen
+                        && $0.transactionID == nil && ($0.type == .initial || $0.type == .change)
+                        && $0.createdAt <= transaction.purchaseDate.addingTimeInterval(clockTolerance)
+                }
+                .max { $0.createdAt < $1.createdAt }
+            if let candidate {
+                plan.order = link(candidate, to: transaction, product: product)
+                return nil
+            }
+        }
+        var type = OrderType.recovery
+        if isRenewal {
+            type = .renewal
+        } else if hint == .change || upgradedFrom(transaction, chain: chain, catalogue: input.catalogue) != nil {
+            type = .change
+        }
+        plan.order = OrderChange(
+            order: OrderRecord(
+                orderNo: generatedOrderNumber(type: type, transaction: transaction), userID: user,
+                productID: transaction.productID, type: type, status: .fulfilled,
+                transactionID: transaction.transactionID, createdAt: input.now),
+            isNew: true, previousStatus: nil, originalTransactionID: transaction.originalTransactionID,
+            environment: transaction.environment, subscriptionGroupID: product.subscriptionGroupID)
+        return nil
+    }
+
+    private static func link(_ order: OrderRecord, to transaction: TransactionFact, product: CatalogueProduct)
+        -> OrderChange
+    {
+        var linked = order
+        linked.status = .fulfilled
+        linked.transactionID = transaction.transactionID
+        return OrderChange(
+            order: linked, isNew: false, previousStatus: order.status,
+            originalTransactionID: transaction.originalTransactionID, environment: transaction.environment,
+            subscriptionGroupID: product.subscriptionGroupID)
+    }
+
+    /// Orders the processor creates are numbered after their transaction, so a retry can only
+    /// find the same number (and the unique transaction link refuses a second order anyway).
+    public static func generatedOrderNumber(type: OrderType, transaction: TransactionFact) -> String {
+        let prefix: String
+        switch type {
+        case .initial: prefix = "INI"
+        case .renewal: prefix = "RNW"
+        case .change: prefix = "CHG"
+        case .recovery: prefix = "RCV"
+        }
+        return "\(prefix)-\(transaction.environment.prefix(1))-\(transaction.transactionID)"
+    }
+
+    /// The product an upgrade replaced: the chain's previous purchase, of a lower level in the same
+    /// group, whose period was still running when this transaction was bought.
+    public static func upgradedFrom(
+        _ transaction: TransactionFact, chain: ChainFacts, catalogue: [String: CatalogueProduct]
+    ) -> CatalogueProduct? {
+        let earlier = chain.transactions.filter {
+            $0.transactionID != transaction.transactionID && $0.purchaseDate < transaction.purchaseDate
+        }
+        guard let previous = earlier.max(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }),
+            previous.productID != transaction.productID,
+            (previous.expiresDate ?? .distantFuture) > transaction.purchaseDate,
+            let old = catalogue[previous.productID], let new = catalogue[transaction.productID],
+            PlanRelation.between(current: old, candidate: new) == .upgrade
+        else { return nil }
+        return old
+    }
+}

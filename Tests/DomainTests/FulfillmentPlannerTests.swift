@@ -1,0 +1,364 @@
+import Domain
+import Foundation
+import Testing
+
+/// The catalogue of domain.md.
+enum Catalogue {
+    static let group = "21000000"
+    static let starter = CatalogueProduct(
+        productID: "com.example.starter.monthly", subscriptionGroupID: group, planCode: "starter", planLevel: 2,
+        duration: .month, creditsAmount: 1000)
+    static let pro = CatalogueProduct(
+        productID: "com.example.pro.monthly", subscriptionGroupID: group, planCode: "pro", planLevel: 1,
+        duration: .month, creditsAmount: 3000, upgradeGrant: .difference)
+    static let proYearly = CatalogueProduct(
+        productID: "com.example.pro.yearly", subscriptionGroupID: group, planCode: "pro", planLevel: 1,
+        duration: .year, creditsAmount: 3000)
+    static let all = Dictionary(uniqueKeysWithValues: [starter, pro, proYearly].map { ($0.productID, $0) })
+}
+
+/// Storage in memory, applying plans the way the worker's SQL does, so sequences of events can be
+/// checked without a database.
+struct MemoryStore {
+    var chain = ChainFacts()
+    var owners: [String: String] = [:]
+    var subscription: SubscriptionRecord?
+    var orders: [OrderRecord] = []
+    var grants: [String: (transactionID: String, record: GrantRecord)] = [:]
+    var balance: MicroCredits = 0
+    var users: [String: UserRecord] = [:]
+    var tokens: [String: String] = [:]
+
+    func input(_ source: FactSource, _ transaction: TransactionFact?, _ renewal: RenewalFact? = nil, now: Date)
+        -> FulfillmentInput
+    {
+        let submitted: OrderRecord? = {
+            if case .clientSubmission(let orderNo, _) = source { return orders.first { $0.orderNo == orderNo } }
+            return nil
+        }()
+        return FulfillmentInput(
+            source: source, transaction: transaction, renewal: renewal,
+            tokenUser: transaction?.appAccountToken.flatMap { tokens[$0] }.flatMap { users[$0] },
+            subscription: subscription, catalogue: Catalogue.all, stored: chain,
+            transactionOwner: transaction.flatMap { owners[$0.transactionID] },
+            linkedOrder: transaction.flatMap { t in orders.first { $0.transactionID == t.transactionID } },
+            submittedOrder: submitted, openOrders: orders.filter { $0.status.isOpen },
+            grants: grants.values.filter { $0.transactionID == transaction?.transactionID }.map(\.record),
+            everyoneIsTestUser: true, now: now)
+    }
+
+    @discardableResult
+    mutating func apply(_ source: FactSource, _ transaction: TransactionFact?, _ renewal: RenewalFact? = nil, now: Date)
+        -> FulfillmentPlan
+    {
+        let plan = FulfillmentPlanner.plan(input(source, transaction, renewal, now: now))
+        guard plan.verdict == .applied, let user = plan.user else { return plan }
+        if let stored = plan.storeTransaction {
+            chain.record(stored)
+            owners[stored.transactionID] = owners[stored.transactionID] ?? user.userID
+        }
+        if let renewal = plan.storeRenewal { chain.record(renewal) }
+        if let change = plan.order {
+            orders.removeAll { $0.orderNo == change.order.orderNo }
+            orders.append(change.order)
+        }
+        if let change = plan.subscription {
+            subscription = SubscriptionRecord(owner: user, state: change.state, frozenReason: subscription?.frozenReason)
+        }
+        for grant in plan.grants where grants[grant.grantKey] == nil {
+            grants[grant.grantKey] = (
+                transaction!.transactionID,
+                GrantRecord(grantKey: grant.grantKey, userID: user.userID, pool: grant.pool, amount: grant.amount)
+            )
+            balance += grant.amount
+        }
+        for grant in plan.revocations {
+            let taken = CreditRules.revocation(
+                granted: grant.amount, alreadyRevoked: grant.revokedAmount + grant.unrecoverableAmount, poolBalance: balance)
+            grants[grant.grantKey]!.record.revokedAmount += taken.revoke
+            grants[grant.grantKey]!.record.unrecoverableAmount += taken.unrecoverable
+            balance -= taken.revoke
+        }
+        for grant in plan.restorations {
+            balance += grant.revokedAmount
+            grants[grant.grantKey]!.record.revokedAmount = 0
+            grants[grant.grantKey]!.record.unrecoverableAmount = 0
+        }
+        return plan
+    }
+}
+
+@Suite struct FulfillmentPlannerTests {
+    let t0 = Date(timeIntervalSince1970: 1_767_225_600)  // 2026-01-01T00:00:00Z
+    let day: TimeInterval = 86_400
+    let token = "6f1c1e2a-0000-4000-8000-000000000001"
+
+    func store() -> MemoryStore {
+        var store = MemoryStore()
+        store.users["alice"] = UserRecord(userID: "alice", isTestUser: false)
+        store.users["bob"] = UserRecord(userID: "bob", isTestUser: true)
+        store.tokens[token] = "alice"
+        store.tokens["6f1c1e2a-0000-4000-8000-00000000000b"] = "bob"
+        return store
+    }
+
+    func tx(
+        _ id: String, _ product: CatalogueProduct = Catalogue.starter, purchase: Date, days: Double = 30,
+        reason: String = "PURCHASE", original: String = "1000", token: String? = "6f1c1e2a-0000-4000-8000-000000000001",
+        signed: Date? = nil, environment: String = "Sandbox"
+    ) -> TransactionFact {
+        TransactionFact(
+            environment: environment, transactionID: id, originalTransactionID: original, productID: product.productID,
+            purchaseDate: purchase, expiresDate: purchase + days * day, transactionReason: reason, appAccountToken: token,
+            signedDate: signed ?? purchase)
+    }
+
+    let initialBuy = FactSource.notification(type: "SUBSCRIBED", subtype: "INITIAL_BUY")
+    let didRenew = FactSource.notification(type: "DID_RENEW", subtype: nil)
+
+    @Test func initialBuyCompletesTheOpenOrderActivatesAndGrantsOnce() {
+        var store = store()
+        store.orders.append(
+            OrderRecord(
+                orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
+                transactionID: nil, createdAt: t0 - 60))
+        let purchase = tx("1000", purchase: t0)
+        let plan = store.apply(initialBuy, purchase, now: t0 + day)
+        #expect(plan.verdict == .applied)
+        #expect(plan.order?.order.orderNo == "PAY1")
+        #expect(plan.order?.order.status == .fulfilled)
+        #expect(plan.order?.previousStatus == .created)
+        #expect(plan.grants.map(\.amount) == [Credits.micro(1000)])
+        #expect(plan.subscription?.state.status == .active)
+        #expect(plan.history.map { "\($0.entity.rawValue):\($0.previous ?? "-")>\($0.current)" } == [
+            "ORDER:CREATED>VERIFIED", "ORDER:VERIFIED>FULFILLED", "SUBSCRIPTION:->ACTIVE",
+        ])
+        // The same fact again (another delivery, or the client's upload of it): nothing new.
+        let again = store.apply(initialBuy, purchase, now: t0 + day)
+        #expect(again.verdict == .applied)
+        #expect(again.storeTransaction == nil && again.order == nil && again.grants.isEmpty && again.subscription == nil)
+        let upload = store.apply(.clientSubmission(orderNo: "PAY1", submitter: "alice"), purchase, now: t0 + day)
+        #expect(upload.verdict == .applied && upload.order == nil && upload.grants.isEmpty)
+        #expect(store.balance == Credits.micro(1000))
+    }
+
+    @Test func purchasesWithoutAnOpenOrderGetARecoveryOrderAndRenewalsARenewalOrder() {
+        var store = store()
+        let plan = store.apply(initialBuy, tx("1000", purchase: t0), now: t0 + day)
+        #expect(plan.order?.order.type == .recovery)
+        #expect(plan.order?.isNew == true)
+        #expect(plan.order?.order.orderNo == "RCV-S-1000")
+        let renewal = store.apply(didRenew, tx("1001", purchase: t0 + 30 * day, reason: "RENEWAL"), now: t0 + 31 * day)
+        #expect(renewal.order?.order.type == .renewal)
+        #expect(renewal.grants.first?.grantKey == "period:Sandbox:1001")
+        #expect(store.balance == Credits.micro(2000))
+        #expect(store.subscription?.state.lastTransactionID == "1001")
+        // An order created after the purchase (plus the clock tolerance) is not the purchase's order.
+        var late = self.store()
+        late.orders.append(
+            OrderRecord(
+                orderNo: "PAY2", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
+                transactionID: nil, createdAt: t0 + 600))
+        #expect(late.apply(initialBuy, tx("1000", purchase: t0), now: t0 + day).order?.order.type == .recovery)
+    }
+
+    @Test func attributionNeverGuesses() {
+        var store = store()
+        let stranger = tx("1000", purchase: t0, token: "6f1c1e2a-0000-4000-8000-0000000000ff")
+        #expect(store.apply(initialBuy, stranger, now: t0).verdict == .unmatched(.account))
+        #expect(store.apply(initialBuy, tx("1000", purchase: t0, token: nil), now: t0).verdict == .unmatched(.account))
+        var unknownProduct = tx("1000", purchase: t0)
+        unknownProduct.productID = "com.example.unknown"
+        #expect(store.apply(initialBuy, unknownProduct, now: t0).verdict == .unmatched(.product))
+        // A chain attributed by its first fact keeps its owner for later facts without a token.
+        store.apply(initialBuy, tx("1000", purchase: t0), now: t0)
+        let renewal = store.apply(didRenew, tx("1001", purchase: t0 + 30 * day, reason: "RENEWAL", token: nil), now: t0 + 31 * day)
+        #expect(renewal.verdict == .applied)
+        #expect(renewal.user?.userID == "alice")
+    }
+
+    @Test func sandboxFactsOnlyTouchTestUsersOnAProductionDeployment() {
+        let store = store()
+        var input = store.input(initialBuy, tx("1000", purchase: t0), now: t0)
+        input.everyoneIsTestUser = false
+        #expect(FulfillmentPlanner.plan(input).verdict == .refused(code: "SANDBOX_REFUSED", reason: "Sandbox facts only touch test users"))
+        let bobs = tx("2000", purchase: t0, original: "2000", token: "6f1c1e2a-0000-4000-8000-00000000000b")
+        input = store.input(initialBuy, bobs, now: t0)
+        input.everyoneIsTestUser = false
+        #expect(FulfillmentPlanner.plan(input).verdict == .applied)
+        input = store.input(initialBuy, tx("1000", purchase: t0, environment: "Production"), now: t0)
+        input.everyoneIsTestUser = false
+        #expect(FulfillmentPlanner.plan(input).verdict == .applied)
+    }
+
+    @Test func anotherUsersTransactionIsAnAccountConflictThatFreezesTheChain() {
+        var store = store()
+        let purchase = tx("1000", purchase: t0)
+        store.apply(initialBuy, purchase, now: t0)
+        // Bob is logged in and uploads Alice's transaction.
+        let upload = store.apply(.observedSubmission(submitter: "bob"), purchase, now: t0)
+        #expect(upload.verdict == .accountConflict(attributed: "alice", other: "bob"))
+        #expect(upload.freezeChain)
+        // The token now maps to Bob (a re-assigned token): the stored owner still wins.
+        store.tokens[token] = "bob"
+        let renewal = store.apply(didRenew, tx("1001", purchase: t0 + 30 * day, reason: "RENEWAL"), now: t0 + 31 * day)
+        #expect(renewal.verdict == .accountConflict(attributed: "bob", other: "alice"))
+        store.tokens[token] = "alice"
+        store.subscription?.frozenReason = "ACCOUNT_CONFLICT"
+        let frozen = store.apply(didRenew, tx("1001", purchase: t0 + 30 * day, reason: "RENEWAL"), now: t0 + 31 * day)
+        #expect(frozen.verdict == .refused(code: "CHAIN_FROZEN", reason: "ACCOUNT_CONFLICT"))
+    }
+
+    @Test func clientUploadsMustFitTheirOrder() {
+        var store = store()
+        store.orders.append(
+            OrderRecord(
+                orderNo: "PAY1", userID: "alice", productID: Catalogue.pro.productID, type: .initial, status: .cancelled,
+                transactionID: nil, createdAt: t0 - 60))
+        let upload = FactSource.clientSubmission(orderNo: "PAY1", submitter: "alice")
+        let verdict = { (plan: FulfillmentPlan) -> String? in
+            if case .refused(let code, _) = plan.verdict { return code }
+            return nil
+        }
+        #expect(verdict(store.apply(upload, tx("1000", purchase: t0), now: t0)) == "ORDER_PRODUCT_MISMATCH")
+        #expect(verdict(store.apply(upload, tx("1000", Catalogue.pro, purchase: t0 - 40 * day), now: t0)) == "TRANSACTION_EXPIRED")
+        // A real charge reopens a cancelled order.
+        let plan = store.apply(upload, tx("1001", Catalogue.pro, purchase: t0), now: t0)
+        #expect(plan.verdict == .applied)
+        #expect(plan.order?.previousStatus == .cancelled)
+        #expect(plan.order?.order.status == .fulfilled)
+        // An old JWS uploaded to a new order is refused; nothing is granted twice.
+        store.orders.append(
+            OrderRecord(
+                orderNo: "PAY2", userID: "alice", productID: Catalogue.pro.productID, type: .initial, status: .created,
+                transactionID: nil, createdAt: t0 + 60))
+        let old = store.apply(.clientSubmission(orderNo: "PAY2", submitter: "alice"), tx("1001", Catalogue.pro, purchase: t0), now: t0)
+        #expect(verdict(old) == "TRANSACTION_ALREADY_USED")
+        #expect(store.balance == Credits.micro(3000))
+    }
+
+    @Test func refundRevokesWhatRemainsAndReversalRestoresIt() {
+        var store = store()
+        let purchase = tx("1000", purchase: t0)
+        store.apply(initialBuy, purchase, now: t0)
+        store.balance -= Credits.micro(400)  // usage
+        var refunded = purchase
+        refunded.revocationDate = t0 + 2 * day
+        refunded.signedDate = t0 + 2 * day
+        let refund = store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 2 * day)
+        #expect(refund.revocations.map(\.grantKey) == ["period:Sandbox:1000"])
+        #expect(refund.subscription?.state.status == .revoked)
+        #expect(store.balance == 0)
+        #expect(store.grants["period:Sandbox:1000"]?.record.unrecoverableAmount == Credits.micro(400))
+        // Delivered again: nothing more to take.
+        #expect(store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 2 * day).revocations.isEmpty)
+        var reversed = purchase
+        reversed.signedDate = t0 + 3 * day
+        let reversal = store.apply(.notification(type: "REFUND_REVERSED", subtype: nil), reversed, now: t0 + 3 * day)
+        #expect(reversal.restorations.count == 1)
+        #expect(reversal.subscription?.state.status == .active)
+        #expect(store.balance == Credits.micro(600))
+        // The older refund arriving late does not undo the reversal.
+        let late = store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 3 * day)
+        #expect(late.storeTransaction == nil && late.revocations.isEmpty)
+    }
+
+    @Test func upgradesSwitchAtOnceWithAChangeOrderAndTheDifference() {
+        var store = store()
+        store.apply(initialBuy, tx("1000", purchase: t0), now: t0)
+        let upgrade = store.apply(
+            .notification(type: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE"), tx("1001", Catalogue.pro, purchase: t0 + 5 * day),
+            now: t0 + 5 * day)
+        #expect(upgrade.order?.order.type == .change)
+        #expect(upgrade.grants.map(\.amount) == [Credits.micro(2000)])
+        #expect(upgrade.grants.first?.reason == "UPGRADE")
+        #expect(store.subscription?.state.activeProductID == Catalogue.pro.productID)
+        // A downgrade is only a pending product.
+        let downgrade = RenewalFact(
+            environment: "Sandbox", originalTransactionID: "1000", productID: Catalogue.pro.productID,
+            autoRenewProductID: Catalogue.starter.productID, autoRenewEnabled: true, signedDate: t0 + 6 * day)
+        let pending = store.apply(
+            .notification(type: "DID_CHANGE_RENEWAL_PREF", subtype: "DOWNGRADE"), nil, downgrade, now: t0 + 6 * day)
+        #expect(pending.order == nil && pending.grants.isEmpty)
+        #expect(store.subscription?.state.pendingProductID == Catalogue.starter.productID)
+        #expect(store.subscription?.state.activeProductID == Catalogue.pro.productID)
+    }
+
+    @Test func familySharingIsASeparateEntitlementWithoutAnOrder() {
+        var store = store()
+        var shared = tx("3000", purchase: t0, original: "3000")
+        shared.ownershipType = "FAMILY_SHARED"
+        let plan = store.apply(initialBuy, shared, now: t0)
+        #expect(plan.verdict == .applied)
+        #expect(plan.order == nil)
+        #expect(plan.grants.isEmpty, "the catalogue does not grant credits to family members")
+        #expect(plan.subscription?.state.isFamilyShared == true)
+        var revoked = shared
+        revoked.revocationDate = t0 + day
+        revoked.signedDate = t0 + day
+        #expect(store.apply(.notification(type: "REVOKE", subtype: nil), revoked, now: t0 + day).subscription?.state.status == .revoked)
+    }
+
+    @Test func unknownAndRecordOnlyTypesChangeNothing() {
+        let store = store()
+        for type in ["TEST", "REFUND_DECLINED", "SOMETHING_APPLE_ADDS", "CONSUMPTION_REQUEST"] {
+            let plan = FulfillmentPlanner.plan(store.input(.notification(type: type, subtype: nil), tx("1000", purchase: t0), now: t0))
+            guard case .recorded = plan.verdict else {
+                Issue.record("\(type) gave \(plan.verdict)")
+                continue
+            }
+            #expect(plan.storeTransaction == nil && plan.subscription == nil)
+        }
+    }
+
+    /// A purchase, two renewals, a billing failure, a refund and its reversal, in every arrival
+    /// order: the same subscription row, the same orders and the same balance.
+    @Test func everyArrivalOrderEndsInTheSameState() {
+        let purchase = tx("1000", purchase: t0)
+        let renewal = tx("1001", purchase: t0 + 30 * day, reason: "RENEWAL", signed: t0 + 30 * day)
+        var refunded = renewal
+        refunded.revocationDate = t0 + 35 * day
+        refunded.signedDate = t0 + 35 * day
+        var reversed = renewal
+        reversed.signedDate = t0 + 36 * day
+        let failure = RenewalFact(
+            environment: "Sandbox", originalTransactionID: "1000", productID: Catalogue.starter.productID,
+            autoRenewProductID: Catalogue.starter.productID, autoRenewEnabled: true, isInBillingRetryPeriod: true,
+            signedDate: t0 + 29 * day)
+        let events: [(FactSource, TransactionFact?, RenewalFact?)] = [
+            (initialBuy, purchase, nil), (didRenew, renewal, nil),
+            (.notification(type: "DID_FAIL_TO_RENEW", subtype: nil), purchase, failure),
+            (.notification(type: "REFUND", subtype: nil), refunded, nil),
+            (.notification(type: "REFUND_REVERSED", subtype: nil), reversed, nil),
+        ]
+        let now = t0 + 40 * day
+        var reference: (SubscriptionState?, [String], MicroCredits)?
+        for permutation in permutations(Array(events.indices)) {
+            var store = store()
+            for index in permutation {
+                let (source, transaction, renewalInfo) = events[index]
+                store.apply(source, transaction, renewalInfo, now: now)
+            }
+            let outcome = (store.subscription?.state, store.orders.map(\.orderNo).sorted(), store.balance)
+            if let reference {
+                #expect(outcome.0 == reference.0, "order \(permutation)")
+                #expect(outcome.1 == reference.1, "order \(permutation)")
+                #expect(outcome.2 == reference.2, "order \(permutation)")
+            } else {
+                reference = outcome
+                #expect(outcome.0?.status == .active)
+                #expect(outcome.1 == ["RCV-S-1000", "RNW-S-1001"])
+                #expect(outcome.2 == Credits.micro(2000))
+            }
+        }
+    }
+
+    func permutations<T>(_ items: [T]) -> [[T]] {
+        guard items.count > 1 else { return [items] }
+        return items.indices.flatMap { i -> [[T]] in
+            var rest = items
+            let head = rest.remove(at: i)
+            return permutations(rest).map { [head] + $0 }
+        }
+    }
+}
