@@ -3,7 +3,8 @@ import Foundation
 import Testing
 import TestSupport
 
-/// `subsctl demo` (the end of deploy/local/run.sh) against a running ingress and worker.
+/// `subsctl demo` (the end of deploy/local/run.sh) against a running ingress and worker: every step
+/// applied, with the balances and statuses the story implies.
 @Suite(.timeLimit(.minutes(3)))
 struct DemoTests {
     @Test func theDemoTellsItsFourStepsAndSucceeds() async throws {
@@ -31,7 +32,14 @@ struct DemoTests {
         for step in ["== 1. Purchase", "== 2. Renewal", "== 3. Plan change", "== 4. Refund", "Demo complete"] {
             #expect(output.contains(step), "missing \(step) in:\n\(output)")
         }
-        #expect(output.components(separatedBy: "evidence").count - 1 == 4, "\(output)")
+        #expect(output.components(separatedBy: "evidence (applied by the worker").count - 1 == 4, "\(output)")
+        // The story's outcome as the REST API tells it: 1000, +1000 renewal, +3000 upgrade, the upgrade's 3000 refunded.
+        for balance in ["credits       1000 available", "credits       2000 available", "credits       5000 available"] {
+            #expect(output.contains(balance), "missing \(balance) in:\n\(output)")
+        }
+        #expect(output.contains("next renewal com.example.starter.monthly"))
+        #expect(output.contains("subscription  REVOKED com.example.pro.monthly"))
+        #expect(output.contains("grant for this transaction 3000, 3000 revoked"))
         #expect(output.components(separatedBy: "-> 200 accepted").count - 1 == 5, "five notifications stored: \(output)")
         #expect(!output.contains("eyJ"), "the demo prints no token or JWS")
         #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 5)
