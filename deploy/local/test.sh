@@ -18,11 +18,22 @@ export SUBS_BIN_DIR="$(swift build --show-bin-path)"
 export LOG_LEVEL="${LOG_LEVEL:-warning}"
 # `swift test` can exit 0 when the test process dies (seen with SIGKILL), and a hung test would
 # hold CI until its deadline: bound the run, and require the runner's own summary line.
-result="$LOG_DIR/test-output.log"
-status=0
-timeout --kill-after=30 "${SUBS_TEST_TIMEOUT:-1800}" swift test --skip-build "$@" 2>&1 | tee "$result" || status=$?
-if [ "$status" -ne 0 ]; then log "tests failed (exit $status)"; exit "$status"; fi
-if ! grep -Eq 'Test run with [0-9]+ tests? (in [0-9]+ suites? )?passed' "$result"; then
-    log "the test run ended without its summary line: treating it as a failure"
-    exit 1
+# Two phases: the module and integration suites (in parallel), then the end-to-end suites, which
+# start service processes of their own and would starve timing-sensitive broker and HTTP tests
+# on two cores if everything ran at once.
+run_phase() {  # name, swift test arguments...
+    local name="$1"; shift
+    local result="$LOG_DIR/test-output-$name.log" status=0
+    timeout --kill-after=30 "${SUBS_TEST_TIMEOUT:-1500}" swift test --skip-build "$@" 2>&1 | tee "$result" || status=$?
+    if [ "$status" -ne 0 ]; then log "$name tests failed (exit $status)"; exit "$status"; fi
+    if ! grep -Eq 'Test run with [0-9]+ tests? (in [0-9]+ suites? )?passed' "$result"; then
+        log "the $name test run ended without its summary line: treating it as a failure"
+        exit 1
+    fi
+}
+if [ "$#" -gt 0 ]; then
+    run_phase selected "$@"
+else
+    run_phase modules --skip EndToEndTests
+    run_phase end-to-end --filter EndToEndTests
 fi
