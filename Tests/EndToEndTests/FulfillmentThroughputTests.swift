@@ -21,8 +21,8 @@ import TestSupport
     .enabled(if: ProcessInfo.processInfo.environment["SUBS_RUN_BENCHMARKS"] == "1", "benchmark: run fulfillment-throughput.sh"))
 struct FulfillmentThroughputTests {
     @Test(arguments: [1, 2]) func drainsABacklogOfRenewals(workers: Int) async throws {
-        let total = 5_000
-        let chains = 1_000
+        let total = 3_000
+        let chains = 600
         let harness = try await PipelineHarness.make(partitions: 12)
         let configuration = try harness.configuration
         let pool = PostgresPool(configuration: configuration.postgres, logger: harness.logger)

@@ -13,8 +13,8 @@ enum ProcessingOutcome: Sendable {
 }
 
 /// The SQL of fulfillment: one transaction per event with few round trips — lock the lease and the
-/// chain, load everything the rules read in one query, write everything the plan says in one
-/// statement (refunds add a few), complete the event.
+/// chain, load everything the rules read in one query, write everything the plan says and complete
+/// the event in one statement (refunds add a few).
 struct FulfillmentStore: Sendable {
     let events: EventStore
     /// `app_key` of the catalogue rows this worker serves (the bundle id).
@@ -91,9 +91,9 @@ struct FulfillmentStore: Sendable {
         guard let (environment, original) = chain else {
             return try await events.lockLease(of: event, owner: owner, on: db)
         }
-        let table: StaticString = event.kind == .submission ? "transaction_submission" : "apple_notification_event"
-        // The subquery locks the event row first (LockRows below the projection), so two workers never
-        // hold one lock each while waiting for the other's.
+        let table = Self.table(event.kind)
+        // The subquery locks the event row before the outer projection takes the chain lock, so two
+        // workers never hold one lock each while waiting for the other's.
         let rows = try await db.query(
             """
             SELECT pg_advisory_xact_lock(hashtextextended(\(environment)::text || '/' || \(original)::text, 0)) IS NULL AS locked
@@ -102,6 +102,11 @@ struct FulfillmentStore: Sendable {
                     OFFSET 0 FOR UPDATE) AS leased
             """)
         return rows.count == 1
+    }
+
+    /// The event table of a kind, as SQL text that can never come from input.
+    static func table(_ kind: EventKind) -> StaticString {
+        kind == .submission ? "transaction_submission" : "apple_notification_event"
     }
 
     /// The facts and the row as JSON whose keys are the domain types' properties and whose dates
@@ -244,7 +249,7 @@ struct FulfillmentStore: Sendable {
         let state = plan.subscription?.state
         let grants = plan.grants
         let fact = verified.transaction?.fact
-        let table: StaticString = event.kind == .submission ? "transaction_submission" : "apple_notification_event"
+        let table = Self.table(event.kind)
         let rows = try await db.query(
             """
             WITH stored_transaction AS (
