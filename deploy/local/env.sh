@@ -5,7 +5,15 @@ REPO_DIR="$(cd "$LOCAL_DIR/../.." && pwd)"
 STATE_DIR="${SUBS_STATE_DIR:-$REPO_DIR/.local}"
 VENV_DIR="$STATE_DIR/venv"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
-PG_DATA="$STATE_DIR/pgdata"
+# The cluster runs as the postgres user, who may not be able to enter the checkout (a clone under
+# /root, say): as root its files live under postgres's own home, one folder per checkout.
+if [ "$(id -u)" = 0 ]; then
+    PG_HOME="/var/lib/postgresql/subs-$(printf '%s' "$STATE_DIR" | md5sum | cut -c1-12)"
+else
+    PG_HOME="$STATE_DIR/postgres"
+fi
+PG_DATA="$PG_HOME/data"
+PG_RUN="$PG_HOME/run"
 PG_PORT="${SUBS_PG_PORT:-55432}"
 KAFKA_PORT="${SUBS_KAFKA_PORT:-19092}"
 LOG_DIR="$STATE_DIR/log"

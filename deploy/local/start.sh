@@ -10,23 +10,23 @@ as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$
 # PostgreSQL refuses to run as root: the cluster belongs to the postgres user.
 if [ ! -s "$PG_DATA/PG_VERSION" ]; then
     log "initdb $PG_DATA"
-    mkdir -p "$PG_DATA"; [ "$(id -u)" = 0 ] && chown postgres:postgres "$PG_DATA"
+    mkdir -p "$PG_DATA" "$PG_RUN"
+    [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$PG_HOME"
     chmod 700 "$PG_DATA"
     as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
     cat >> "$PG_DATA/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $PG_PORT
-unix_socket_directories = '$RUN_DIR'
+unix_socket_directories = '$PG_RUN'
 max_connections = 300
 shared_buffers = 512MB
 fsync = on
 synchronous_commit = on
 CONF
 fi
-[ "$(id -u)" = 0 ] && chown postgres:postgres "$RUN_DIR" "$LOG_DIR"
 if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
-    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$LOG_DIR/postgresql.log" -w -t 60 start >/dev/null
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_HOME/postgresql.log" -w -t 60 start >/dev/null
 fi
 psql_admin() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
 if [ "$(psql_admin -c "select 1 from pg_roles where rolname='subs'")" != 1 ]; then
