@@ -362,11 +362,10 @@ struct ShutdownTests {
         configuration.shutdownGracePeriod = .milliseconds(200)
         let server = HTTPServer(configuration: configuration, router: router,
                                 logger: Logger(label: "test", level: .critical, sink: .memory()))
+        // Bound before run(), so the port is known however slowly the task starts on a busy machine.
+        try server.start()
+        let port = server.port
         let run = Task { try await server.run() }
-        let port = try await blocking { () -> Int in
-            for _ in 0..<500 where server.port == 0 { usleep(10_000) }
-            return server.port
-        }
         let stuck = Task {
             try await blocking {
                 let connection = try RawConnection(port: port, timeoutSeconds: 30)
