@@ -30,13 +30,7 @@ enum BenchVerifyCommand: SubsctlCommand {
                 return ExitStatus.noInput
             }
         }
-        let verifier: SignedDataVerifier
-        switch SignedDataVerifier.fromEnvironment() {
-        case .success(let made): verifier = made
-        case .failure(let failure):
-            Subsctl.printError("configuration refused:\n\(failure.description)")
-            return ExitStatus.configuration
-        }
+        guard let verifier = SignedDataVerifier.fromEnvironment() else { return ExitStatus.configuration }
         // Every payload must verify before anything is timed: a benchmark of refusals measures nothing.
         for (index, token) in tokens.enumerated() {
             do throws(VerificationError) { try await verifier.verify(token, as: kind, expecting: environment) } catch {

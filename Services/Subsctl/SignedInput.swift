@@ -56,18 +56,15 @@ extension SignedDataVerifier {
         }
     }
 
-    /// A verifier from the `APPLE_IAP_*` variables, or the exit status after reporting why not.
-    static func fromEnvironment() -> Result<SignedDataVerifier, ConfigurationFailure> {
+    /// A verifier from the `APPLE_IAP_*` variables, or nil after printing why the configuration
+    /// was refused (callers then exit with `ExitStatus.configuration`).
+    static func fromEnvironment() -> SignedDataVerifier? {
         do {
             let configuration = try AppStoreVerifierConfiguration()
-            return .success(try SignedDataVerifier(configuration: configuration, logger: Subsctl.logger.with(["component": "verifier"])))
+            return try SignedDataVerifier(configuration: configuration, logger: Subsctl.logger.with(["component": "verifier"]))
         } catch {
-            return .failure(ConfigurationFailure(description: error.description))
+            Subsctl.printError("configuration refused:\n\(error.description)")
+            return nil
         }
     }
-}
-
-/// The APPLE_IAP_* configuration was refused.
-struct ConfigurationFailure: Error, CustomStringConvertible {
-    let description: String
 }

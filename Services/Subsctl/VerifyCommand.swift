@@ -28,13 +28,7 @@ enum VerifyCommand: SubsctlCommand {
             Subsctl.printError(error.description)
             return ExitStatus.noInput
         }
-        let verifier: SignedDataVerifier
-        switch SignedDataVerifier.fromEnvironment() {
-        case .success(let made): verifier = made
-        case .failure(let failure):
-            Subsctl.printError("configuration refused:\n\(failure.description)")
-            return ExitStatus.configuration
-        }
+        guard let verifier = SignedDataVerifier.fromEnvironment() else { return ExitStatus.configuration }
 
         do throws(VerificationError) {
             var output: [String: Any] = ["kind": kind.rawValue]

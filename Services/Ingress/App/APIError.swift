@@ -1,4 +1,5 @@
 import HTTPServer
+import Postgres
 
 /// The stable error codes of the REST contract (domain.md) with their HTTP statuses.
 /// Clients key on `code`; `message` is for people and never carries secrets or payloads.
@@ -44,5 +45,20 @@ enum APIError {
     }
     static func creditsExhausted(_ message: String) -> HTTPError {
         HTTPError(status: 402, code: "CREDITS_EXHAUSTED", message: message)
+    }
+
+    /// Database trouble is the client's cue to retry (503); a value the database cannot hold
+    /// (SQLSTATE class 22: NUL characters, overlong text) is the client's mistake (400); business
+    /// errors pass through.
+    static func databaseCall<R>(_ body: () async throws -> R) async throws -> R {
+        do {
+            return try await body()
+        } catch let error as HTTPError {
+            throw error
+        } catch let error as PostgresError where error.isRetryable {
+            throw APIError.serviceUnavailable()
+        } catch let error as PostgresError where error.sqlState?.hasPrefix("22") == true {
+            throw APIError.invalidRequest("a value in the request is not acceptable")
+        }
     }
 }

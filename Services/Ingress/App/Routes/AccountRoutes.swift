@@ -51,7 +51,7 @@ struct AccountRoutes: Sendable {
 
     func current(_ request: HTTPRequest) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
-        let rows = try await OrderRoutes.databaseCall { try await UserSubscription.load(userID: user.userID, pool: context.pool) }
+        let rows = try await APIError.databaseCall { try await UserSubscription.load(userID: user.userID, pool: context.pool) }
         let now = context.clock.now()
         return .json(
             CurrentSubscriptions(
@@ -84,7 +84,7 @@ struct AccountRoutes: Sendable {
 
     func balance(_ request: HTTPRequest) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
-        let rows = try await OrderRoutes.databaseCall {
+        let rows = try await APIError.databaseCall {
             try await context.pool.query("SELECT pool, balance FROM credit_account WHERE user_id = \(user.userID)")
         }
         var pools: [CreditPool: MicroCredits] = [:]
@@ -139,7 +139,7 @@ struct AccountRoutes: Sendable {
         let user = try context.authenticator.authenticate(request)
         let page = try PageRequest(request, list: "grants", userID: user.userID, cursors: cursors)
         let fetch = page.limit + 1
-        let rows = try await OrderRoutes.databaseCall { () async throws -> PostgresRows in
+        let rows = try await APIError.databaseCall { () async throws -> PostgresRows in
             if let after = page.after {
                 let time = Self.date(micros: after.position)
                 return try await context.pool.query(
@@ -198,7 +198,7 @@ struct AccountRoutes: Sendable {
         let user = try context.authenticator.authenticate(request)
         let page = try PageRequest(request, list: "daily-bills", userID: user.userID, cursors: cursors)
         let fetch = page.limit + 1
-        let rows = try await OrderRoutes.databaseCall { () async throws -> PostgresRows in
+        let rows = try await APIError.databaseCall { () async throws -> PostgresRows in
             if let after = page.after {
                 return try await context.pool.query(
                     """

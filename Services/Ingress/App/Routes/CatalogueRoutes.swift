@@ -38,7 +38,7 @@ struct CatalogueRoutes: Sendable {
 
     func products(_ request: HTTPRequest) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
-        let (products, subscriptions) = try await OrderRoutes.databaseCall {
+        let (products, subscriptions) = try await APIError.databaseCall {
             (
                 try await catalogue.products(appKey: context.configuration.appStore.bundleId),
                 try await UserSubscription.load(userID: user.userID, pool: context.pool)

@@ -73,7 +73,7 @@ struct OrderRoutes: Sendable {
         let bundleID = context.configuration.appStore.bundleId
         let environment = context.configuration.appStore.environment.rawValue
 
-        return try await Self.databaseCall {
+        return try await APIError.databaseCall {
             try await context.pool.transaction(maxAttempts: 3) { db in
                 guard let productRow = try await db.query(
                     """
@@ -166,7 +166,7 @@ struct OrderRoutes: Sendable {
     func read(_ request: HTTPRequest) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
         let orderNo = request.pathParameter("orderNo") ?? ""
-        return try await Self.databaseCall {
+        return try await APIError.databaseCall {
             guard let row = try await context.pool.query(
                 "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.order_no = \(orderNo) AND o.user_id = \(user.userID)"
             ).first else { throw APIError.notFound("no such order") }
@@ -177,7 +177,7 @@ struct OrderRoutes: Sendable {
     func cancel(_ request: HTTPRequest) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
         let orderNo = request.pathParameter("orderNo") ?? ""
-        return try await Self.databaseCall {
+        return try await APIError.databaseCall {
             try await context.pool.transaction { db in
                 guard let row = try await db.query(
                     """
@@ -217,21 +217,6 @@ struct OrderRoutes: Sendable {
             format: "%04d%02d%02d%02d%02d%02d", c.year!, c.month!, c.day!, c.hour!, c.minute!, c.second!)
         let random = SecureRandom.bytes(8).map { String($0 % 10) }.joined()
         return "PAY\(stamp)\(random)"
-    }
-
-    /// Database trouble is the client's cue to retry (503); a value the database cannot hold
-    /// (SQLSTATE class 22: NUL characters, overlong text) is the client's mistake (400); business
-    /// errors pass through.
-    static func databaseCall<R>(_ body: () async throws -> R) async throws -> R {
-        do {
-            return try await body()
-        } catch let error as HTTPError {
-            throw error
-        } catch let error as PostgresError where error.isRetryable {
-            throw APIError.serviceUnavailable()
-        } catch let error as PostgresError where error.sqlState?.hasPrefix("22") == true {
-            throw APIError.invalidRequest("a value in the request is not acceptable")
-        }
     }
 
     /// Identifiers clients send (request ids, product ids): bounded, without control characters.

@@ -49,7 +49,7 @@ struct SubmissionRoutes: Sendable {
             let productID = transaction.productId, let environment = transaction.rawEnvironment
         else { throw APIError.transactionInvalid("the transaction lacks its identifiers") }
 
-        return try await OrderRoutes.databaseCall {
+        return try await APIError.databaseCall {
             if let orderNo {
                 try await checkOrder(orderNo, user: user, productID: productID, transactionID: transactionID)
             }
