@@ -25,15 +25,18 @@ struct IngressHarness {
         let pipeline = try await PipelineHarness.make(appleEnvironment: appleEnvironment)
         let signer = pipeline.signer
         let secret = Base64URL.encode(SecureRandom.bytes(32))
-        let port = freeTCPPort()
         var environment = pipeline.serviceEnvironment
         environment.merge([
-            "INGRESS_HTTP_PORT": String(port),
+            "INGRESS_HTTP_PORT": "0",
             "CURSOR_SIGNING_KEY": Data(SecureRandom.bytes(32)).base64EncodedString(),
             "USER_TOKEN_HS256_SECRET": secret,
         ]) { _, new in new }
         environment.merge(extra) { _, new in new }
         let process = try await launch(environment)
+        guard let port = process.httpPort else {
+            process.kill()
+            throw MissingServiceError(variable: "the ingress port in its log")
+        }
         let pool = PostgresPool(
             configuration: PostgresConfiguration(url: environment["DATABASE_URL"]!, maximumConnections: 4),
             logger: Logger(label: "e2e", level: .warning))

@@ -175,10 +175,7 @@ struct WorkerHarness {
 
     /// The value of a metric line (`name{labels}`) a worker exposes on `/metrics`; 0 when absent.
     func metric(_ line: String, worker: Int = 0) async throws -> Double {
-        let log = workers[worker].output
-        guard let range = log.range(of: #""http.port":(\d+)"#, options: .regularExpression),
-            let port = Int(log[range].dropFirst("\"http.port\":".count))
-        else { throw MissingServiceError(variable: "the metrics port in \(workers[worker].name)'s log") }
+        guard let port = workers[worker].httpPort else { throw MissingServiceError(variable: "the metrics port in \(workers[worker].name)'s log") }
         let text = try await TestHTTPClient(port: port).get("/metrics").text
         for row in text.split(separator: "\n") where row.hasPrefix(line + " ") {
             return Double(row.dropFirst(line.count + 1)) ?? 0

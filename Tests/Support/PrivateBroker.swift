@@ -21,7 +21,7 @@ public final class PrivateBroker: Sendable {
 
     /// Starts a broker on a free port and returns once it accepts connections.
     public static func start() async throws -> PrivateBroker {
-        let broker = PrivateBroker(executable: try locateTansu(), port: try freePort())
+        let broker = PrivateBroker(executable: try locateTansu(), port: freeTCPPort())
         try await broker.launch()
         return broker
     }
@@ -77,23 +77,6 @@ public final class PrivateBroker: Sendable {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
             }
         }
-    }
-
-    /// A port the kernel just reported free (another process could take it before Tansu does,
-    /// which makes `start()` fail loudly rather than test the wrong broker).
-    private static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw PrivateBrokerError(reason: "socket() failed") }
-        defer { close(fd) }
-        var address = loopback(port: 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard bound else { throw PrivateBrokerError(reason: "could not find a free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     private static func loopback(port: Int) -> sockaddr_in {

@@ -49,7 +49,7 @@ public final class PrivatePostgres: Sendable {
                 throw PrivatePostgresError("cannot give \(directory.path) to the postgres user")
             }
         }
-        let cluster = PrivatePostgres(port: try freePort(), directory: directory, binaries: binaries)
+        let cluster = PrivatePostgres(port: freeTCPPort(), directory: directory, binaries: binaries)
         do {
             try await cluster.run(
                 "initdb", ["-D", cluster.dataDirectory, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
@@ -143,25 +143,6 @@ public final class PrivatePostgres: Sendable {
                 continuation.resume(returning: signal == 0 ? (status >> 8) & 0xFF : 128 + signal)
             }.start()
         }
-    }
-
-    /// A port nobody listens on right now (the kernel's pick for an ephemeral bind).
-    private static func freePort() throws -> Int {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard descriptor >= 0 else { throw PrivatePostgresError("socket() failed") }
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                bind(descriptor, socketAddress, length) == 0 && getsockname(descriptor, socketAddress, &length) == 0
-            }
-        }
-        guard bound else { throw PrivatePostgresError("cannot bind an ephemeral port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
 

@@ -95,6 +95,14 @@ public final class ServiceProcess: @unchecked Sendable {
         return false
     }
 
+    /// The HTTP port the service logged (`"http.port":N`), for services started on port 0 so the
+    /// kernel picks a port nobody else can take between choosing and binding it.
+    public var httpPort: Int? {
+        let log = output
+        guard let range = log.range(of: #""http.port":(\d+)"#, options: .regularExpression) else { return nil }
+        return Int(log[range].dropFirst("\"http.port\":".count))
+    }
+
     deinit {
         if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
     }
