@@ -19,6 +19,10 @@ public enum NotificationAction: Sendable, Equatable {
 
 /// The matrix itself. Unknown values never fail: they map to `.unknown`.
 public enum NotificationMatrix {
+    /// Not Apple's: the type of the events a worker stores for Apple's answer to Get All
+    /// Subscription Statuses (a re-query), applied like any transaction Apple signed.
+    public static let statusRequery = "STATUS_REQUERY"
+
     public static func action(type: String, subtype: String?) -> NotificationAction {
         switch (type, subtype) {
         case ("TEST", _), ("REFUND_DECLINED", _), ("ONE_TIME_CHARGE", _), ("EXTERNAL_PURCHASE_TOKEN", _):
@@ -31,7 +35,7 @@ public enum NotificationMatrix {
             return .applyTransaction(.renewal)
         case ("DID_CHANGE_RENEWAL_PREF", "UPGRADE"):
             return .applyTransaction(.change)
-        case ("OFFER_REDEEMED", _):
+        case ("OFFER_REDEEMED", _), (statusRequery, _):
             return .applyTransaction(.renewal)
         case ("DID_FAIL_TO_RENEW", nil), ("DID_FAIL_TO_RENEW", "GRACE_PERIOD"), ("GRACE_PERIOD_EXPIRED", _),
             ("EXPIRED", _), ("DID_CHANGE_RENEWAL_STATUS", _), ("DID_CHANGE_RENEWAL_PREF", _),

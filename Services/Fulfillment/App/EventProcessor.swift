@@ -27,6 +27,8 @@ public struct EventProcessor: Sendable {
     let reader: EventReader
     let notifier: FulfillmentNotifier
     let clock: any WallClock
+    /// Answers CONSUMPTION_REQUEST before the event completes (set by the application).
+    var consumption: ConsumptionResponder?
     private let metrics = ProcessorMetrics()
 
     public init(
@@ -67,6 +69,9 @@ public struct EventProcessor: Sendable {
         do {
             let verified = try await reader.read(event)
             log = log.with(Self.metadata(verified))
+            if verified.source.action == .consumptionRequest, let consumption {
+                try await consumption.answer(event, verified, now: clock.now())
+            }
             let outcome = try await store.process(event, verified, owner: owner, now: clock.now())
             metrics.duration.observe(since: started)
             switch outcome {

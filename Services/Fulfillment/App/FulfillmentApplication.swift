@@ -13,6 +13,8 @@ public struct FulfillmentApplication: Sendable {
     public let producer: KafkaProducer
     public let consumer: KafkaConsumer
     public let sweeper: PipelineSweeper
+    /// Stale orders, disagreeing chains, re-queries and notification-history recoveries.
+    let scheduler: Scheduler
     /// `/healthz` and `/metrics` (Prometheus text) for the orchestrator and the alerts.
     public let operations: HTTPServer
     public let logger: Logger
@@ -26,10 +28,13 @@ public struct FulfillmentApplication: Sendable {
         let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
-        let processor = EventProcessor(
-            events: store,
-            verifier: try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger),
-            cipher: cipher, configuration: configuration, clock: clock, logger: logger)
+        let verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
+        var processor = EventProcessor(
+            events: store, verifier: verifier, cipher: cipher, configuration: configuration, clock: clock, logger: logger)
+        let clients = configuration.schedulers.appStoreAPI.map {
+            AppStoreAPIClients(configuration: $0, lease: configuration.lease, logger: logger)
+        }
+        processor.consumption = ConsumptionResponder(pool: pool, clients: clients, logger: logger)
         consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
@@ -52,14 +57,18 @@ public struct FulfillmentApplication: Sendable {
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort, threadPoolSize: 1, maxBodyBytes: 1024),
             router: router, logger: logger)
+        let publisher = EventPublisher(producer: producer, store: store, logger: logger)
+        scheduler = Scheduler(
+            configuration: configuration, events: store, publisher: publisher, verifier: verifier, cipher: cipher,
+            clients: clients, logger: logger)
         sweeper = PipelineSweeper(
-            publisher: EventPublisher(producer: producer, store: store, logger: logger),
+            publisher: publisher,
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
-    public var services: [any Service] { [pool, producer, sweeper, operations, consumer] }
+    public var services: [any Service] { [pool, producer, sweeper, scheduler, operations, consumer] }
 
     public func run() async throws {
         try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)

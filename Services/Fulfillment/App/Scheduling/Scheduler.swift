@@ -1,0 +1,173 @@
+import AppStore
+import Foundation
+import Pipeline
+import Postgres
+import ServiceRuntime
+import Storage
+
+/// The worker's periodic work beside the event stream, safe with any number of workers: stale
+/// orders expired (SKIP LOCKED), chains whose facts disagree flagged for a re-query, and the
+/// re-queries and notification-history recoveries (start-up window, operators' requests) run
+/// under leases from `fulfillment_task`.
+final class Scheduler: Service {
+    let name = "fulfillment-scheduler"
+    private let configuration: SchedulerConfiguration
+    private let tasks: TaskStore
+    private let requery: ChainRequery?
+    private let recovery: NotificationRecovery?
+    private let environments: [String]
+    private let pool: PostgresPool
+    private let logger: Logger
+    private let stop = ShutdownTrigger()
+    private let expired = MetricsRegistry.shared.counter("subs_orders_expired_total", help: "Stale open orders EXPIRED")
+    private let flagged = MetricsRegistry.shared.counter(
+        "subs_requery_flagged_total", help: "Chains whose facts disagree, flagged for a re-query from Apple")
+
+    init(
+        configuration: FulfillmentConfiguration, events: EventStore, publisher: EventPublisher, verifier: SignedDataVerifier,
+        cipher: PayloadCipher, clients: AppStoreAPIClients?, logger: Logger
+    ) {
+        self.configuration = configuration.schedulers
+        pool = events.pool
+        self.logger = logger
+        tasks = TaskStore(pool: events.pool, owner: configuration.workerID, lease: configuration.lease)
+        if let clients {
+            requery = ChainRequery(
+                events: events, publisher: publisher, cipher: cipher, clients: clients, bundleID: configuration.appStore.bundleId,
+                logger: logger)
+            recovery = NotificationRecovery(
+                events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger)
+        } else {
+            requery = nil
+            recovery = nil
+        }
+        let served = configuration.schedulers.appStoreAPI?.environment
+        environments = served == .production ? ["Production", "Sandbox"] : served.map { [$0.rawValue] } ?? []
+    }
+
+    func run() async throws {
+        if requery == nil {
+            logger.warning(
+                "App Store Server API not configured (APPLE_IAP_ISSUER_ID, APPLE_IAP_KEY_ID, APPLE_IAP_PRIVATE_KEY_PATH): consumption requests stay unanswered, re-queries and recoveries wait")
+        } else {
+            await requestStartupRecovery()
+        }
+        var nextScan = ContinuousClock.now
+        while !stop.isFired {
+            if let age = configuration.orderExpiry { await expireOrders(olderThan: age) }
+            if requery != nil, let scan = configuration.requeryScan, ContinuousClock.now >= nextScan {
+                await flagDisagreeingChains(window: scan + .seconds(60))
+                nextScan = ContinuousClock.now + scan
+            }
+            if requery != nil { await runDueTasks() }
+            _ = await stop.wait(timeout: configuration.interval)
+        }
+    }
+
+    func shutdown() async { stop.fire() }
+
+    /// Every worker asks; the pending key keeps it to one recovery per environment at a time.
+    private func requestStartupRecovery() async {
+        guard configuration.recoveryWindow > .zero, let environment = configuration.appStoreAPI?.environment.rawValue else { return }
+        let end = Date()
+        do {
+            try await tasks.requestRecovery(
+                environment: environment, start: end - TaskStore.seconds(configuration.recoveryWindow), end: end,
+                reason: "start-up window", dedupKey: "RECOVERY/STARTUP/\(environment)")
+        } catch {
+            logger.warning("start-up recovery not requested", ["error": .string("\(error)")])
+        }
+    }
+
+    private func expireOrders(olderThan age: Duration) async {
+        do {
+            let count = try await StaleOrderExpiry.expire(pool: pool, olderThan: age)
+            if count > 0 {
+                expired.increment(by: count)
+                logger.info("stale orders expired", ["orders.expired": .int(Int64(count))])
+            }
+        } catch {
+            logger.warning("stale order expiry failed", ["error": .string("\(error)")])
+        }
+    }
+
+    private func flagDisagreeingChains(window: Duration) async {
+        do {
+            let chains = try await ChainRequery.flagDisagreeingChains(
+                pool: pool, environments: environments, window: window, cooldown: configuration.requeryCooldown,
+                requestedBy: tasks.owner)
+            flagged.increment(by: chains.count)
+            for chain in chains { logger.warning("chain facts disagree, re-query requested", ["appstore.chain": .string(chain)]) }
+        } catch {
+            logger.warning("disagreeing chains not scanned", ["error": .string("\(error)")])
+        }
+    }
+
+    /// Runs due tasks until none is left or the worker stops.
+    private func runDueTasks() async {
+        while !stop.isFired {
+            let task: ClaimedTask?
+            do { task = try await tasks.claim() } catch {
+                logger.warning("tasks not claimed", ["error": .string("\(error)")])
+                return
+            }
+            guard let task else { return }
+            await execute(task)
+        }
+    }
+
+    private func execute(_ task: ClaimedTask) async {
+        let log = logger.with(["task.id": .int(task.id), "appstore.environment": .string(task.environment)])
+        do {
+            let result: TaskResult
+            switch task.work {
+            case .requery(let original):
+                result = try await requery!.run(task, originalTransactionID: original)
+            case .recovery(let start, let end, let token):
+                result = try await recovery!.run(task, start: start, end: end, from: token) { next, progress in
+                    try await self.tasks.checkpoint(task, paginationToken: next, result: progress)
+                }
+            }
+            try await tasks.complete(task, result: result)
+            outcome("done")
+        } catch let failure as TaskFailure {
+            await record(failure, for: task, log: log)
+        } catch {
+            await record(.retryable(code: "RETRYABLE_DATABASE", message: "\(error)"), for: task, log: log)
+        }
+    }
+
+    private func record(_ failure: TaskFailure, for task: ClaimedTask, log: Logger) async {
+        var code = "", message = "", delay: Duration?
+        switch failure {
+        case .leaseLost:
+            log.info("task lease lost, left to its new owner")
+            return
+        case .retryable(let c, let m) where task.attempts < configuration.taskMaxAttempts:
+            (code, message) = (c, m)
+            delay = RetryPolicy.delay(attempt: task.attempts, base: .seconds(1), max: .seconds(300))
+        case .retryable(let c, let m), .permanent(let c, let m):
+            (code, message) = (c, m)
+        }
+        do {
+            try await tasks.fail(task, code: code, message: message, retryAt: delay)
+        } catch {
+            log.warning("task outcome not recorded; its lease runs out", ["error": .string("\(error)")])
+        }
+        outcome(delay == nil ? "failed" : "retry")
+        log.warning(delay == nil ? "task failed" : "task will be retried", ["error.code": .string(code)])
+    }
+
+    private func outcome(_ name: String) {
+        MetricsRegistry.shared.counter(
+            "subs_fulfillment_tasks_total", help: "Re-queries and recoveries by outcome", labels: ["outcome": name]
+        ).increment()
+    }
+
+    /// The class of an App Store Server API failure.
+    static func failure(_ error: AppStoreAPIError) -> TaskFailure {
+        error.isRetryable
+            ? .retryable(code: "RETRYABLE_NETWORK", message: error.description)
+            : .permanent(code: "APPSTORE_API_\(error.rawAPIError.map(String.init) ?? error.kind.rawValue)", message: error.description)
+    }
+}

@@ -1,0 +1,71 @@
+import AppStore
+import Foundation
+import ServiceRuntime
+
+/// What the worker does besides applying events, and how it reaches Apple for it.
+public struct SchedulerConfiguration: Sendable {
+    /// The App Store Server API (`APPLE_IAP_ISSUER_ID`, `APPLE_IAP_KEY_ID`,
+    /// `APPLE_IAP_PRIVATE_KEY_PATH`, with `APPLE_IAP_BUNDLE_ID`, `APPLE_IAP_ENV` and the
+    /// `APPLE_IAP_API_BASE_URL_*` overrides). Nil when none of the three key settings is given:
+    /// then consumption requests are recorded unanswered and re-queries and recoveries wait.
+    public var appStoreAPI: AppStoreServerAPIConfiguration?
+    /// Period of the scheduler's passes (`FULFILLMENT_SCHEDULER_INTERVAL_MS`). Default 1000.
+    public var interval: Duration
+    /// Notification history recovered at start-up (`FULFILLMENT_RECOVERY_WINDOW_HOURS`, 0 disables). Default 6.
+    public var recoveryWindow: Duration
+    /// Open purchase orders older than this are EXPIRED (`FULFILLMENT_ORDER_EXPIRY_MINUTES`, 0
+    /// disables). Default 1440: Ask to Buy requests lapse after a day.
+    public var orderExpiry: Duration?
+    /// How often chains whose facts disagree are looked for (`FULFILLMENT_REQUERY_SCAN_SECONDS`, 0
+    /// disables). Default 60.
+    public var requeryScan: Duration?
+    /// A chain re-queried this recently is not flagged again (Apple's own answer may disagree the
+    /// same way; only an operator then asks again). `FULFILLMENT_REQUERY_COOLDOWN_MINUTES`, default 60.
+    public var requeryCooldown: Duration
+    /// Attempts of a re-query or recovery before it is FAILED (`FULFILLMENT_TASK_MAX_ATTEMPTS`). Default 8.
+    public var taskMaxAttempts: Int
+
+    public init(reader: ConfigurationReader) {
+        let keySettings = ["APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH"]
+        appStoreAPI = keySettings.contains { reader.raw($0) != nil } ? AppStoreServerAPIConfiguration.read(from: reader) : nil
+        interval = .milliseconds(reader.int("FULFILLMENT_SCHEDULER_INTERVAL_MS", default: 1000, range: 10...600_000))
+        recoveryWindow = .seconds(3600 * reader.int("FULFILLMENT_RECOVERY_WINDOW_HOURS", default: 6, range: 0...(24 * 180)))
+        let expiry = reader.int("FULFILLMENT_ORDER_EXPIRY_MINUTES", default: 1440, range: 0...(60 * 24 * 365))
+        orderExpiry = expiry == 0 ? nil : .seconds(60 * expiry)
+        let scan = reader.int("FULFILLMENT_REQUERY_SCAN_SECONDS", default: 60, range: 0...86_400)
+        requeryScan = scan == 0 ? nil : .seconds(scan)
+        requeryCooldown = .seconds(60 * reader.int("FULFILLMENT_REQUERY_COOLDOWN_MINUTES", default: 60, range: 0...(60 * 24 * 30)))
+        taskMaxAttempts = reader.int("FULFILLMENT_TASK_MAX_ATTEMPTS", default: 8, range: 1...1000)
+    }
+}
+
+/// One App Store Server API client per environment the deployment serves: a Production
+/// deployment also answers for its Sandbox facts (TestFlight, reviewers), with the same key.
+///
+/// Sendable: immutable references to Sendable clients.
+struct AppStoreAPIClients: Sendable {
+    private let production: AppStoreServerAPIClient?
+    private let sandbox: AppStoreServerAPIClient
+
+    /// `lease` bounds every call (retries included), so an answer given while holding an event's
+    /// lease never outlives the lease.
+    init(configuration: AppStoreServerAPIConfiguration, lease: Duration, logger: Logger) {
+        var configuration = configuration
+        configuration.timeouts.total = min(configuration.timeouts.total, lease / 2)
+        configuration.timeouts.read = min(configuration.timeouts.read, configuration.timeouts.total)
+        var sandboxConfiguration = configuration
+        sandboxConfiguration.environment = .sandbox
+        sandbox = AppStoreServerAPIClient(configuration: sandboxConfiguration, logger: logger)
+        production = configuration.environment == .production
+            ? AppStoreServerAPIClient(configuration: configuration, logger: logger) : nil
+    }
+
+    /// The client for facts of `environment` (Apple's spelling), nil when this deployment does not serve it.
+    func client(for environment: String) -> AppStoreServerAPIClient? {
+        switch environment {
+        case AppStoreEnvironment.production.rawValue: production
+        case AppStoreEnvironment.sandbox.rawValue: sandbox
+        default: nil
+        }
+    }
+}
