@@ -37,7 +37,8 @@ enum Subsctl {
     static var commands: [any SubsctlCommand.Type] {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
-            DemoCommand.self, BenchSignNotificationsCommand.self,
+            DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
+            ConsentCommand.self,
         ]
     }
 

@@ -1,0 +1,53 @@
+import Foundation
+import Postgres
+import ServiceRuntime
+
+/// `subsctl recover`: asks the workers to recover the notifications Apple sent in a range, from
+/// Get Notification History (see FulfillmentTaskRequest). Idempotent: notifications already
+/// stored are counted as duplicates and write nothing.
+enum RecoverCommand: SubsctlCommand {
+    static let path = ["recover"]
+    static let usage =
+        "recover --from RFC3339 --to RFC3339 --env Production|Sandbox [--reason TEXT] [--operator NAME] [--wait SECONDS]"
+    static let summary =
+        "Recover the notifications Apple sent in [from, to) from Get Notification History (run by a worker); print the counts."
+
+    /// How far back Apple keeps the history: 180 days in Production, 30 in Sandbox.
+    static func retentionDays(_ environment: String) -> Int { environment == "Production" ? 180 : 30 }
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let from = arguments.option("from").flatMap(RFC3339.date(from:))
+        let to = arguments.option("to").flatMap(RFC3339.date(from:))
+        let environment = FulfillmentTaskRequest.environment(arguments.option("env"))
+        let reason = arguments.option("reason") ?? "operator request"
+        let operatorName = FulfillmentTaskRequest.operatorName(arguments.option("operator"))
+        let wait = FulfillmentTaskRequest.waitSeconds(arguments.option("wait"))
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
+        guard let from, let to else { return usageError("--from and --to must be RFC 3339 times, e.g. 2026-11-29T10:00:00Z") }
+        guard let environment else { return usageError("--env must be Production or Sandbox") }
+        guard let wait else { return usageError("--wait must be a whole number of seconds from 0 to 86400") }
+        let now = Date()
+        guard from < to else { return usageError("--from must be before --to") }
+        guard to <= now + 300 else { return usageError("--to is in the future") }
+        let days = retentionDays(environment)
+        guard from >= now - Double(days) * 86_400 else {
+            return usageError("--from is more than \(days) days ago: Apple keeps \(environment) history for \(days) days")
+        }
+        return await FulfillmentTaskRequest.withDatabase { pool in
+            let id = try await FulfillmentTaskRequest.submit(
+                """
+                INSERT INTO fulfillment_task (kind, environment, range_start, range_end, reason, requested_by)
+                VALUES ('RECOVERY', \(environment), \(from), \(min(to, now)), \(reason), \(operatorName))
+                RETURNING id
+                """, audit: "RECOVERY_REQUESTED", operator: operatorName, reason: reason, pool: pool)
+            guard wait > 0 else {
+                Subsctl.printOutput("task=\(id) status=PENDING")
+                return ExitStatus.success
+            }
+            let task = try await FulfillmentTaskRequest.follow(id, seconds: wait, pool: pool)
+            return FulfillmentTaskRequest.report(task, id: id, seconds: wait)
+        }
+    }
+}
