@@ -99,7 +99,8 @@ enum FulfillmentTaskRequest {
     static func summary(_ task: Outcome) -> String {
         var line = "task=\(task.id) status=\(task.status)"
         for key in ["pages", "fetched", "stored", "duplicates", "refused"] {
-            if let value = task.result[key] as? Int { line += " \(key)=\(value)" }
+            // A re-query reads no pages.
+            if let value = task.result[key] as? Int, key != "pages" || value > 0 { line += " \(key)=\(value)" }
         }
         if let code = task.errorCode { line += " error=\(code)" }
         return line

@@ -32,6 +32,19 @@ struct TaskResult: Codable, Sendable, Equatable {
     /// The events written or found, to follow them.
     var eventIDs: [Int64] = []
 
+    init() {}
+
+    /// Absent counters are zero: a new task's result is `{}`.
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        fetched = try container.decodeIfPresent(Int.self, forKey: .fetched) ?? 0
+        stored = try container.decodeIfPresent(Int.self, forKey: .stored) ?? 0
+        duplicates = try container.decodeIfPresent(Int.self, forKey: .duplicates) ?? 0
+        refused = try container.decodeIfPresent(Int.self, forKey: .refused) ?? 0
+        pages = try container.decodeIfPresent(Int.self, forKey: .pages) ?? 0
+        eventIDs = try container.decodeIfPresent([Int64].self, forKey: .eventIDs) ?? []
+    }
+
     static let decoder = JSONDecoder()
     var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
 }
