@@ -44,12 +44,17 @@ struct ChainRequery: Sendable {
         for item in items where item.signedTransactionInfo != nil || item.signedRenewalInfo != nil {
             let chain = item.originalTransactionId ?? originalTransactionID
             let uuid = "requery-\(task.id)-\(chain)"
+            let event: NewNotificationEvent
             do {
-                let event = try NewNotificationEvent.sealing(
+                event = try NewNotificationEvent.sealing(
                     signedPayload: Self.envelope(item, uuid: uuid, environment: task.environment, bundleID: bundleID),
                     notificationUUID: uuid, type: NotificationMatrix.statusRequery, subtype: nil,
                     environment: task.environment, signedDate: Date(), signedTransactionInfo: item.signedTransactionInfo,
                     cipher: cipher, traceID: "requery-\(task.id)")
+            } catch {
+                throw .permanent(code: "SEAL_FAILED", message: "Apple's answer could not be sealed: \(error)")
+            }
+            do {
                 let stored = try await events.insertNotification(event, publishGrace: .seconds(5))
                 result.eventIDs.append(stored.eventID)
                 if let entry = stored.outbox {

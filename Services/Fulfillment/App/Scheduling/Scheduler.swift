@@ -13,8 +13,10 @@ final class Scheduler: Service {
     let name = "fulfillment-scheduler"
     private let configuration: SchedulerConfiguration
     private let tasks: TaskStore
-    private let requery: ChainRequery?
-    private let recovery: NotificationRecovery?
+    /// What needs the App Store Server API.
+    private typealias AppleWork = (requery: ChainRequery, recovery: NotificationRecovery)
+    /// Nil when the App Store Server API is not configured.
+    private let apple: AppleWork?
     private let environments: [String]
     private let pool: PostgresPool
     private let logger: Logger
@@ -31,22 +33,19 @@ final class Scheduler: Service {
         pool = events.pool
         self.logger = logger
         tasks = TaskStore(pool: events.pool, owner: configuration.workerID, lease: configuration.lease)
-        if let clients {
-            requery = ChainRequery(
-                events: events, publisher: publisher, cipher: cipher, clients: clients, bundleID: configuration.appStore.bundleId,
-                logger: logger)
-            recovery = NotificationRecovery(
-                events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger)
-        } else {
-            requery = nil
-            recovery = nil
+        apple = clients.map { clients in
+            (ChainRequery(
+                events: events, publisher: publisher, cipher: cipher, clients: clients,
+                bundleID: configuration.appStore.bundleId, logger: logger),
+             NotificationRecovery(
+                events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger))
         }
         let served = configuration.schedulers.appStoreAPI?.environment
         environments = served == .production ? ["Production", "Sandbox"] : served.map { [$0.rawValue] } ?? []
     }
 
     func run() async throws {
-        if requery == nil {
+        if apple == nil {
             logger.warning(
                 "App Store Server API not configured (APPLE_IAP_ISSUER_ID, APPLE_IAP_KEY_ID, APPLE_IAP_PRIVATE_KEY_PATH): consumption requests stay unanswered, re-queries and recoveries wait")
         } else {
@@ -55,11 +54,13 @@ final class Scheduler: Service {
         var nextScan = ContinuousClock.now
         while !stop.isFired {
             if let age = configuration.orderExpiry { await expireOrders(olderThan: age) }
-            if requery != nil, let scan = configuration.requeryScan, ContinuousClock.now >= nextScan {
-                await flagDisagreeingChains(window: scan + .seconds(60))
-                nextScan = ContinuousClock.now + scan
+            if let apple {
+                if let scan = configuration.requeryScan, ContinuousClock.now >= nextScan {
+                    await flagDisagreeingChains(window: scan + .seconds(60))
+                    nextScan = ContinuousClock.now + scan
+                }
+                await runDueTasks(apple)
             }
-            if requery != nil { await runDueTasks() }
             _ = await stop.wait(timeout: configuration.interval)
         }
     }
@@ -104,7 +105,7 @@ final class Scheduler: Service {
     }
 
     /// Runs due tasks until none is left or the worker stops.
-    private func runDueTasks() async {
+    private func runDueTasks(_ apple: AppleWork) async {
         while !stop.isFired {
             let task: ClaimedTask?
             do { task = try await tasks.claim() } catch {
@@ -112,19 +113,19 @@ final class Scheduler: Service {
                 return
             }
             guard let task else { return }
-            await execute(task)
+            await execute(task, apple)
         }
     }
 
-    private func execute(_ task: ClaimedTask) async {
+    private func execute(_ task: ClaimedTask, _ apple: AppleWork) async {
         let log = logger.with(["task.id": .int(task.id), "appstore.environment": .string(task.environment)])
         do {
             let result: TaskResult
             switch task.work {
             case .requery(let original):
-                result = try await requery!.run(task, originalTransactionID: original)
+                result = try await apple.requery.run(task, originalTransactionID: original)
             case .recovery(let start, let end, let token):
-                result = try await recovery!.run(task, start: start, end: end, from: token) { next, progress in
+                result = try await apple.recovery.run(task, start: start, end: end, from: token) { next, progress in
                     try await self.tasks.checkpoint(task, paginationToken: next, result: progress)
                 }
             }
