@@ -16,7 +16,8 @@ CREATE TABLE fulfillment_task (
     pagination_token         text,
     reason                   text NOT NULL,
     requested_by             text NOT NULL,
-    -- At most one PENDING task per key (a chain flagged again, every worker's start-up window).
+    -- At most one PENDING task per key that no worker took yet (a chain flagged again, every
+    -- worker's start-up window); a claim clears it.
     dedup_key                text,
     status                   text NOT NULL DEFAULT 'PENDING' CHECK (status IN ('PENDING', 'DONE', 'FAILED')),
     attempts                 integer NOT NULL DEFAULT 0,

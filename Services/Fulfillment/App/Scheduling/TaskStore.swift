@@ -67,28 +67,32 @@ struct TaskStore: Sendable {
     let owner: String
     let lease: Duration
 
-    /// Asks for a recovery unless one with the same key is already pending; returns its id (nil: pending already).
+    /// Asks for a recovery; one with the same key that no worker took yet is widened to cover
+    /// this range too (a claimed one gave up its key, so a later gap gets its own task). Returns its id.
     @discardableResult
     func requestRecovery(
         environment: String, start: Date, end: Date, reason: String, dedupKey: String?
-    ) async throws -> Int64? {
+    ) async throws -> Int64 {
         try await pool.query(
             """
             INSERT INTO fulfillment_task (kind, environment, range_start, range_end, reason, requested_by, dedup_key)
             VALUES ('RECOVERY', \(environment), \(start), \(end), \(reason), \(owner), \(dedupKey))
-            ON CONFLICT (dedup_key) WHERE status = 'PENDING' DO NOTHING
+            ON CONFLICT (dedup_key) WHERE status = 'PENDING' DO UPDATE
+               SET range_start = least(fulfillment_task.range_start, EXCLUDED.range_start),
+                   range_end = greatest(fulfillment_task.range_end, EXCLUDED.range_end), updated_at = now()
             RETURNING id
             """
-        ).first.map { try $0.decode("id", as: Int64.self) }
+        ).first!.decode("id", as: Int64.self)
     }
 
-    /// Takes the oldest due task nobody holds, or nil.
+    /// Takes the oldest due task nobody holds, or nil. The task gives up its deduplication key:
+    /// what is asked from now on may be past what it covers, so it becomes a task of its own.
     func claim() async throws -> ClaimedTask? {
         guard let row = try await pool.query(
             """
             UPDATE fulfillment_task t
                SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(Self.seconds(lease))),
-                   attempts = t.attempts + 1, updated_at = now()
+                   attempts = t.attempts + 1, dedup_key = NULL, updated_at = now()
              WHERE t.id = (SELECT id FROM fulfillment_task
                             WHERE status = 'PENDING' AND next_attempt_at <= now()
                               AND (lease_expires_at IS NULL OR lease_expires_at < now())

@@ -1,0 +1,38 @@
+import Foundation
+import Testing
+
+/// `subsctl requery`, `recover` and `consent` refuse bad input before touching any database
+/// (what they do with one is tested end to end, against running workers).
+@Suite struct FulfillmentTaskCommandTests {
+    @Test(arguments: [
+        (["requery", "--env", "Sandbox"], "--original-transaction-id"),
+        (["requery", "--original-transaction-id", "1/2", "--env", "Sandbox"], "--original-transaction-id"),
+        (["requery", "--original-transaction-id", "1000", "--env", "Xcode"], "--env"),
+        (["requery", "--original-transaction-id", "1000", "--env", "Sandbox", "--wait", "-1"], "--wait"),
+        (["recover", "--from", "yesterday", "--to", "2026-01-01T00:00:00Z", "--env", "Sandbox"], "RFC 3339"),
+        (["recover", "--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z", "--env", "Sandbox"], "before --to"),
+        (["recover", "--from", "2099-01-01T00:00:00Z", "--to", "2099-01-02T00:00:00Z", "--env", "Production"], "future"),
+        (["recover", "--from", "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z", "--env", "Production"], "180 days"),
+        (["consent", "--user-id", "u1", "--consumption-data", "maybe"], "granted, denied or unknown"),
+        (["consent", "--consumption-data", "granted"], "--user-id"),
+        (["requery", "--original-transaction-id", "1000", "--env", "Sandbox", "--typo", "x"], "unknown option --typo"),
+    ])
+    func badInputIsAUsageError(arguments: [String], complaint: String) throws {
+        let run = try Subsctl.run(arguments, environment: [:])
+        #expect(run.status == 64, "\(run.stderr)")
+        #expect(run.stderr.contains(complaint), "\(run.stderr)")
+    }
+
+    @Test func withoutADatabaseNothingIsRequested() throws {
+        let run = try Subsctl.run(["requery", "--original-transaction-id", "1000", "--env", "Sandbox"], environment: [:])
+        #expect(run.status == 78)
+        #expect(run.error.contains("DATABASE_URL is not set"))
+    }
+
+    @Test func theCommandsAreListed() throws {
+        let run = try Subsctl.run(["help"], environment: [:])
+        for usage in ["subsctl requery --original-transaction-id", "subsctl recover --from", "subsctl consent --user-id"] {
+            #expect(run.stdout.contains(usage), "\(run.stdout)")
+        }
+    }
+}
