@@ -19,7 +19,7 @@ enum StaleOrderExpiry {
                 WITH stale AS (
                     SELECT id, status FROM payment_order
                      WHERE status = ANY(\(PostgresArray(open))::text[]) AND order_type IN ('INITIAL', 'CHANGE')
-                       AND created_at < now() - make_interval(secs => \(TaskStore.seconds(age)))
+                       AND created_at < now() - make_interval(secs => \(RetryPolicy.seconds(age)))
                      ORDER BY created_at LIMIT \(batch) FOR UPDATE SKIP LOCKED
                 ), moved AS (
                     UPDATE payment_order o SET status = \(OrderStatus.expired.rawValue), updated_at = now()

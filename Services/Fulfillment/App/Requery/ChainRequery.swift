@@ -100,7 +100,8 @@ struct ChainRequery: Sendable {
     /// `window`. A chain disagrees when its newest renewal info was signed after the transaction
     /// the projection calls current (`user_subscription.last_transaction_id`) and either names
     /// another current product (an upgrade or crossgrade transaction never arrived) or renews
-    /// more than a minute after that transaction expires (a renewal transaction never arrived).
+    /// more than a minute after that transaction expires without being in billing retry (a
+    /// renewal transaction never arrived).
     /// Frozen chains and revoked current transactions are left alone; a chain re-queried within
     /// `cooldown` is not flagged again. Returns the chains flagged.
     static func flagDisagreeingChains(
@@ -118,15 +119,16 @@ struct ChainRequery: Sendable {
               JOIN user_subscription s
                 ON s.environment = r.environment AND s.original_transaction_id = r.original_transaction_id
               JOIN apple_transaction t ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
-             WHERE r.updated_at >= now() - make_interval(secs => \(TaskStore.seconds(window)))
+             WHERE r.updated_at >= now() - make_interval(secs => \(RetryPolicy.seconds(window)))
                AND r.environment = ANY(\(PostgresArray(environments))::text[])
                AND s.frozen_reason IS NULL AND t.revocation_date IS NULL
                AND r.signed_date > t.signed_date
-               AND (r.product_id <> t.product_id OR r.renewal_date > t.expires_date + interval '1 minute')
+               AND (r.product_id <> t.product_id
+                    OR (r.renewal_date > t.expires_date + interval '1 minute' AND NOT r.is_in_billing_retry))
                AND NOT EXISTS (SELECT 1 FROM fulfillment_task q
                                 WHERE q.kind = 'REQUERY' AND q.environment = r.environment
                                   AND q.original_transaction_id = r.original_transaction_id
-                                  AND q.created_at > now() - make_interval(secs => \(TaskStore.seconds(cooldown))))
+                                  AND q.created_at > now() - make_interval(secs => \(RetryPolicy.seconds(cooldown))))
             ON CONFLICT (dedup_key) WHERE status = 'PENDING' DO NOTHING
             RETURNING environment || ':' || original_transaction_id AS chain
             """)

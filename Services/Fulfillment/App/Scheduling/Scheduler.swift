@@ -73,7 +73,7 @@ final class Scheduler: Service {
         let end = Date()
         do {
             try await tasks.requestRecovery(
-                environment: environment, start: end - TaskStore.seconds(configuration.recoveryWindow), end: end,
+                environment: environment, start: end - RetryPolicy.seconds(configuration.recoveryWindow), end: end,
                 reason: "start-up window", dedupKey: "RECOVERY/STARTUP/\(environment)")
         } catch {
             logger.warning("start-up recovery not requested", ["error": .string("\(error)")])

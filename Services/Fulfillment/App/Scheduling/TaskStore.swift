@@ -91,7 +91,7 @@ struct TaskStore: Sendable {
         guard let row = try await pool.query(
             """
             UPDATE fulfillment_task t
-               SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(Self.seconds(lease))),
+               SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(RetryPolicy.seconds(lease))),
                    attempts = t.attempts + 1, dedup_key = NULL, updated_at = now()
              WHERE t.id = (SELECT id FROM fulfillment_task
                             WHERE status = 'PENDING' AND next_attempt_at <= now()
@@ -121,7 +121,7 @@ struct TaskStore: Sendable {
             """
             UPDATE fulfillment_task
                SET pagination_token = \(paginationToken), result = \(result.json)::jsonb,
-                   lease_expires_at = now() + make_interval(secs => \(Self.seconds(lease))), updated_at = now()
+                   lease_expires_at = now() + make_interval(secs => \(RetryPolicy.seconds(lease))), updated_at = now()
              WHERE id = \(task.id) AND status = 'PENDING' AND lease_owner = \(owner)
             """
         ).affectedRows == 1
@@ -143,15 +143,11 @@ struct TaskStore: Sendable {
             """
             UPDATE fulfillment_task
                SET status = CASE WHEN \(delay == nil) THEN 'FAILED' ELSE 'PENDING' END,
-                   next_attempt_at = now() + make_interval(secs => \(delay.map(Self.seconds) ?? 0)),
+                   next_attempt_at = now() + make_interval(secs => \(delay.map(RetryPolicy.seconds) ?? 0)),
                    completed_at = CASE WHEN \(delay == nil) THEN now() END,
                    error_code = \(code), error_message = \(message), lease_owner = NULL, lease_expires_at = NULL,
                    updated_at = now()
              WHERE id = \(task.id) AND status = 'PENDING' AND lease_owner = \(owner)
             """)
-    }
-
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }
