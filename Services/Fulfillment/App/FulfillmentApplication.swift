@@ -1,4 +1,5 @@
 import AppStore
+import Credits
 import HTTPServer
 import Kafka
 import Pipeline
@@ -13,6 +14,8 @@ public struct FulfillmentApplication: Sendable {
     public let producer: KafkaProducer
     public let consumer: KafkaConsumer
     public let sweeper: PipelineSweeper
+    /// Daily close, expiry clearing, yearly months, welcome credits, the ledger check.
+    public let credits: CreditsScheduler
     /// `/healthz` and `/metrics` (Prometheus text) for the orchestrator and the alerts.
     public let operations: HTTPServer
     public let logger: Logger
@@ -56,10 +59,13 @@ public struct FulfillmentApplication: Sendable {
             publisher: EventPublisher(producer: producer, store: store, logger: logger),
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
+        credits = CreditsScheduler(
+            jobs: CreditJobs(pool: pool, appKey: configuration.appStore.bundleId, configuration: configuration.credits, logger: logger),
+            clock: clock)
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
-    public var services: [any Service] { [pool, producer, sweeper, operations, consumer] }
+    public var services: [any Service] { [pool, producer, sweeper, credits, operations, consumer] }
 
     public func run() async throws {
         try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)

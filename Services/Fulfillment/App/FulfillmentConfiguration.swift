@@ -1,4 +1,5 @@
 import AppStore
+import Credits
 import Foundation
 import Pipeline
 import ServiceRuntime
@@ -30,6 +31,8 @@ public struct FulfillmentConfiguration: Sendable {
     public var httpPort: Int
     /// Address of that endpoint (`FULFILLMENT_HTTP_HOST`). Default 0.0.0.0.
     public var httpHost: String
+    /// `WELCOME_CREDITS`, `CREDITS_SCHEDULER_*`: the credit jobs this worker runs (see `CreditsConfiguration`).
+    public var credits: CreditsConfiguration
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -45,6 +48,7 @@ public struct FulfillmentConfiguration: Sendable {
         concurrency = reader.int("FULFILLMENT_CONCURRENCY", default: 8, range: 1...256)
         httpPort = reader.int("FULFILLMENT_HTTP_PORT", default: 8081, range: 0...65_535)
         httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
+        credits = CreditsConfiguration(reader: reader)
     }
 
     public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {
