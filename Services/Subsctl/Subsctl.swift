@@ -37,7 +37,7 @@ enum Subsctl {
     static var commands: [any SubsctlCommand.Type] {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
-            DemoCommand.self, BenchSignNotificationsCommand.self,
+            DemoCommand.self, BenchSignNotificationsCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
         ]
     }
 

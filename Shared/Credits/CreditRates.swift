@@ -76,6 +76,7 @@ public struct RatesApplyResult: Sendable, Hashable {
 public enum CreditRates {
     /// Inserts the file's new versions in one transaction (an audit row each); identical ones are
     /// left alone; a stored version with other values refuses the whole file.
+    @discardableResult
     public static func apply(_ file: RatesFile, operator operatorName: String, reason: String, pool: PostgresPool)
         async throws -> RatesApplyResult
     {

@@ -1,3 +1,4 @@
+import Credits
 import Domain
 import Foundation
 import HTTPServer
@@ -104,19 +105,7 @@ struct AccountRoutes: Sendable {
                     permanent: Self.decimal(pools[.permanent] ?? 0))))
     }
 
-    /// Micro-credits as an exact decimal string of credits without trailing zeros: 1_500_000 → "1.5".
-    static func decimal(_ micro: MicroCredits) -> String {
-        let magnitude = micro.magnitude
-        let whole = magnitude / UInt64(Credits.micro)
-        let fraction = magnitude % UInt64(Credits.micro)
-        var text = String(whole)
-        if fraction != 0 {
-            let digits = String(fraction)
-            let padded = String(repeating: "0", count: 6 - digits.count) + digits
-            text += "." + padded.reversed().drop(while: { $0 == "0" }).reversed()
-        }
-        return micro < 0 ? "-" + text : text
-    }
+    static func decimal(_ micro: MicroCredits) -> String { CreditAmount.decimal(micro) }
 
     // MARK: - Grants
 
