@@ -154,47 +154,54 @@ public enum CreditMeter {
     /// must roll back (the bill was already counted in this transaction).
     public static func use(_ request: UsageRequest, now: Date, on db: PostgresConnection) async throws -> UsageOutcome {
         let occurredAt = request.occurredAt ?? now
-        let lookup = try await db.query(
-            """
-            SELECT e.response,
-                   (e.user_id = \(request.userID) AND e.units = \(request.units) AND e.rate_code = \(request.rateCode)
-                    AND e.requested_at IS NOT DISTINCT FROM \(request.occurredAt)::timestamptz) AS same,
-                   r.version, r.micro_credits_per_unit
-              FROM (SELECT 1) AS one
-              LEFT JOIN credit_usage_event e ON e.service = \(request.service) AND e.idempotency_key = \(request.idempotencyKey)
-              LEFT JOIN LATERAL (SELECT version, micro_credits_per_unit FROM credit_rate_version
-                                  WHERE code = \(request.rateCode) AND effective_from <= \(occurredAt)
-                                  ORDER BY effective_from DESC LIMIT 1) r ON true
-            """)[0]
-        if let stored = try lookup.decode("response", as: String?.self) {
-            guard try lookup.decode("same", as: Bool.self) else { throw UsageError.idempotencyConflict }
-            return .replayed(try JSONDecoder().decode(UsageReceipt.self, from: Data(stored.utf8)))
-        }
-        guard let version = try lookup.decode("version", as: Int?.self),
-            let perUnit = try lookup.decode("micro_credits_per_unit", as: Int64?.self)
-        else { throw UsageError.unknownRate(request.rateCode) }
-        let cost = try Self.cost(units: request.units, perUnit: perUnit)
-
-        // The bill row first, then the accounts: the order the daily close follows too, so a cost
-        // is either in a bill before it is closed or in the next day's bill.
+        // One statement: the key's first answer, the rate in force, and (for a new key) the cost
+        // counted into the open bill, then the accounts locked: bill row first, then accounts, the
+        // order the daily close follows too, so a cost is either in a bill before it is closed or in
+        // the next day's bill.
         let today = UTCDay(containing: now)
         var counted: (day: UTCDay, balances: [CreditPool: MicroCredits], id: Int64)?
+        var version = 0
+        var cost: MicroCredits = 0
         for day in [today, today.next] where counted == nil {
             let row = try await db.query(
                 """
-                WITH bill AS (
+                WITH existing AS (
+                    SELECT response,
+                           (user_id = \(request.userID) AND units = \(request.units) AND rate_code = \(request.rateCode)
+                            AND requested_at IS NOT DISTINCT FROM \(request.occurredAt)::timestamptz) AS same
+                      FROM credit_usage_event WHERE service = \(request.service) AND idempotency_key = \(request.idempotencyKey)
+                ), rate AS (
+                    SELECT version, micro_credits_per_unit FROM credit_rate_version
+                     WHERE code = \(request.rateCode) AND effective_from <= \(occurredAt)
+                     ORDER BY effective_from DESC LIMIT 1
+                ), bill AS (
                     INSERT INTO credit_daily_bill AS b (user_id, day, total_cost)
-                    SELECT user_id, \(day.text)::date, \(cost) FROM app_user WHERE user_id = \(request.userID)
+                    SELECT u.user_id, \(day.text)::date, \(request.units)::bigint * r.micro_credits_per_unit
+                      FROM app_user u CROSS JOIN rate r
+                     WHERE u.user_id = \(request.userID) AND NOT EXISTS (SELECT 1 FROM existing)
+                       AND \(request.units)::numeric * r.micro_credits_per_unit BETWEEN 1 AND \(Self.maximumCost)
                     ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost
                      WHERE b.closed_at IS NULL
                     RETURNING user_id
                 )
-                SELECT (SELECT user_id FROM bill) AS counted,
+                SELECT (SELECT response FROM existing) AS response, (SELECT same FROM existing) AS same,
+                       (SELECT version FROM rate) AS version, (SELECT micro_credits_per_unit FROM rate) AS per_unit,
+                       (SELECT user_id FROM bill) AS counted,
                        (SELECT string_agg(pool || ':' || balance, ',')
                           FROM (SELECT pool, balance FROM credit_account WHERE user_id = (SELECT user_id FROM bill)
                                  ORDER BY pool FOR UPDATE) a) AS balances,
                        nextval('credit_usage_event_id_seq') AS id
                 """)[0]
+            if let stored = try row.decode("response", as: String?.self) {
+                guard try row.decode("same", as: Bool.self) else { throw UsageError.idempotencyConflict }
+                return .replayed(try JSONDecoder().decode(UsageReceipt.self, from: Data(stored.utf8)))
+            }
+            guard let rateVersion = try row.decode("version", as: Int?.self),
+                let perUnit = try row.decode("per_unit", as: Int64?.self)
+            else { throw UsageError.unknownRate(request.rateCode) }
+            version = rateVersion
+            cost = try Self.cost(units: request.units, perUnit: perUnit)
+            // Nothing counted: no such user, or that day's bill is closed already (try the next day).
             guard try row.decode("counted", as: String?.self) != nil else { continue }
             counted = (day, Self.balances(try row.decode("balances", as: String?.self)), try row.decode("id"))
         }

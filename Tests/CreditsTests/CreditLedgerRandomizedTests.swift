@@ -35,7 +35,6 @@ struct CreditLedgerRandomizedTests {
         var now = Date.utc("2026-01-01T08:00:00Z")
         var grantKeys: [String] = []
         var usageKeys: [String] = []
-        var chains = 0
         var counts: [String: Int] = [:]
 
         for step in 0..<2500 {
@@ -68,10 +67,11 @@ struct CreditLedgerRandomizedTests {
                 try await f.pool.transaction { try await CreditLedger.restore(grantKey: key, on: $0) }
                 counts["reversal", default: 0] += 1
             case 72..<78:
-                chains += 1
+                // Each user has two chains whose status moves (a new transaction each time).
                 let status = ["EXPIRED", "REVOKED", "ACTIVE", "GRACE"].randomElement(using: &random)!
                 try await f.subscription(
-                    user: user, original: "chain-\(chains)", product: "p", status: status, purchase: now - 86_400 * 30, expires: now)
+                    user: user, original: "\(user)-chain-\(Int.random(in: 0..<2, using: &random))", transaction: "t\(step)",
+                    product: "p", status: status, purchase: now - 86_400 * 30, expires: now, known: now)
                 counts["expiry", default: 0] += 1
             case 78..<88:
                 now += TimeInterval.random(in: 3600...30 * 3600, using: &random)
@@ -89,6 +89,6 @@ struct CreditLedgerRandomizedTests {
         #expect(try await f.violations() == 0)
         // Every closed bill settled or recorded all of its rounding.
         #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE charged <> total_cost + rounding OR rounding <> settled + shortfall") == 0)
-        #expect(counts["usage", default: 0] > 100 && counts["closed", default: 0] > 10, "\(counts)")
+        #expect(counts["usage", default: 0] > 100 && counts["closed", default: 0] > 10 && counts["cleared", default: 0] > 0, "\(counts)")
     }
 }

@@ -74,7 +74,7 @@ struct CreditsFixture {
     /// A subscription chain with its last transaction, as fulfillment writes them.
     func subscription(
         user: String, original: String, transaction: String? = nil, product: String, status: String, purchase: Date,
-        expires: Date?, revoked: Date? = nil, environment: String = "Sandbox"
+        expires: Date?, revoked: Date? = nil, environment: String = "Sandbox", known: Date? = nil
     ) async throws {
         try await self.user(user)
         let transaction = transaction ?? original
@@ -94,6 +94,14 @@ struct CreditsFixture {
             ON CONFLICT (environment, original_transaction_id) DO UPDATE SET
                 status = EXCLUDED.status, expires_at = EXCLUDED.expires_at, last_transaction_id = EXCLUDED.last_transaction_id
             """)
+        if let known {
+            // When the status became known, as fulfillment's history records it.
+            try await pool.query(
+                """
+                INSERT INTO status_history (entity_type, entity_key, current_status, cause, created_at)
+                VALUES ('SUBSCRIPTION', \(environment + ":" + original), \(status), 'test', \(known))
+                """)
+        }
     }
 
     func product(_ id: String, duration: String, credits: Int64) async throws {
