@@ -86,17 +86,12 @@ public struct Affordability: Codable, Sendable, Hashable {
     public var balance: CreditBalance
 }
 
-/// How a usage call ended.
-public enum UsageOutcome: Sendable, Hashable {
-    case accepted(UsageReceipt)
-    /// The key was used before with the same request: its first answer.
-    case replayed(UsageReceipt)
-
-    public var receipt: UsageReceipt {
-        switch self {
-        case .accepted(let receipt), .replayed(let receipt): receipt
-        }
-    }
+/// How a usage call ended: its answer, and whether it is the stored first answer of a retried key.
+public struct UsageOutcome: Sendable, Hashable {
+    public var receipt: UsageReceipt
+    /// The answer as stored: sent as is, so a retry gets exactly the same bytes.
+    public var json: String
+    public var replayed: Bool
 }
 
 /// Why a usage call was refused; nothing changed.
@@ -194,7 +189,8 @@ public enum CreditMeter {
                 """)[0]
             if let stored = try row.decode("response", as: String?.self) {
                 guard try row.decode("same", as: Bool.self) else { throw UsageError.idempotencyConflict }
-                return .replayed(try JSONDecoder().decode(UsageReceipt.self, from: Data(stored.utf8)))
+                return UsageOutcome(
+                    receipt: try JSONDecoder().decode(UsageReceipt.self, from: Data(stored.utf8)), json: stored, replayed: true)
             }
             guard let rateVersion = try row.decode("version", as: Int?.self),
                 let perUnit = try row.decode("per_unit", as: Int64?.self)
@@ -219,7 +215,7 @@ public enum CreditMeter {
             occurredAt: RFC3339.string(from: occurredAt, fractional: true), billDay: day.text, drawn: PoolAmounts(drawn),
             balance: CreditBalance(after))
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let response = String(decoding: try encoder.encode(receipt), as: UTF8.self)
         let pools = drawn.keys.sorted { $0.rawValue < $1.rawValue }
         try await db.query(
@@ -242,7 +238,7 @@ public enum CreditMeter {
             INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
             SELECT \(request.userID), pool, -amount, balance, 'USAGE', \("usage:\(id)") FROM account ORDER BY pool
             """)
-        return .accepted(receipt)
+        return UsageOutcome(receipt: receipt, json: response, replayed: false)
     }
 
     /// Whether `units` at the rate in force now can be afforded by the user's balance now.
@@ -303,8 +299,24 @@ public struct UTCDay: Sendable, Hashable, Comparable, CustomStringConvertible {
     public var next: UTCDay { UTCDay(index: index + 1) }
     public var previous: UTCDay { UTCDay(index: index - 1) }
 
-    /// `YYYY-MM-DD`.
-    public var text: String { String(RFC3339.string(from: start).prefix(10)) }
+    /// `YYYY-MM-DD` (proleptic Gregorian, from the day count: no formatter on the hot path).
+    public var text: String {
+        // Howard Hinnant's civil_from_days.
+        let z = index + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        func padded(_ value: Int64, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return "\(padded(year, 4))-\(padded(month, 2))-\(padded(day, 2))"
+    }
     public var description: String { text }
 
     public static func < (lhs: UTCDay, rhs: UTCDay) -> Bool { lhs.index < rhs.index }

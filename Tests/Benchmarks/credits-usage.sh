@@ -7,7 +7,7 @@
 # figures; it is not a test and asserts nothing.
 #
 #   Tests/Benchmarks/credits-usage.sh
-#   DURATION=15s CONNECTIONS=32 BENCH_USERS=10000 BENCH_CLOSE_USERS=100000 BENCH_PORT=18091 Tests/Benchmarks/credits-usage.sh
+#   DURATION=15s CONNECTIONS=32 BENCH_USERS=10000 BENCH_CLOSE_USERS=100000 BENCH_PORT=18091 BENCH_PERF=1 Tests/Benchmarks/credits-usage.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source deploy/local/env.sh
@@ -75,7 +75,16 @@ run_wrk() {  # duration prefix output
 echo "usage: warm-up (3 s), then wrk -t$THREADS -c$CONNECTIONS -d$DURATION POST /api/v1/credits/usage..."
 run_wrk 3s warm "$work/warmup.wrk"
 events_before=$(sql "SELECT count(*) FROM credit_usage_event")
+if [ "${BENCH_PERF:-0}" = 1 ]; then  # where the ingress's CPU goes (inclusive, by function)
+    perf record -g -F 499 -p "$ingress_pid" -o "$work/perf.data" -- sleep 10 >/dev/null 2>&1 &
+    perf_pid=$!
+fi
 run_wrk "$DURATION" run "$work/usage.wrk"
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    wait "$perf_pid" || true
+    perf report -i "$work/perf.data" -g none --stdio --children --percentage relative --sort symbol 2>/dev/null \
+        | grep -E '^ +[0-9]' | cut -c1-160 | head -60 >"$work/perf.txt" || true
+fi
 events_after=$(sql "SELECT count(*) FROM credit_usage_event")
 usage_entries=$(sql "SELECT count(DISTINCT reference) FROM credit_ledger WHERE entry_type = 'USAGE'")
 cpu_seconds=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$ingress_pid/stat")
@@ -114,4 +123,5 @@ printf '  ingress peak RSS    %8s MiB; ingress CPU %s s in all; load average %s\
 echo "daily close: $CLOSE_USERS users' day (one bill each), batches of 1000"
 printf '  closed              %s bills in %s s   (target < 60 s)   %s with a shortfall, %s still open\n' \
     "$closed" "$close_seconds" "$shortfalls" "$open_bills"
+[ "${BENCH_PERF:-0}" = 1 ] && { echo "perf, the ingress during the usage run (children, self, function):"; cat "$work/perf.txt"; }
 printf '  ledger check        %s accounts differ from their ledger, %s negative balances (both must be 0)\n' "$mismatches" "$negative"

@@ -2,6 +2,7 @@ import Credits
 import Domain
 import Foundation
 import Postgres
+import ServiceRuntime
 import Testing
 import TestSupport
 
@@ -165,5 +166,17 @@ struct CreditJobsTests {
         #expect(try await jobs.checkInvariant() == 0)
         try await f.pool.query("UPDATE credit_account SET balance = balance + 1")
         #expect(try await jobs.checkInvariant() == 1)
+    }
+}
+
+/// The UTC day arithmetic the bills and the close rely on.
+@Suite struct UTCDayTests {
+    @Test func dayTextMatchesTheCalendarFrom1900To2400() {
+        for index in stride(from: Int64(-25_567), through: 157_000, by: 13) {
+            let day = UTCDay(index: index)
+            #expect(day.text == String(RFC3339.string(from: day.start).prefix(10)), "day \(index)")
+        }
+        #expect(UTCDay(containing: .utc("2028-02-29T23:59:59Z")).text == "2028-02-29")
+        #expect(UTCDay(containing: .utc("2028-02-29T23:59:59Z")).next.start == .utc("2028-03-01T00:00:00Z"))
     }
 }

@@ -58,16 +58,10 @@ struct CreditsRoutes: Sendable {
             service: service.name, idempotencyKey: key, userID: body.userId, units: body.units, rateCode: body.rate,
             occurredAt: body.occurredAt)
         let outcome = try await refusals { try await CreditMeter.use(usage, now: now, pool: context.pool) }
-        switch outcome {
-        case .accepted(let receipt):
-            outcomes["accepted"]?.increment()
-            return .json(receipt)
-        case .replayed(let receipt):
-            outcomes["replayed"]?.increment()
-            var response = HTTPResponse.json(receipt)
-            response.headers.append(("Idempotent-Replayed", "true"))
-            return response
-        }
+        outcomes[outcome.replayed ? "replayed" : "accepted"]?.increment()
+        var headers = [("Content-Type", "application/json")]
+        if outcome.replayed { headers.append(("Idempotent-Replayed", "true")) }
+        return HTTPResponse(status: 200, headers: headers, body: Array(outcome.json.utf8))
     }
 
     func check(_ request: HTTPRequest) async throws -> HTTPResponse {
