@@ -68,6 +68,11 @@ let package = Package(
         .target(
             name: "Catalogue", dependencies: ["Domain", "Postgres"], path: "Shared/Catalogue", exclude: ["README.md"],
             swiftSettings: swiftSettings),
+        // Credits: every write to the credit tables (grants, revocations, usage, daily close,
+        // schedules), on the caller's connection so it joins the caller's transaction.
+        .target(
+            name: "Credits", dependencies: ["Postgres", "Domain", "ServiceRuntime"], path: "Shared/Credits",
+            swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
         .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
 
@@ -76,7 +81,7 @@ let package = Package(
             name: "IngressApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
-                "Domain", "Catalogue",
+                "Domain", "Catalogue", "Credits",
             ],
             path: "Services/Ingress/App", resources: [.copy("openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(
@@ -86,7 +91,7 @@ let package = Package(
             name: "FulfillmentApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "AppStore", "Crypto",
-                "Domain",
+                "Domain", "Credits",
             ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(
@@ -98,7 +103,7 @@ let package = Package(
         // APPLE_IAP_ALLOW_TEST_ROOTS=true trusts.
         .executableTarget(
             name: "Subsctl",
-            dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Postgres"],
+            dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Postgres", "Credits"],
             path: "Services/Subsctl",
             swiftSettings: swiftSettings),
 
@@ -146,10 +151,13 @@ let package = Package(
             dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
             path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
         .testTarget(
+            name: "CreditsTests", dependencies: ["Credits", "Domain", "Postgres", "ServiceRuntime", "TestSupport"],
+            path: "Tests/CreditsTests", swiftSettings: swiftSettings),
+        .testTarget(
             name: "EndToEndTests",
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
-                "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "FulfillmentApp",
+                "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "FulfillmentApp", "Credits",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

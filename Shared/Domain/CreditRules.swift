@@ -62,7 +62,11 @@ public enum CreditRules {
 
     /// `environment:transactionId` for a period grant; `:m<index>` for the months of a yearly plan.
     public static func periodGrantKey(_ transaction: TransactionFact, monthIndex: Int?) -> String {
-        let base = "period:\(transaction.environment):\(transaction.transactionID)"
+        periodGrantKey(environment: transaction.environment, transactionID: transaction.transactionID, monthIndex: monthIndex)
+    }
+
+    public static func periodGrantKey(environment: String, transactionID: String, monthIndex: Int?) -> String {
+        let base = "period:\(environment):\(transactionID)"
         return monthIndex.map { "\(base):m\($0)" } ?? base
     }
 

@@ -1,4 +1,5 @@
 import AppStore
+import Credits
 import HTTPServer
 import Kafka
 import Pipeline
@@ -15,6 +16,8 @@ public struct FulfillmentApplication: Sendable {
     public let sweeper: PipelineSweeper
     /// Stale orders, disagreeing chains, re-queries and notification-history recoveries.
     let scheduler: Scheduler
+    /// Daily close, expiry clearing, yearly months, welcome credits, the ledger check.
+    public let credits: CreditsScheduler
     /// `/healthz` and `/metrics` (Prometheus text) for the orchestrator and the alerts.
     public let operations: HTTPServer
     public let logger: Logger
@@ -65,10 +68,13 @@ public struct FulfillmentApplication: Sendable {
             publisher: publisher,
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
+        credits = CreditsScheduler(
+            jobs: CreditJobs(pool: pool, appKey: configuration.appStore.bundleId, configuration: configuration.credits, logger: logger),
+            clock: clock)
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
-    public var services: [any Service] { [pool, producer, sweeper, scheduler, operations, consumer] }
+    public var services: [any Service] { [pool, producer, sweeper, scheduler, credits, operations, consumer] }
 
     public func run() async throws {
         try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)

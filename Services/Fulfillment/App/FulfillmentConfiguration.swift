@@ -1,4 +1,5 @@
 import AppStore
+import Credits
 import Foundation
 import Pipeline
 import ServiceRuntime
@@ -33,6 +34,8 @@ public struct FulfillmentConfiguration: Sendable {
     /// Re-queries, recoveries, consumption answers and stale orders (`FULFILLMENT_*` of
     /// SchedulerConfiguration, App Store Server API `APPLE_IAP_*`).
     public var schedulers: SchedulerConfiguration
+    /// `WELCOME_CREDITS`, `CREDITS_SCHEDULER_*`: the credit jobs this worker runs (see `CreditsConfiguration`).
+    public var credits: CreditsConfiguration
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -49,6 +52,7 @@ public struct FulfillmentConfiguration: Sendable {
         httpPort = reader.int("FULFILLMENT_HTTP_PORT", default: 8081, range: 0...65_535)
         httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
         schedulers = SchedulerConfiguration(reader: reader)
+        credits = CreditsConfiguration(reader: reader)
     }
 
     public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {

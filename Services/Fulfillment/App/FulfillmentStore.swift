@@ -1,3 +1,4 @@
+import Credits
 import Domain
 import Events
 import Foundation
@@ -234,8 +235,8 @@ struct FulfillmentStore: Sendable {
     }
 
     /// Writes what the plan says and completes the event in one statement (facts, order,
-    /// subscription, history, grants with their balances and ledger, SUCCEEDED and its proof);
-    /// revocations and restorations (refunds, rare) follow. Returns how many grants were new.
+    /// subscription, history, SUCCEEDED and its proof); grants, then
+    /// revocations and restorations (refunds, rare), follow through the credits ledger. Returns how many grants were new.
     private func write(
         _ plan: FulfillmentPlan, _ verified: VerifiedEvent, event: ClaimedEvent, owner: String, on db: PostgresConnection
     ) async throws -> Int {
@@ -340,32 +341,6 @@ struct FulfillmentStore: Sendable {
                               \(PostgresArray(plan.history.map(\.previous)))::text[],
                               \(PostgresArray(plan.history.map(\.current)))::text[]) AS h(entity, key, previous, current)
                 RETURNING 1
-            ), new_grant AS (
-                INSERT INTO credit_grant (
-                    grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id)
-                SELECT g.key, \(user), g.pool, g.amount, g.reason, \(fact?.environment), \(fact?.transactionID),
-                       \(fact?.originalTransactionID)
-                  FROM unnest(\(PostgresArray(grants.map(\.grantKey)))::text[],
-                              \(PostgresArray(grants.map(\.pool.rawValue)))::text[],
-                              \(PostgresArray(grants.map(\.amount)))::bigint[],
-                              \(PostgresArray(grants.map(\.reason)))::text[]) AS g(key, pool, amount, reason)
-                ON CONFLICT (grant_key) DO NOTHING
-                RETURNING user_id, pool, amount, grant_key
-            ), account AS (
-                INSERT INTO credit_account AS a (user_id, pool, balance)
-                SELECT user_id, pool, sum(amount) FROM new_grant GROUP BY user_id, pool
-                ON CONFLICT (user_id, pool) DO UPDATE SET balance = a.balance + EXCLUDED.balance, updated_at = now()
-                RETURNING user_id, pool, balance
-            ), ledger AS (
-                -- Each entry's balance_after: the final balance minus the grants booked after it.
-                INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-                SELECT g.user_id, g.pool, g.amount,
-                       a.balance - coalesce(sum(g.amount) OVER (PARTITION BY g.pool ORDER BY g.grant_key DESC
-                                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0),
-                       'GRANT', g.grant_key
-                  FROM new_grant g JOIN account a USING (user_id, pool)
-                 ORDER BY g.grant_key
-                RETURNING 1
             ), done AS (
                 UPDATE \(sql: table)
                    SET process_status = 'SUCCEEDED', processed_at = now(), lease_owner = NULL, lease_expires_at = NULL,
@@ -377,60 +352,23 @@ struct FulfillmentStore: Sendable {
                 SELECT \(event.kind.rawValue), id, \(owner), \(event.retryCount + 1) FROM done
                 RETURNING 1
             )
-            SELECT (SELECT count(*) FROM ledger) AS granted, (SELECT count(*) FROM proof) AS completed
+            SELECT (SELECT count(*) FROM proof) AS completed
             """)
-        let granted: Int = try rows.first!.decode("granted")
         guard try rows.first!.decode("completed", as: Int.self) == 1 else {
             // Cannot happen under the row lock taken at the start; rolled back and retried if it does.
             throw ProcessingFailure.retryable(code: "FULFILLMENT_FAILED", message: "the leased event row was not completed")
         }
-        for grant in plan.revocations { try await revoke(grant, on: db) }
-        for grant in plan.restorations { try await restore(grant, on: db) }
+        let granted = try await CreditLedger.grant(
+            grants.compactMap { decision in
+                user.map {
+                    CreditGrant(
+                        userID: $0, decision: decision, environment: fact?.environment, transactionID: fact?.transactionID,
+                        originalTransactionID: fact?.originalTransactionID)
+                }
+            }, on: db)
+        for grant in plan.revocations { try await CreditLedger.revoke(grantKey: grant.grantKey, on: db) }
+        for grant in plan.restorations { try await CreditLedger.restore(grantKey: grant.grantKey, on: db) }
         return granted
-    }
-
-    /// Takes back what remains of a grant, never more than the pool holds (the balance never goes
-    /// negative); what cannot be taken back is recorded as unrecoverable.
-    private func revoke(_ grant: GrantRecord, on db: PostgresConnection) async throws {
-        let balance = try await db.query(
-            """
-            SELECT balance FROM credit_account WHERE user_id = \(grant.userID) AND pool = \(grant.pool.rawValue) FOR UPDATE
-            """
-        ).first.map { try $0.decode("balance", as: Int64.self) } ?? 0
-        let taken = CreditRules.revocation(
-            granted: grant.amount, alreadyRevoked: grant.revokedAmount + grant.unrecoverableAmount, poolBalance: balance)
-        try await db.query(
-            """
-            WITH revoked AS (
-                UPDATE credit_grant
-                   SET revoked_amount = revoked_amount + \(taken.revoke),
-                       unrecoverable_amount = unrecoverable_amount + \(taken.unrecoverable)
-                 WHERE grant_key = \(grant.grantKey)
-            ), account AS (
-                UPDATE credit_account SET balance = balance - \(taken.revoke), updated_at = now()
-                 WHERE user_id = \(grant.userID) AND pool = \(grant.pool.rawValue) AND \(taken.revoke) > 0
-                RETURNING user_id, pool, balance
-            )
-            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-            SELECT user_id, pool, -\(taken.revoke)::bigint, balance, 'REVOCATION', \(grant.grantKey) FROM account
-            """)
-    }
-
-    /// A reversed refund gives back what the revocation took; the unrecoverable part was never taken.
-    private func restore(_ grant: GrantRecord, on db: PostgresConnection) async throws {
-        try await db.query(
-            """
-            WITH restored AS (
-                UPDATE credit_grant SET revoked_amount = 0, unrecoverable_amount = 0 WHERE grant_key = \(grant.grantKey)
-            ), account AS (
-                INSERT INTO credit_account AS a (user_id, pool, balance)
-                SELECT \(grant.userID), \(grant.pool.rawValue), \(grant.revokedAmount) WHERE \(grant.revokedAmount) > 0
-                ON CONFLICT (user_id, pool) DO UPDATE SET balance = a.balance + EXCLUDED.balance, updated_at = now()
-                RETURNING user_id, pool, balance
-            )
-            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-            SELECT user_id, pool, \(grant.revokedAmount), balance, 'RESTORATION', \(grant.grantKey) FROM account
-            """)
     }
 
     /// Keeps the summary of a fact that could not be attributed, so it can be found and replayed.

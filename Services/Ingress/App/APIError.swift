@@ -46,6 +46,12 @@ enum APIError {
     static func creditsExhausted(_ message: String) -> HTTPError {
         HTTPError(status: 402, code: "CREDITS_EXHAUSTED", message: message)
     }
+    static func rateUnknown(_ message: String) -> HTTPError {
+        HTTPError(status: 422, code: "RATE_UNKNOWN", message: message)
+    }
+    static func idempotencyConflict(_ message: String) -> HTTPError {
+        HTTPError(status: 409, code: "IDEMPOTENCY_CONFLICT", message: message)
+    }
 
     /// Database trouble is the client's cue to retry (503); a value the database cannot hold
     /// (SQLSTATE class 22: NUL characters, overlong text) is the client's mistake (400); business

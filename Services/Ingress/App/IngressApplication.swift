@@ -48,6 +48,7 @@ public struct IngressApplication: Sendable {
         SubmissionRoutes(context: context, waiter: waiter).register(in: &router)
         CatalogueRoutes(context: context).register(in: &router)
         AccountRoutes(context: context).register(in: &router)
+        CreditsRoutes(context: context).register(in: &router)
         try OpenAPIRoutes().register(in: &router)
         routes = router.registeredRoutes
         server = HTTPServer(

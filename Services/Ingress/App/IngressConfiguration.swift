@@ -28,6 +28,8 @@ public struct IngressConfiguration: Sendable {
     public var cursorSigningKey: [UInt8]
     /// `USER_TOKEN_HS256_SECRET` or `USER_TOKEN_PUBLIC_KEY_PATH`: how client bearer tokens are verified.
     public var userTokens: UserTokenSettings
+    /// `SERVICE_TOKENS`: the back-end services allowed to use the metering API.
+    public var serviceTokens: ServiceTokenSettings
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -42,6 +44,7 @@ public struct IngressConfiguration: Sendable {
         notificationRateBurst = reader.int("INGRESS_NOTIFICATION_RATE_BURST", default: 400, range: 1...1_000_000)
         cursorSigningKey = Self.secretBytes(reader, "CURSOR_SIGNING_KEY")
         userTokens = UserTokenSettings(reader: reader)
+        serviceTokens = ServiceTokenSettings(reader: reader)
     }
 
     /// A secret given as base64 (or as raw text of at least 32 bytes).

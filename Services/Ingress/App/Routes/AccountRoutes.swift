@@ -1,3 +1,4 @@
+import Credits
 import Domain
 import Foundation
 import HTTPServer
@@ -68,20 +69,6 @@ struct AccountRoutes: Sendable {
 
     // MARK: - Balance
 
-    struct Balance: Encodable, Sendable {
-        /// Whole credits available now (the total rounded down).
-        let creditsBalance: Int64
-        /// The exact total, in millionths of a credit.
-        let microCredits: Int64
-        let pools: Pools
-    }
-
-    struct Pools: Encodable, Sendable {
-        let subscription: String
-        let welcome: String
-        let permanent: String
-    }
-
     func balance(_ request: HTTPRequest) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
         let rows = try await APIError.databaseCall {
@@ -92,31 +79,10 @@ struct AccountRoutes: Sendable {
             guard let pool = CreditPool(rawValue: try row.decode("pool", as: String.self)) else { continue }
             pools[pool] = try row.decode("balance", as: Int64.self)
         }
-        let total = pools.values.reduce(MicroCredits(0)) { sum, value in
-            let (added, overflow) = sum.addingReportingOverflow(value)
-            return overflow ? .max : added
-        }
-        return .json(
-            Balance(
-                creditsBalance: Credits.whole(total), microCredits: total,
-                pools: Pools(
-                    subscription: Self.decimal(pools[.subscription] ?? 0), welcome: Self.decimal(pools[.welcome] ?? 0),
-                    permanent: Self.decimal(pools[.permanent] ?? 0))))
+        return .json(CreditBalance(pools))
     }
 
-    /// Micro-credits as an exact decimal string of credits without trailing zeros: 1_500_000 → "1.5".
-    static func decimal(_ micro: MicroCredits) -> String {
-        let magnitude = micro.magnitude
-        let whole = magnitude / UInt64(Credits.micro)
-        let fraction = magnitude % UInt64(Credits.micro)
-        var text = String(whole)
-        if fraction != 0 {
-            let digits = String(fraction)
-            let padded = String(repeating: "0", count: 6 - digits.count) + digits
-            text += "." + padded.reversed().drop(while: { $0 == "0" }).reversed()
-        }
-        return micro < 0 ? "-" + text : text
-    }
+    static func decimal(_ micro: MicroCredits) -> String { CreditAmount.decimal(micro) }
 
     // MARK: - Grants
 

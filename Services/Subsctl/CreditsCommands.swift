@@ -1,0 +1,96 @@
+import Credits
+import Foundation
+import Postgres
+import ServiceRuntime
+
+/// `subsctl rates apply`: loads the rate versions of a rates file (format: README, "Credits") into
+/// the database of `DATABASE_URL`, one audit row per new version.
+enum RatesApplyCommand: SubsctlCommand {
+    static let path = ["rates", "apply"]
+    static let usage = "rates apply [--operator NAME] [--reason TEXT] FILE"
+    static let summary = "Insert the new rate versions of FILE into DATABASE_URL (stored versions never change); print what changed."
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let environment = ProcessInfo.processInfo.environment
+        let operatorName = arguments.option("operator") ?? environment["USER"] ?? "subsctl"
+        let reason = arguments.option("reason")
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.count == 1 else { return usageError("give exactly one FILE") }
+        let path = arguments.positionals[0]
+        let file: RatesFile
+        do { file = try RatesFile.load(path: path) } catch {
+            Subsctl.printError("\(path) refused, nothing applied:\n\(error.description)")
+            return ExitStatus.refused
+        }
+        return await withDatabase { pool in
+            let result = try await CreditRates.apply(
+                file, operator: operatorName, reason: reason ?? "subsctl rates apply \(URL(fileURLWithPath: path).lastPathComponent)",
+                pool: pool)
+            let lines = result.inserted.map { "inserted \($0)" } + result.unchanged.map { "unchanged \($0)" }
+            return (lines + ["inserted=\(result.inserted.count) unchanged=\(result.unchanged.count)"]).joined(separator: "\n")
+        }
+    }
+}
+
+/// `subsctl credits run-jobs`: runs the credit jobs once, as the workers' scheduler does (safe
+/// beside them): welcome credits, yearly months, the daily close of every past day, expiry clearing.
+enum CreditsRunJobsCommand: SubsctlCommand {
+    static let path = ["credits", "run-jobs"]
+    static let usage = "credits run-jobs [--now RFC3339] [--welcome-credits N] [--app-key BUNDLE_ID]"
+    static let summary =
+        "Run the credit jobs once against DATABASE_URL for the instant --now (default: now); print what they did and how long."
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let nowText = arguments.option("now")
+        let welcome = arguments.option("welcome-credits")
+        let appKey = arguments.option("app-key") ?? ProcessInfo.processInfo.environment["APPLE_IAP_BUNDLE_ID"] ?? ""
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
+        guard let now = nowText.map({ RFC3339.date(from: $0) }) ?? Date() else { return usageError("--now must be an RFC 3339 time") }
+        guard let welcomeCredits = Int64(welcome ?? "0"), welcomeCredits >= 0 else {
+            return usageError("--welcome-credits must be a whole number")
+        }
+        return await withDatabase { pool in
+            let jobs = CreditJobs(
+                pool: pool, appKey: appKey, configuration: CreditsConfiguration(welcomeCredits: welcomeCredits),
+                logger: Subsctl.logger)
+            let started = ContinuousClock.now
+            let report = try await jobs.runAll(now: now)
+            let seconds = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
+            let violations = try await jobs.checkInvariant()
+            return """
+                welcome_grants=\(report.welcomeGrants) yearly_grants=\(report.yearlyGrants) \
+                bills_closed=\(report.billsClosed) pools_cleared=\(report.poolsCleared) seconds=\(seconds) \
+                ledger_mismatches=\(violations)
+                """
+        }
+    }
+}
+
+/// Runs `body` with a pool on `DATABASE_URL` and prints its output; maps failures to exit statuses.
+private func withDatabase(_ body: (PostgresPool) async throws -> String) async -> Int32 {
+    guard let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty else {
+        Subsctl.printError("DATABASE_URL is not set")
+        return ExitStatus.configuration
+    }
+    let pool = PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 2), logger: Subsctl.logger)
+    let outcome: Result<String, any Error>
+    do { outcome = .success(try await body(pool)) } catch { outcome = .failure(error) }
+    await pool.shutdown()
+    switch outcome {
+    case .success(let text):
+        Subsctl.printOutput(text)
+        return ExitStatus.success
+    case .failure(let error as PostgresError) where error.sqlState == "42P01":
+        Subsctl.printError("the database has no credit tables yet: start the ingress once (it migrates the schema)")
+        return ExitStatus.configuration
+    case .failure(let error as PostgresError) where error.isRetryable:
+        Subsctl.printError("database unavailable: \(error)")
+        return ExitStatus.temporaryFailure
+    case .failure(let error):
+        Subsctl.printError("refused: \(error)")
+        return ExitStatus.refused
+    }
+}

@@ -1,0 +1,182 @@
+import Credits
+import Domain
+import Foundation
+import Postgres
+import ServiceRuntime
+import Testing
+import TestSupport
+
+/// The time-driven jobs, each called with a chosen "now".
+@Suite(.timeLimit(.minutes(3)))
+struct CreditJobsTests {
+    static let credit = Credits.micro
+
+    @Test func dailyCloseRoundsTheDayUpSettlesFromTheBalanceAndRecordsTheShortfall() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+        try await f.fund("bob", .welcome, micro: 1_100_000)
+        try await f.rate("call", micro: 300_000)
+        let day = Date.utc("2026-03-01T10:00:00Z")
+        // Alice: 3 × 0.3 + 0.3 = 1.2 credits that day; Bob: 1.2 of his 1.1 cannot, 0.9 can.
+        _ = try await f.use("alice", units: 3, now: day)
+        _ = try await f.use("alice", units: 1, now: day + 3600)
+        _ = try await f.use("bob", units: 3, now: day)
+
+        let jobs = f.jobs()
+        #expect(try await jobs.closeDays(now: .utc("2026-03-01T23:59:59Z")) == 0, "the day is not over")
+        #expect(try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) == 2)
+        #expect(try await jobs.closeDays(now: .utc("2026-03-02T00:00:01Z")) == 0, "closed once")
+        let bills = try await f.pool.query(
+            "SELECT user_id, total_cost, charged, rounding, settled, shortfall FROM credit_daily_bill ORDER BY user_id")
+        let rows = try bills.map { row in
+            try ["total_cost", "charged", "rounding", "settled", "shortfall"].map { try row.decode($0, as: Int64.self) }
+        }
+        #expect(rows == [[1_200_000, 2_000_000, 800_000, 800_000, 0], [900_000, 1_000_000, 100_000, 100_000, 0]])
+        #expect(try await f.total("alice") == 8 * Self.credit)
+        #expect(try await f.total("bob") == 100_000)
+
+        #expect(try await f.violations() == 0)
+    }
+
+    @Test func missedDaysAreCaughtUpAndAShortfallIsRecordedNeverANegativeBalance() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        try await f.fund("bob", .permanent, micro: 1_500_000)
+        try await f.rate("call", micro: 100_000)
+        // Two days of usage, nobody closed them; 0.1 + 0.1 spent, 1.3 left.
+        _ = try await f.use("bob", units: 1, now: .utc("2026-03-01T10:00:00Z"))
+        _ = try await f.use("bob", units: 1, now: .utc("2026-03-02T10:00:00Z"))
+        #expect(try await f.jobs().closeDays(now: .utc("2026-03-05T00:00:10Z")) == 2)
+        // Day 1 settles 0.9 (0.4 left); day 2 needs 0.9, gets 0.4, shortfall 0.5.
+        let settled = try await f.pool.query("SELECT settled, shortfall FROM credit_daily_bill ORDER BY day").map {
+            [try $0.decode("settled", as: Int64.self), try $0.decode("shortfall", as: Int64.self)]
+        }
+        #expect(settled == [[900_000, 0], [400_000, 500_000]])
+        #expect(try await f.total("bob") == 0)
+        #expect(try await f.violations() == 0)
+    }
+
+    @Test func usageAfterItsDayWasClosedCountsTowardTheNextDay() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+        try await f.rate("call", micro: 500_000)
+        _ = try await f.use("alice", units: 1, now: .utc("2026-03-01T10:00:00Z"))
+        // A worker whose clock is ahead closed the day while this ingress still thinks it is that day.
+        try await f.jobs().closeDays(now: .utc("2026-03-02T00:00:00Z"))
+        let late = try await f.use("alice", units: 1, now: .utc("2026-03-01T23:59:59Z")).receipt
+        #expect(late.billDay == "2026-03-02")
+        #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE day = '2026-03-02' AND total_cost = 500000") == 1)
+    }
+
+    @Test func expiredSubscriptionPoolsAreClearedAtTheNextUTCMidnightOnce() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        let expired = Date.utc("2026-03-10T15:00:00Z")
+        for user in ["alice", "bob", "carol", "dave"] { try await f.fund(user, .subscription, micro: 100 * Self.credit) }
+        try await f.fund("alice", .permanent, micro: 5 * Self.credit)
+        try await f.subscription(user: "alice", original: "a1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
+        try await f.subscription(user: "bob", original: "b1", product: "p", status: "REVOKED", purchase: expired - 30 * 86_400, expires: expired)
+        // Carol's old chain expired but she subscribed again: entitled, she keeps the pool.
+        try await f.subscription(user: "carol", original: "c1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
+        try await f.subscription(user: "carol", original: "c2", product: "p", status: "ACTIVE", purchase: expired, expires: expired + 30 * 86_400)
+        // Dave is in grace: service continues, nothing happens.
+        try await f.subscription(user: "dave", original: "d1", product: "p", status: "GRACE", purchase: expired - 30 * 86_400, expires: expired)
+        // The chains were known to have ended when they expired.
+        try await f.pool.query(
+            """
+            INSERT INTO status_history (entity_type, entity_key, current_status, cause, created_at)
+            SELECT 'SUBSCRIPTION', environment || ':' || original_transaction_id, status, 'test', \(expired) FROM user_subscription
+            """)
+
+        let jobs = f.jobs()
+        #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-10T23:59:59Z")) == 0)
+        #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-11T00:00:00Z")) == 2)
+        #expect(try await f.balances("alice") == [.subscription: 0, .permanent: 5 * Self.credit], "permanent credits never expire")
+        #expect(try await f.total("bob") == 0)
+        #expect(try await f.total("carol") == 100 * Self.credit)
+        #expect(try await f.total("dave") == 100 * Self.credit)
+        // A grant after the clearing stays: the ending was handled once.
+        try await f.fund("alice", .subscription, micro: 7 * Self.credit)
+        #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-12T00:00:00Z")) == 0)
+        #expect(try await f.balances("alice")[.subscription] == 7 * Self.credit)
+        #expect(try await f.count("SELECT count(*) FROM credit_expiry_clearing") == 3)
+        #expect(try await f.violations() == 0)
+    }
+
+    @Test func yearlyPlansGetEachMonthOnTheAnchorDayClampedToTheMonthEndOnce() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        try await f.product("yearly", duration: "YEAR", credits: 3000)
+        let purchase = Date.utc("2027-01-31T09:30:00Z")
+        try await f.subscription(
+            user: "alice", original: "y1", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
+        // Month 0 was granted by fulfillment.
+        try await f.fund("alice", .subscription, micro: 3000 * Self.credit, key: "period:Sandbox:y1:m0")
+        try await f.pool.query("UPDATE credit_grant SET environment = 'Sandbox', transaction_id = 'y1' WHERE grant_key = 'period:Sandbox:y1:m0'")
+        let jobs = f.jobs()
+        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:29:59Z")) == 0, "not yet the anchor time")
+        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:30:00Z")) == 1, "31 January → 28 February")
+        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T12:00:00Z")) == 0, "each month once")
+        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-03-31T09:30:00Z")) == 1, "back to the 31st")
+        // A missed scheduler catches up every due month, and never grants after the period.
+        #expect(try await jobs.grantYearlyMonths(now: .utc("2028-06-01T00:00:00Z")) == 9)
+        let keys = try await f.pool.query("SELECT grant_key FROM credit_grant").map { try $0.decode(0, as: String.self) }
+        #expect(keys.count == 12 && Set(keys) == Set((0..<12).map { "period:Sandbox:y1:m\($0)" }))
+        #expect(try await f.total("alice") == 12 * 3000 * Self.credit)
+        #expect(try await f.violations() == 0)
+    }
+
+    @Test func yearlyMonthsStopWhenTheTransactionIsRevokedOrWasNeverGranted() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        try await f.product("yearly", duration: "YEAR", credits: 3000)
+        let purchase = Date.utc("2027-01-15T00:00:00Z")
+        try await f.subscription(
+            user: "alice", original: "y1", product: "yearly", status: "REVOKED", purchase: purchase, expires: purchase + 365 * 86_400,
+            revoked: purchase + 86_400)
+        try await f.fund("alice", .subscription, micro: 3000 * Self.credit, key: "period:Sandbox:y1:m0")
+        try await f.pool.query("UPDATE credit_grant SET environment = 'Sandbox', transaction_id = 'y1'")
+        // A free trial whose product grants nothing on trials: no month 0, so no months at all.
+        try await f.subscription(
+            user: "bob", original: "y2", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
+        #expect(try await f.jobs().grantYearlyMonths(now: .utc("2027-12-31T00:00:00Z")) == 0)
+    }
+
+    @Test func welcomeCreditsOncePerUser() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        for user in ["a", "b", "c"] { try await f.user(user) }
+        let jobs = f.jobs(welcome: 50, batchSize: 2)
+        #expect(try await jobs.grantWelcomeCredits() == 3)
+        #expect(try await jobs.grantWelcomeCredits() == 0)
+        try await f.user("d")
+        #expect(try await jobs.runAll(now: Date()).welcomeGrants == 1)
+        #expect(try await f.balances("d") == [.welcome: 50 * Self.credit])
+        #expect(try await f.jobs().grantWelcomeCredits() == 0, "not configured: nothing")
+        #expect(try await jobs.checkInvariant() == 0)
+    }
+
+    @Test func theInvariantCheckSeesABalanceThatDiffersFromItsLedger() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        try await f.fund("alice", .subscription, micro: 5 * Self.credit)
+        let jobs = f.jobs()
+        #expect(try await jobs.checkInvariant() == 0)
+        try await f.pool.query("UPDATE credit_account SET balance = balance + 1")
+        #expect(try await jobs.checkInvariant() == 1)
+    }
+}
+
+/// The UTC day arithmetic the bills and the close rely on.
+@Suite struct UTCDayTests {
+    @Test func dayTextMatchesTheCalendarFrom1900To2400() {
+        for index in stride(from: Int64(-25_567), through: 157_000, by: 13) {
+            let day = UTCDay(index: index)
+            #expect(day.text == String(RFC3339.string(from: day.start).prefix(10)), "day \(index)")
+        }
+        #expect(UTCDay(containing: .utc("2028-02-29T23:59:59Z")).text == "2028-02-29")
+        #expect(UTCDay(containing: .utc("2028-02-29T23:59:59Z")).next.start == .utc("2028-03-01T00:00:00Z"))
+    }
+}
