@@ -29,18 +29,35 @@ public struct PostgresDataType: RawRepresentable, Sendable, Hashable {
     }
 }
 
-/// One bound parameter in PostgreSQL's text format; `text == nil` is SQL NULL.
+/// One bound parameter, in PostgreSQL's text format or, for bytea, its binary format (the bytes
+/// as they are: no hex text twice the size to build here and to parse on the server).
+/// NULL when it holds neither.
 public struct PostgresData: Sendable, Hashable {
     public var type: PostgresDataType
+    /// The value as text; nil for NULL and for binary values.
     public var text: String?
+    /// The value in binary format, when it is sent that way.
+    public var binary: [UInt8]?
 
     public init(type: PostgresDataType, text: String?) {
         self.type = type
         self.text = text
     }
 
+    /// A value sent in PostgreSQL's binary format for `type` (for bytea, the bytes themselves).
+    public init(type: PostgresDataType, binary: [UInt8]) {
+        self.type = type
+        self.binary = binary
+    }
+
     /// An untyped NULL.
     public static let null = PostgresData(type: .unspecified, text: nil)
+
+    /// True for SQL NULL.
+    public var isNull: Bool { text == nil && binary == nil }
+
+    /// The value as text whatever its format (array literals are text): bytea in hex.
+    var textForm: String? { binary.map(PostgresBytea.format) ?? text }
 }
 
 /// A Swift value that can be bound as a query parameter.
@@ -215,13 +232,13 @@ enum PostgresBytea {
 }
 
 extension Array: PostgresEncodable, PostgresDecodable where Element == UInt8 {
-    public var postgresData: PostgresData { PostgresData(type: .bytea, text: PostgresBytea.format(self)) }
+    public var postgresData: PostgresData { PostgresData(type: .bytea, binary: self) }
     public static var postgresDataType: PostgresDataType { .bytea }
     public init(postgresText text: String) throws { self = try PostgresBytea.parse(text) }
 }
 
 extension Data: PostgresEncodable, PostgresDecodable {
-    public var postgresData: PostgresData { PostgresData(type: .bytea, text: PostgresBytea.format(self)) }
+    public var postgresData: PostgresData { PostgresData(type: .bytea, binary: Array(self)) }
     public static var postgresDataType: PostgresDataType { .bytea }
     public init(postgresText text: String) throws { self = Data(try PostgresBytea.parse(text)) }
 }
@@ -259,7 +276,7 @@ public struct PostgresArray<Element: PostgresEncodable>: PostgresEncodable {
         var out = "{"
         for (index, element) in elements.enumerated() {
             if index > 0 { out += "," }
-            guard let text = element.postgresData.text else {
+            guard let text = element.postgresData.textForm else {
                 out += "NULL"
                 continue
             }
@@ -281,10 +298,34 @@ enum PostgresTimestamp {
         let (days, microOfDay) = floorDivision(micros, 86_400_000_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = microOfDay / 1_000_000
-        let body = String(
-            format: "%04lld-%02lld-%02lld %02lld:%02lld:%02lld.%06lld+00", year > 0 ? year : 1 - year, month, day,
-            seconds / 3600, seconds / 60 % 60, seconds % 60, microOfDay % 1_000_000)
-        return year > 0 ? body : body + " BC"
+        // Digit by digit: String(format:) cost more than the rest of binding a row.
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        func digits(_ value: Int64, _ count: Int) {
+            var divisor: Int64 = 1
+            for _ in 1..<count { divisor *= 10 }
+            while divisor * 10 <= value { divisor *= 10 }
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
+        }
+        digits(year > 0 ? year : 1 - year, 4)
+        out.append(UInt8(ascii: "-"))
+        digits(month, 2)
+        out.append(UInt8(ascii: "-"))
+        digits(day, 2)
+        out.append(UInt8(ascii: " "))
+        digits(seconds / 3600, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(seconds / 60 % 60, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(seconds % 60, 2)
+        out.append(UInt8(ascii: "."))
+        digits(microOfDay % 1_000_000, 6)
+        out += "+00".utf8
+        if year <= 0 { out += " BC".utf8 }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `YYYY-MM-DD[ HH:MM:SS[.ffffff]][+HH[:MM[:SS]]][ BC]`; nil for anything else (incl. infinity).

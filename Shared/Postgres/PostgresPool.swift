@@ -90,17 +90,35 @@ public final class PostgresPool: Service, Sendable {
         state.withLock { PostgresPoolStatistics(open: $0.open, idle: $0.idle.count, waiting: $0.waiters.count) }
     }
 
-    /// Lends a connection to `body` and takes it back afterwards, whatever happens.
+    /// Lends a connection to `body` and takes it back afterwards, whatever happens. `body`'s
+    /// nonisolated code runs on the connection's own thread, so its statements cost no hand-off.
     @discardableResult
     public func withConnection<R: Sendable>(_ body: (PostgresConnection) async throws -> R) async throws -> R {
-        let connection = try await lease()
-        do {
-            let result = try await body(connection)
-            release(connection)
-            return result
-        } catch {
-            release(connection)
-            throw error
+        var connection: PostgresConnection
+        // A connection that sat idle is checked on its thread, in the same hop as `body`.
+        var fromIdleList: Bool
+        switch try await grant() {
+        case .connection(let idle): (connection, fromIdleList) = (idle, true)
+        case .slot: (connection, fromIdleList) = (try await openConnection(), false)
+        }
+        while true {
+            let loan: PostgresConnection.Loan<R>
+            do {
+                loan = try await connection.lend(checkingIdleHealth: fromIdleList, body)
+            } catch {
+                release(connection)
+                throw error
+            }
+            switch loan {
+            case .done(let result):
+                release(connection)
+                return result
+            case .brokenWhileIdle:
+                logger.notice("discarding a broken idle PostgreSQL connection")
+                close(connection)
+                connection = try await openConnection()
+                fromIdleList = false
+            }
         }
     }
 
@@ -164,18 +182,6 @@ public final class PostgresPool: Service, Sendable {
             throw PostgresError.poolClosed
         }
         return PostgresListener(stream: stream, worker: worker)
-    }
-
-    private func lease() async throws -> PostgresConnection {
-        switch try await grant() {
-        case .connection(let connection):
-            if await connection.survivedIdling() { return connection }
-            logger.notice("discarding a broken idle PostgreSQL connection")
-            close(connection)
-            return try await openConnection()
-        case .slot:
-            return try await openConnection()
-        }
     }
 
     private func grant() async throws -> Grant {
