@@ -55,9 +55,6 @@ public struct PostgresData: Sendable, Hashable {
 
     /// True for SQL NULL.
     public var isNull: Bool { text == nil && binary == nil }
-
-    /// The value as text whatever its format (array literals are text): bytea in hex.
-    var textForm: String? { binary.map(PostgresBytea.format) ?? text }
 }
 
 /// A Swift value that can be bound as a query parameter.
@@ -195,18 +192,8 @@ extension Date: PostgresEncodable, PostgresDecodable {
     }
 }
 
-/// bytea in hex format (`\x0a1b`), the only output format the session allows.
+/// bytea read in hex format (`\x0a1b`), the only output format the session allows.
 enum PostgresBytea {
-    static func format<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = [0x5C, 0x78]
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
     static func parse(_ text: String) throws -> [UInt8] {
         let utf8 = Array(text.utf8)
         guard utf8.count >= 2, utf8[0] == 0x5C, utf8[1] == 0x78, utf8.count % 2 == 0 else {
@@ -268,15 +255,46 @@ public struct PostgresArray<Element: PostgresEncodable>: PostgresEncodable {
     public var elements: [Element]
     public init(_ elements: [Element]) { self.elements = elements }
 
-    public var postgresData: PostgresData { PostgresData(type: Self.postgresDataType, text: literal) }
+    /// bytea elements go in binary format (a batch of payloads is not turned into hex text), the
+    /// others as a text literal.
+    public var postgresData: PostgresData {
+        Element.postgresDataType == .bytea
+            ? PostgresData(type: Self.postgresDataType, binary: binaryArray)
+            : PostgresData(type: Self.postgresDataType, text: literal)
+    }
     public static var postgresDataType: PostgresDataType { Element.postgresDataType.arrayType }
+
+    /// PostgreSQL's binary array format (array_recv): dimensions, null flag, element type, then
+    /// each element's length (-1 for NULL) and bytes; all integers big-endian.
+    private var binaryArray: [UInt8] {
+        let values = elements.map { $0.postgresData.binary }
+        var out: [UInt8] = []
+        out.reserveCapacity(20 + values.reduce(0) { $0 + 4 + ($1?.count ?? 0) })
+        func int32(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { out += $0 } }
+        int32(values.isEmpty ? 0 : 1)
+        int32(values.contains(nil) ? 1 : 0)
+        int32(Int32(bitPattern: Element.postgresDataType.rawValue))
+        if !values.isEmpty {
+            int32(Int32(values.count))
+            int32(1)
+        }
+        for value in values {
+            guard let value else {
+                int32(-1)
+                continue
+            }
+            int32(Int32(value.count))
+            out += value
+        }
+        return out
+    }
 
     /// Array literal with every element quoted, so no element text can change the structure.
     private var literal: String {
         var out = "{"
         for (index, element) in elements.enumerated() {
             if index > 0 { out += "," }
-            guard let text = element.postgresData.textForm else {
+            guard let text = element.postgresData.text else {
                 out += "NULL"
                 continue
             }
