@@ -33,10 +33,13 @@ struct UserAuthenticator: Sendable {
     }
 
     func authenticate(_ request: HTTPRequest) throws(HTTPError) -> AuthenticatedUser {
-        guard let header = request.header("authorization"), header.count > 7,
-            header.prefix(7).lowercased() == "bearer "
+        // On bytes: Foundation's trimming and lowercasing cost more than a cached verification.
+        guard let header = request.header("authorization")?.utf8, header.count > 7,
+            header.prefix(7).map({ $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }).elementsEqual("bearer ".utf8)
         else { throw APIError.unauthorized() }
-        return try verify(String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces))
+        let blank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        let token = header.dropFirst(7).drop(while: blank)
+        return try verify(String(Substring(token.prefix(token.count - token.reversed().prefix(while: blank).count))))
     }
 
     /// A token seen before skips the signature and JSON work; its expiry is still checked.
