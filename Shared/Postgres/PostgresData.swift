@@ -299,9 +299,13 @@ public struct PostgresArray<Element: PostgresEncodable>: PostgresEncodable {
                 continue
             }
             out += "\""
-            for character in text.unicodeScalars {
-                if character == "\"" || character == "\\" { out += "\\" }
-                out.unicodeScalars.append(character)
+            if !text.utf8.contains(where: { $0 == 0x22 || $0 == 0x5C }) {
+                out += text  // nothing to escape: copied whole (batches bind thousands of elements)
+            } else {
+                for character in text.unicodeScalars {
+                    if character == "\"" || character == "\\" { out += "\\" }
+                    out.unicodeScalars.append(character)
+                }
             }
             out += "\""
         }

@@ -139,12 +139,23 @@ struct NotificationRoutes: Sendable {
                     "idempotency.result": .string(stored.isNew ? "new" : "duplicate"), "trace.id": .string(request.traceID),
                 ])
         }
-        return .json(Accepted(status: stored.isNew ? "accepted" : "duplicate", notificationUUID: uuid))
+        return Accepted(status: stored.isNew ? "accepted" : "duplicate", notificationUUID: uuid).response
     }
 
     struct Accepted: Encodable {
         let status: String
         let notificationUUID: String
+
+        /// Written directly when the UUID needs no escaping (always, from Apple): JSONEncoder cost
+        /// more than building the rest of the answer.
+        var response: HTTPResponse {
+            guard notificationUUID.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0)
+                || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) })
+            else { return .json(self) }
+            return HTTPResponse(
+                status: 200, headers: [("Content-Type", "application/json")],
+                body: Array(#"{"notificationUUID":"\#(notificationUUID)","status":"\#(status)"}"#.utf8))
+        }
     }
 
     /// Verification failures are the sender's problem (4xx, never retried by us), except an
