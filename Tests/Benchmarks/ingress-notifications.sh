@@ -43,7 +43,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bash deploy/local/start.sh >/dev/null
+# Services already running (another checkout's, say) are used as they are: start.sh from a
+# worktree would otherwise set up a second cluster on the same port.
+if ! pg_isready -q -d "$DATABASE_URL" || ! (exec 3<>"/dev/tcp/${KAFKA_BROKERS%:*}/${KAFKA_BROKERS##*:}") 2>/dev/null; then
+    bash deploy/local/start.sh >/dev/null
+fi
 echo "building ingress and subsctl (release)..."
 for product in ingress subsctl; do
     swift build -c release --product "$product" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
