@@ -4,10 +4,14 @@ import ServiceRuntime
 import Storage
 
 /// Publishes outbox entries and deletes each one once the broker acknowledged it.
+///
+/// Deletions of concurrent publishes share one statement (one at a time, each taking every
+/// acknowledgement that arrived meanwhile): a DELETE per message would cost a commit per event.
 public struct EventPublisher: Sendable {
     public let producer: KafkaProducer
     public let store: EventStore
     public let logger: Logger
+    private let deletions: GroupCommit<[Int64], Void>
     private let published = MetricsRegistry.shared.counter(
         "subs_outbox_published_total", help: "Outbox messages acknowledged by the broker")
     private let failed = MetricsRegistry.shared.counter(
@@ -17,6 +21,13 @@ public struct EventPublisher: Sendable {
         self.producer = producer
         self.store = store
         self.logger = logger
+        deletions = GroupCommit(
+            maxBatchSize: 256, maxConcurrentBatches: 1,
+            sizeMetric: ("subs_outbox_cleanup_batch_size", "Publishes whose outbox rows one statement deleted")
+        ) { lists in
+            try await store.markPublished(lists.flatMap { $0 })
+            return lists.map { _ in () }
+        }
     }
 
     /// Publishes the entries concurrently; returns how many were acknowledged. A failure leaves the
@@ -51,7 +62,7 @@ public struct EventPublisher: Sendable {
         published.increment(by: acknowledged.count)
         failed.increment(by: entries.count - acknowledged.count)
         do {
-            try await store.markPublished(acknowledged)
+            if !acknowledged.isEmpty { try await deletions.submit(acknowledged) }
         } catch {
             // The messages are out; the rows will be published once more, which the lease makes harmless.
             logger.warning("could not clear published outbox rows", ["error": .string("\(error)")])

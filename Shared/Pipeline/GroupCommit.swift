@@ -22,16 +22,21 @@ public final class GroupCommit<Item: Sendable, Output: Sendable>: Sendable {
     private let maxBatchSize: Int
     private let maxConcurrentBatches: Int
     private let commit: Commit
-    private let batchSizes = MetricsRegistry.shared.histogram(
-        "subs_group_commit_batch_size", help: "Items committed per transaction",
-        buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256])
+    private let batchSizes: Histogram
 
     /// `commit` must return one output per item, in order, or throw for the whole batch.
-    public init(maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4, commit: @escaping Commit) {
+    /// `sizeMetric` names the histogram of batch sizes (one name per kind of batch).
+    public init(
+        maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4,
+        sizeMetric: (name: String, help: String) = ("subs_group_commit_batch_size", "Items committed per transaction"),
+        commit: @escaping Commit
+    ) {
         precondition(maxBatchSize > 0 && maxConcurrentBatches > 0)
         self.maxBatchSize = maxBatchSize
         self.maxConcurrentBatches = maxConcurrentBatches
         self.commit = commit
+        batchSizes = MetricsRegistry.shared.histogram(
+            sizeMetric.name, help: sizeMetric.help, buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
     }
 
     /// Returns once the batch holding `item` committed (or throws its error).

@@ -104,8 +104,8 @@ final class LibpqConnection {
             throw PostgresError.server(
                 sqlState: "22021", message: "a parameter contains a NUL character", constraint: nil)
         }
-        let result = withCStrings(binds.map(\.text)) { values in
-            PQexecPrepared(handle, name, Int32(binds.count), values, nil, nil, 0)
+        let result = withParameters(binds) { values, lengths, formats in
+            PQexecPrepared(handle, name, Int32(binds.count), values, lengths, formats, 0)
         }
         return try collect(result)
     }
@@ -221,6 +221,31 @@ final class LibpqConnection {
 private let noticeReceiver: PQnoticeReceiver = { argument, notice in
     guard let argument, let notice else { return }
     Unmanaged<LibpqConnection>.fromOpaque(argument).takeUnretainedValue().log(notice: notice)
+}
+
+/// Calls `body` with libpq's parameter arrays (values, lengths, formats: 0 text, 1 binary), valid
+/// only during the call. A NULL value pointer is SQL NULL, so even an empty binary value gets a buffer.
+private func withParameters<R>(
+    _ binds: [PostgresData],
+    _ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R
+) -> R {
+    let copies: [UnsafeMutablePointer<CChar>?] = binds.map { bind in
+        if let bytes = bind.binary {
+            let buffer = malloc(max(1, bytes.count))!
+            bytes.withUnsafeBytes { if let base = $0.baseAddress { buffer.copyMemory(from: base, byteCount: bytes.count) } }
+            return buffer.assumingMemoryBound(to: CChar.self)
+        }
+        return bind.text.map { strdup($0)! }
+    }
+    defer { copies.forEach { free($0) } }
+    let pointers = copies.map { $0.map { UnsafePointer($0) } }
+    let lengths = binds.map { Int32($0.binary?.count ?? 0) }
+    let formats = binds.map { Int32($0.binary == nil ? 0 : 1) }
+    return pointers.withUnsafeBufferPointer { values in
+        lengths.withUnsafeBufferPointer { lengths in
+            formats.withUnsafeBufferPointer { formats in body(values.baseAddress, lengths.baseAddress, formats.baseAddress) }
+        }
+    }
 }
 
 /// Calls `body` with a C array of C strings (nil entries stay NULL), valid only during the call.

@@ -29,18 +29,32 @@ public struct PostgresDataType: RawRepresentable, Sendable, Hashable {
     }
 }
 
-/// One bound parameter in PostgreSQL's text format; `text == nil` is SQL NULL.
+/// One bound parameter, in PostgreSQL's text format or, for bytea, its binary format (the bytes
+/// as they are: no hex text twice the size to build here and to parse on the server).
+/// NULL when it holds neither.
 public struct PostgresData: Sendable, Hashable {
     public var type: PostgresDataType
+    /// The value as text; nil for NULL and for binary values.
     public var text: String?
+    /// The value in binary format, when it is sent that way.
+    public var binary: [UInt8]?
 
     public init(type: PostgresDataType, text: String?) {
         self.type = type
         self.text = text
     }
 
+    /// A value sent in PostgreSQL's binary format for `type` (for bytea, the bytes themselves).
+    public init(type: PostgresDataType, binary: [UInt8]) {
+        self.type = type
+        self.binary = binary
+    }
+
     /// An untyped NULL.
     public static let null = PostgresData(type: .unspecified, text: nil)
+
+    /// True for SQL NULL.
+    public var isNull: Bool { text == nil && binary == nil }
 }
 
 /// A Swift value that can be bound as a query parameter.
@@ -178,18 +192,8 @@ extension Date: PostgresEncodable, PostgresDecodable {
     }
 }
 
-/// bytea in hex format (`\x0a1b`), the only output format the session allows.
+/// bytea read in hex format (`\x0a1b`), the only output format the session allows.
 enum PostgresBytea {
-    static func format<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = [0x5C, 0x78]
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
     static func parse(_ text: String) throws -> [UInt8] {
         let utf8 = Array(text.utf8)
         guard utf8.count >= 2, utf8[0] == 0x5C, utf8[1] == 0x78, utf8.count % 2 == 0 else {
@@ -215,13 +219,13 @@ enum PostgresBytea {
 }
 
 extension Array: PostgresEncodable, PostgresDecodable where Element == UInt8 {
-    public var postgresData: PostgresData { PostgresData(type: .bytea, text: PostgresBytea.format(self)) }
+    public var postgresData: PostgresData { PostgresData(type: .bytea, binary: self) }
     public static var postgresDataType: PostgresDataType { .bytea }
     public init(postgresText text: String) throws { self = try PostgresBytea.parse(text) }
 }
 
 extension Data: PostgresEncodable, PostgresDecodable {
-    public var postgresData: PostgresData { PostgresData(type: .bytea, text: PostgresBytea.format(self)) }
+    public var postgresData: PostgresData { PostgresData(type: .bytea, binary: Array(self)) }
     public static var postgresDataType: PostgresDataType { .bytea }
     public init(postgresText text: String) throws { self = Data(try PostgresBytea.parse(text)) }
 }
@@ -251,8 +255,39 @@ public struct PostgresArray<Element: PostgresEncodable>: PostgresEncodable {
     public var elements: [Element]
     public init(_ elements: [Element]) { self.elements = elements }
 
-    public var postgresData: PostgresData { PostgresData(type: Self.postgresDataType, text: literal) }
+    /// bytea elements go in binary format (a batch of payloads is not turned into hex text), the
+    /// others as a text literal.
+    public var postgresData: PostgresData {
+        Element.postgresDataType == .bytea
+            ? PostgresData(type: Self.postgresDataType, binary: binaryArray)
+            : PostgresData(type: Self.postgresDataType, text: literal)
+    }
     public static var postgresDataType: PostgresDataType { Element.postgresDataType.arrayType }
+
+    /// PostgreSQL's binary array format (array_recv): dimensions, null flag, element type, then
+    /// each element's length (-1 for NULL) and bytes; all integers big-endian.
+    private var binaryArray: [UInt8] {
+        let values = elements.map { $0.postgresData.binary }
+        var out: [UInt8] = []
+        out.reserveCapacity(20 + values.reduce(0) { $0 + 4 + ($1?.count ?? 0) })
+        func int32(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { out += $0 } }
+        int32(values.isEmpty ? 0 : 1)
+        int32(values.contains(nil) ? 1 : 0)
+        int32(Int32(bitPattern: Element.postgresDataType.rawValue))
+        if !values.isEmpty {
+            int32(Int32(values.count))
+            int32(1)
+        }
+        for value in values {
+            guard let value else {
+                int32(-1)
+                continue
+            }
+            int32(Int32(value.count))
+            out += value
+        }
+        return out
+    }
 
     /// Array literal with every element quoted, so no element text can change the structure.
     private var literal: String {
@@ -264,9 +299,13 @@ public struct PostgresArray<Element: PostgresEncodable>: PostgresEncodable {
                 continue
             }
             out += "\""
-            for character in text.unicodeScalars {
-                if character == "\"" || character == "\\" { out += "\\" }
-                out.unicodeScalars.append(character)
+            if !text.utf8.contains(where: { $0 == 0x22 || $0 == 0x5C }) {
+                out += text  // nothing to escape: copied whole (batches bind thousands of elements)
+            } else {
+                for character in text.unicodeScalars {
+                    if character == "\"" || character == "\\" { out += "\\" }
+                    out.unicodeScalars.append(character)
+                }
             }
             out += "\""
         }
@@ -281,10 +320,34 @@ enum PostgresTimestamp {
         let (days, microOfDay) = floorDivision(micros, 86_400_000_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = microOfDay / 1_000_000
-        let body = String(
-            format: "%04lld-%02lld-%02lld %02lld:%02lld:%02lld.%06lld+00", year > 0 ? year : 1 - year, month, day,
-            seconds / 3600, seconds / 60 % 60, seconds % 60, microOfDay % 1_000_000)
-        return year > 0 ? body : body + " BC"
+        // Digit by digit: String(format:) cost more than the rest of binding a row.
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        func digits(_ value: Int64, _ count: Int) {
+            var divisor: Int64 = 1
+            for _ in 1..<count { divisor *= 10 }
+            while divisor * 10 <= value { divisor *= 10 }
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
+        }
+        digits(year > 0 ? year : 1 - year, 4)
+        out.append(UInt8(ascii: "-"))
+        digits(month, 2)
+        out.append(UInt8(ascii: "-"))
+        digits(day, 2)
+        out.append(UInt8(ascii: " "))
+        digits(seconds / 3600, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(seconds / 60 % 60, 2)
+        out.append(UInt8(ascii: ":"))
+        digits(seconds % 60, 2)
+        out.append(UInt8(ascii: "."))
+        digits(microOfDay % 1_000_000, 6)
+        out += "+00".utf8
+        if year <= 0 { out += " BC".utf8 }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `YYYY-MM-DD[ HH:MM:SS[.ffffff]][+HH[:MM[:SS]]][ BC]`; nil for anything else (incl. infinity).

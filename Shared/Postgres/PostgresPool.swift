@@ -24,7 +24,8 @@ public final class PostgresPool: Service, Sendable {
     private struct Waiter {
         let id: Int
         let continuation: CheckedContinuation<Grant, any Error>
-        var timer: Task<Void, Never>?
+        /// When the caller gives up with `.acquireTimeout` (enforced by the reaper).
+        let deadline: ContinuousClock.Instant
     }
 
     private struct State {
@@ -35,6 +36,8 @@ public final class PostgresPool: Service, Sendable {
         var waiters: [Waiter] = []
         var nextID = 0
         var listeners: [Int: ListenerWorker] = [:]
+        /// Whether the task expiring overdue waiters runs (at most one, while there are waiters).
+        var reaping = false
 
         mutating func makeID() -> Int {
             nextID += 1
@@ -77,7 +80,6 @@ public final class PostgresPool: Service, Sendable {
             return taken
         }
         for waiter in waiters {
-            waiter.timer?.cancel()
             waiter.continuation.resume(throwing: PostgresError.poolClosed)
         }
         idle.forEach(close)
@@ -90,17 +92,35 @@ public final class PostgresPool: Service, Sendable {
         state.withLock { PostgresPoolStatistics(open: $0.open, idle: $0.idle.count, waiting: $0.waiters.count) }
     }
 
-    /// Lends a connection to `body` and takes it back afterwards, whatever happens.
+    /// Lends a connection to `body` and takes it back afterwards, whatever happens. `body`'s
+    /// nonisolated code runs on the connection's own thread, so its statements cost no hand-off.
     @discardableResult
     public func withConnection<R: Sendable>(_ body: (PostgresConnection) async throws -> R) async throws -> R {
-        let connection = try await lease()
-        do {
-            let result = try await body(connection)
-            release(connection)
-            return result
-        } catch {
-            release(connection)
-            throw error
+        var connection: PostgresConnection
+        // A connection that sat idle is checked on its thread, in the same hop as `body`.
+        var fromIdleList: Bool
+        switch try await grant() {
+        case .connection(let idle): (connection, fromIdleList) = (idle, true)
+        case .slot: (connection, fromIdleList) = (try await openConnection(), false)
+        }
+        while true {
+            let loan: PostgresConnection.Loan<R>
+            do {
+                loan = try await connection.lend(checkingIdleHealth: fromIdleList, body)
+            } catch {
+                release(connection)
+                throw error
+            }
+            switch loan {
+            case .done(let result):
+                release(connection)
+                return result
+            case .brokenWhileIdle:
+                logger.notice("discarding a broken idle PostgreSQL connection")
+                close(connection)
+                connection = try await openConnection()
+                fromIdleList = false
+            }
         }
     }
 
@@ -166,18 +186,6 @@ public final class PostgresPool: Service, Sendable {
         return PostgresListener(stream: stream, worker: worker)
     }
 
-    private func lease() async throws -> PostgresConnection {
-        switch try await grant() {
-        case .connection(let connection):
-            if await connection.survivedIdling() { return connection }
-            logger.notice("discarding a broken idle PostgreSQL connection")
-            close(connection)
-            return try await openConnection()
-        case .slot:
-            return try await openConnection()
-        }
-    }
-
     private func grant() async throws -> Grant {
         let maximum = max(1, configuration.maximumConnections)
         let immediate = try state.withLock { s -> Grant? in
@@ -189,19 +197,18 @@ public final class PostgresPool: Service, Sendable {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 // Decided again under the lock: a connection may have come back meanwhile.
-                let outcome = state.withLock { s -> Result<Grant, any Error>? in
-                    if s.closed { return .failure(PostgresError.poolClosed) }
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    if let grant = s.immediateGrant(maximum: maximum) { return .success(grant) }
-                    let timeout = configuration.acquireTimeout
-                    let timer = Task { [weak self] in
-                        guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                        self?.expire(id, with: PostgresError.acquireTimeout)
-                    }
-                    s.waiters.append(Waiter(id: id, continuation: continuation, timer: timer))
-                    return nil
+                let (outcome, startReaper) = state.withLock { s -> (Result<Grant, any Error>?, Bool) in
+                    if s.closed { return (.failure(PostgresError.poolClosed), false) }
+                    if Task.isCancelled { return (.failure(CancellationError()), false) }
+                    if let grant = s.immediateGrant(maximum: maximum) { return (.success(grant), false) }
+                    let deadline = ContinuousClock.now + configuration.acquireTimeout
+                    s.waiters.append(Waiter(id: id, continuation: continuation, deadline: deadline))
+                    let startReaper = !s.reaping
+                    s.reaping = true
+                    return (nil, startReaper)
                 }
                 if let outcome { continuation.resume(with: outcome) }
+                if startReaper { Task { [weak self] in await self?.reap() } }
             }
         } onCancel: {
             expire(id, with: CancellationError())
@@ -214,9 +221,32 @@ public final class PostgresPool: Service, Sendable {
             return s.waiters.remove(at: index)
         }
         guard let waiter else { return }
-        waiter.timer?.cancel()
-        if case PostgresError.acquireTimeout = error { metrics.acquireTimeouts.increment() }
         waiter.continuation.resume(throwing: error)
+    }
+
+    /// Fails the waiters whose deadline passed; runs while anyone waits. One task for all waiters,
+    /// instead of a sleeping task per waiter that each hand-off had to cancel (and so wake).
+    /// Waiters queue in order with the same timeout, so the first one is due first.
+    private func reap() async {
+        while true {
+            let next = state.withLock { s -> ContinuousClock.Instant? in
+                guard let first = s.waiters.first else {
+                    s.reaping = false
+                    return nil
+                }
+                return first.deadline
+            }
+            guard let next else { return }
+            try? await Task.sleep(until: next, clock: .continuous)
+            let now = ContinuousClock.now
+            let overdue = state.withLock { s -> [Waiter] in
+                let overdue = s.waiters.filter { $0.deadline <= now }
+                s.waiters.removeAll { $0.deadline <= now }
+                return overdue
+            }
+            metrics.acquireTimeouts.increment(by: overdue.count)
+            for waiter in overdue { waiter.continuation.resume(throwing: PostgresError.acquireTimeout) }
+        }
     }
 
     /// Opens a connection in a slot already counted; gives the slot back when that fails.
@@ -259,7 +289,6 @@ public final class PostgresPool: Service, Sendable {
         case .kept:
             break
         case .handedTo(let waiter):
-            waiter.timer?.cancel()
             waiter.continuation.resume(returning: .connection(connection))
         case .closed:
             if !reusable { logger.notice("closing a PostgreSQL connection that broke or was left in a transaction") }
@@ -278,7 +307,6 @@ public final class PostgresPool: Service, Sendable {
             }
             return s.waiters.removeFirst()
         }
-        waiter?.timer?.cancel()
         waiter?.continuation.resume(returning: .slot)
     }
 

@@ -147,6 +147,8 @@ public final class LogSink: Sendable {
 /// Minimal JSON string quoting for the log writer (Foundation's encoder is far slower per line).
 enum JSONText {
     static func quote(_ s: String) -> String {
+        // Most values need no escaping: copy them whole instead of scalar by scalar.
+        if !s.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) { return "\"" + s + "\"" }
         var out = "\""
         out.reserveCapacity(s.utf8.count + 2)
         for scalar in s.unicodeScalars {

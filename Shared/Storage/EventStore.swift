@@ -174,6 +174,80 @@ public struct EventStore: Sendable {
         return StoredEvent(eventID: id, isNew: true, outbox: outbox)
     }
 
+    /// Stores notifications with their outbox rows in ONE statement (one commit, one round trip:
+    /// the ingress's group commit); returns one result per event, in order. A UUID already
+    /// stored, or repeated within the batch after its first occurrence, writes nothing (isNew false).
+    public func insertNotifications(_ events: [NewNotificationEvent], publishGrace: Duration = .seconds(10))
+        async throws -> [StoredEvent]
+    {
+        guard !events.isEmpty else { return [] }
+        let inserted = try await pool.query(
+            """
+            WITH input AS (
+                SELECT * FROM unnest(
+                    \(PostgresArray(events.map(\.notificationUUID)))::text[], \(PostgresArray(events.map(\.notificationType)))::text[],
+                    \(PostgresArray(events.map(\.subtype)))::text[], \(PostgresArray(events.map(\.environment)))::text[],
+                    \(PostgresArray(events.map(\.signedDate)))::timestamptz[], \(PostgresArray(events.map(\.transactionID)))::text[],
+                    \(PostgresArray(events.map(\.originalTransactionID)))::text[], \(PostgresArray(events.map(\.routingKey)))::text[],
+                    \(PostgresArray(events.map(\.sealedPayload)))::bytea[], \(PostgresArray(events.map(\.payloadKeyID)))::text[],
+                    \(PostgresArray(events.map(\.traceID)))::text[]
+                ) WITH ORDINALITY AS i(notification_uuid, notification_type, subtype, environment, signed_date,
+                                       transaction_id, original_transaction_id, routing_key, signed_payload,
+                                       payload_key_id, trace_id, position)
+            ), inserted AS (
+                INSERT INTO apple_notification_event
+                    (notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
+                     original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id)
+                SELECT notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
+                       original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id
+                  FROM input ORDER BY position
+                ON CONFLICT (notification_uuid) DO NOTHING
+                RETURNING id, notification_uuid, routing_key, trace_id
+            ), queued AS (
+                INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, trace_id, next_attempt_at)
+                SELECT \(EventKind.notification.rawValue), id, \(topic), routing_key, trace_id,
+                       now() + make_interval(secs => \(Self.seconds(publishGrace)))
+                  FROM inserted
+                RETURNING id, event_id
+            )
+            SELECT i.notification_uuid, i.id AS event_id, q.id AS outbox_id
+              FROM inserted i JOIN queued q ON q.event_id = i.id
+            """)
+        var new: [String: (eventID: Int64, outboxID: Int64)] = [:]
+        for row in inserted {
+            new[try row.decode("notification_uuid")] = (try row.decode("event_id"), try row.decode("outbox_id"))
+        }
+        // Duplicates: read after the insert committed, so rows another batch committed meanwhile show.
+        var existing: [String: Int64] = [:]
+        let missing = Set(events.map(\.notificationUUID)).subtracting(new.keys)
+        if !missing.isEmpty {
+            for row in try await pool.query(
+                """
+                SELECT id, notification_uuid FROM apple_notification_event
+                 WHERE notification_uuid = ANY(\(PostgresArray(Array(missing)))::text[])
+                """)
+            {
+                existing[try row.decode("notification_uuid")] = try row.decode("id")
+            }
+        }
+        return try events.map { event in
+            if let stored = new.removeValue(forKey: event.notificationUUID) {
+                existing[event.notificationUUID] = stored.eventID
+                return StoredEvent(
+                    eventID: stored.eventID, isNew: true,
+                    outbox: OutboxEntry(
+                        id: stored.outboxID,
+                        envelope: EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: event.traceID),
+                        topic: topic, routingKey: event.routingKey))
+            }
+            guard let id = existing[event.notificationUUID] else {
+                throw PostgresError.server(
+                    sqlState: "XX000", message: "notification neither inserted nor found", constraint: nil)
+            }
+            return StoredEvent(eventID: id, isNew: false, outbox: nil)
+        }
+    }
+
     /// Stores a client's signed transaction (uploaded for an order, or observed) with its outbox
     /// row; the same JWS submitted again the same way is the same submission (isNew false).
     public func insertSubmission(_ submission: NewSubmission, publishGrace: Duration = .seconds(10)) async throws

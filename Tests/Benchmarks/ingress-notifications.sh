@@ -9,7 +9,8 @@
 #   BENCH_NOTIFICATIONS=150000 DURATION=15s CONNECTIONS=64 BENCH_PORT=18090 BENCH_PERF=1 Tests/Benchmarks/ingress-notifications.sh
 #
 # BENCH_PERF=1 also records the whole machine with perf (call graphs) during the notification run
-# and prints where the CPU went: by process, then inside the ingress by function (inclusive).
+# and prints where the CPU went: by process, then inside the ingress by function (inclusive);
+# BENCH_PERF_KEEP=DIR keeps the recording there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source deploy/local/env.sh
@@ -42,7 +43,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bash deploy/local/start.sh >/dev/null
+# Services already running (another checkout's, say) are used as they are: start.sh from a
+# worktree would otherwise set up a second cluster on the same port.
+if ! pg_isready -q -d "$DATABASE_URL" || ! (exec 3<>"/dev/tcp/${KAFKA_BROKERS%:*}/${KAFKA_BROKERS##*:}") 2>/dev/null; then
+    bash deploy/local/start.sh >/dev/null
+fi
 echo "building ingress and subsctl (release)..."
 for product in ingress subsctl; do
     swift build -c release --product "$product" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
@@ -137,6 +142,8 @@ if [ "${BENCH_PERF:-0}" = 1 ]; then
     report 16 --no-children --sort comm,dso >"$work/perf-comm.txt"
     # Inclusive time (callees included) names the operations: verification, logging, libpq calls…
     report 40 --pid "$ingress_pid" --percentage relative --children --sort dso,symbol >"$work/perf-ingress.txt"
+    # BENCH_PERF_KEEP=DIR keeps the recording (and the ingress's pid) for a closer look with perf report.
+    if [ -n "${BENCH_PERF_KEEP:-}" ]; then mkdir -p "$BENCH_PERF_KEEP"; cp "$work/perf.data" "$BENCH_PERF_KEEP/"; echo "$ingress_pid" >"$BENCH_PERF_KEEP/ingress.pid"; fi
 fi
 
 echo

@@ -180,3 +180,16 @@ struct CreditJobsTests {
         #expect(UTCDay(containing: .utc("2028-02-29T23:59:59Z")).next.start == .utc("2028-03-01T00:00:00Z"))
     }
 }
+
+@Suite struct CreditBalanceDocumentTests {
+    @Test(arguments: [
+        [CreditPool.subscription: Int64(1_000_500_000), .welcome: 750_000, .permanent: 20_000_000],
+        [:], [.permanent: 1],
+    ])
+    func directDocumentIsWhatJSONEncoderWrites(_ pools: [CreditPool: MicroCredits]) throws {
+        let balance = CreditBalance(pools)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        #expect(String(decoding: balance.json, as: UTF8.self) == String(decoding: try encoder.encode(balance), as: UTF8.self))
+    }
+}

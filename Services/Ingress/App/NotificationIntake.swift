@@ -23,11 +23,7 @@ public struct NotificationIntake: Sendable {
         self.store = store
         self.publisher = publisher
         batches = GroupCommit(maxBatchSize: maxBatchSize, maxConcurrentBatches: maxConcurrentBatches) { events in
-            try await store.pool.transaction { connection in
-                var stored: [StoredEvent] = []
-                for event in events { stored.append(try await store.insertNotification(event, on: connection)) }
-                return stored
-            }
+            try await store.insertNotifications(events)
         }
     }
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import HTTPServer
+import Synchronization
 
 /// The business user a request acts for, taken from a verified bearer token.
 struct AuthenticatedUser: Sendable, Equatable {
@@ -17,6 +18,7 @@ struct UserAuthenticator: Sendable {
     }
     private let method: Method
     private let now: @Sendable () -> Date
+    private let verified = VerifiedTokens()
     static let clockSkew: TimeInterval = 60
 
     init(settings: UserTokenSettings, now: @escaping @Sendable () -> Date = Date.init) throws {
@@ -31,13 +33,28 @@ struct UserAuthenticator: Sendable {
     }
 
     func authenticate(_ request: HTTPRequest) throws(HTTPError) -> AuthenticatedUser {
-        guard let header = request.header("authorization"), header.count > 7,
-            header.prefix(7).lowercased() == "bearer "
+        // On bytes: Foundation's trimming and lowercasing cost more than a cached verification.
+        guard let header = request.header("authorization")?.utf8, header.count > 7,
+            header.prefix(7).map({ $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }).elementsEqual("bearer ".utf8)
         else { throw APIError.unauthorized() }
-        return try verify(String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces))
+        let blank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        let token = header.dropFirst(7).drop(while: blank)
+        return try verify(String(Substring(token.prefix(token.count - token.reversed().prefix(while: blank).count))))
     }
 
+    /// A token seen before skips the signature and JSON work; its expiry is still checked.
     func verify(_ token: String) throws(HTTPError) -> AuthenticatedUser {
+        let current = now().timeIntervalSince1970
+        if let user = verified.user(for: token, at: current - Self.clockSkew) { return user }
+        // Once valid, a token stays valid until its exp (its nbf, if any, has passed).
+        let (user, expiry) = try verifyFully(token, at: current)
+        verified.insert(token, user: user, expiry: expiry)
+        return user
+    }
+
+    private func verifyFully(_ token: String, at current: TimeInterval) throws(HTTPError)
+        -> (AuthenticatedUser, expiry: TimeInterval)
+    {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, token.utf8.count <= 8192,
             let headerBytes = Base64URL.decode(parts[0]), let payloadBytes = Base64URL.decode(parts[1]),
@@ -61,7 +78,6 @@ struct UserAuthenticator: Sendable {
             throw APIError.unauthorized("bearer token algorithm not accepted")
         }
         guard valid else { throw APIError.unauthorized("bearer token signature is invalid") }
-        let current = now().timeIntervalSince1970
         guard let exp = (claims["exp"] as? NSNumber)?.doubleValue, exp + Self.clockSkew > current else {
             throw APIError.unauthorized("bearer token expired or without exp")
         }
@@ -71,6 +87,38 @@ struct UserAuthenticator: Sendable {
         guard let sub = claims["sub"] as? String, !sub.isEmpty, sub.count <= 128 else {
             throw APIError.unauthorized("bearer token without a subject")
         }
-        return AuthenticatedUser(userID: sub)
+        return (AuthenticatedUser(userID: sub), exp)
+    }
+}
+
+/// Tokens whose signature and claims were verified, with their subject and expiry: a client
+/// sends the same token on every call, and verifying it (HMAC or ES256, two JSON documents) cost
+/// more than the read it authorises. Keyed by the whole token, signature included, so a token
+/// differing in any byte is verified afresh. Bounded: emptied when full.
+final class VerifiedTokens: Sendable {
+    private struct Entry {
+        let user: AuthenticatedUser
+        let expiry: TimeInterval
+    }
+    private let entries = Mutex<[String: Entry]>([:])
+    private let capacity = 10_000
+
+    /// The token's user if it was verified and its `exp` is after `time`; an expired entry is dropped.
+    func user(for token: String, at time: TimeInterval) -> AuthenticatedUser? {
+        entries.withLock { entries in
+            guard let entry = entries[token] else { return nil }
+            guard entry.expiry > time else {
+                entries[token] = nil
+                return nil
+            }
+            return entry.user
+        }
+    }
+
+    func insert(_ token: String, user: AuthenticatedUser, expiry: TimeInterval) {
+        entries.withLock { entries in
+            if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
+            entries[token] = Entry(user: user, expiry: expiry)
+        }
     }
 }

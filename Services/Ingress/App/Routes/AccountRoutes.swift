@@ -79,7 +79,7 @@ struct AccountRoutes: Sendable {
             guard let pool = CreditPool(rawValue: try row.decode("pool", as: String.self)) else { continue }
             pools[pool] = try row.decode("balance", as: Int64.self)
         }
-        return .json(CreditBalance(pools))
+        return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: CreditBalance(pools).json)
     }
 
     static func decimal(_ micro: MicroCredits) -> String { CreditAmount.decimal(micro) }
