@@ -1,3 +1,4 @@
+import AppStore
 import Crypto
 import Foundation
 import Storage
@@ -20,23 +21,42 @@ extension NewNotificationEvent {
             payloadKeyID: sealed.keyID, traceID: traceID)
     }
 
-    /// Transaction ids read from a nested signed transaction WITHOUT verifying it: they only choose
-    /// the Kafka partition and fill the lookup columns; the worker verifies the JWS before using
-    /// anything in it. Identifiers that are not short plain tokens are dropped.
+    /// Transaction ids read from the nested signed transaction WITHOUT verifying it: they only
+    /// choose the Kafka partition; the worker verifies the nested JWS before using anything in it.
+    /// Runs for every notification, so the token is cut on bytes and read with the verifier's
+    /// fast JSON parser (a malformed payload simply routes by notification UUID).
     public static func routingIdentifiers(of signedTransaction: String?) -> (
         transactionID: String?, originalTransactionID: String?
     ) {
-        guard let token = signedTransaction else { return (nil, nil) }
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
-            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
-        else { return (nil, nil) }
-        func identifier(_ key: String) -> String? {
-            guard let value = object[key] as? String, !value.isEmpty, value.count <= 64,
-                value.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
+        guard var token = signedTransaction else { return (nil, nil) }
+        let payload = token.withUTF8 { utf8 -> [UInt8]? in
+            guard let first = utf8.firstIndex(of: UInt8(ascii: ".")),
+                let second = utf8[(first + 1)...].firstIndex(of: UInt8(ascii: ".")),
+                !utf8[(second + 1)...].contains(UInt8(ascii: "."))
+            else { return nil }
+            return Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: utf8[(first + 1)..<second]))
+        }
+        guard let payload, let claims = try? AppStoreJSON.decode(RoutingClaims.self, from: payload) else {
+            return (nil, nil)
+        }
+        func identifier(_ value: String?) -> String? {
+            guard let value, !value.isEmpty, value.utf8.count <= 64,
+                value.utf8.allSatisfy({ byte in
+                    switch byte {
+                    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                        UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"): true
+                    default: false
+                    }
+                })
             else { return nil }
             return value
         }
-        return (identifier("transactionId"), identifier("originalTransactionId"))
+        return (identifier(claims.transactionId), identifier(claims.originalTransactionId))
+    }
+
+    /// The only claims routing reads; any other member is ignored.
+    private struct RoutingClaims: Decodable {
+        let transactionId: String?
+        let originalTransactionId: String?
     }
 }

@@ -104,19 +104,15 @@ struct NotificationRoutes: Sendable {
         }
         received.increment()
         let environment = payload.data?.rawEnvironment ?? payload.summary?.rawEnvironment ?? endpoint.rawValue
-        let routing = Self.routingIdentifiers(of: payload.data?.signedTransactionInfo)
-        let sealed: (keyID: String, sealed: [UInt8])
+        let event: NewNotificationEvent
         do {
-            sealed = try context.cipher.seal(Array(body.signedPayload.utf8), context: uuid)
+            event = try NewNotificationEvent.sealing(
+                signedPayload: body.signedPayload, notificationUUID: uuid, type: type, subtype: payload.rawSubtype,
+                environment: environment, signedDate: payload.signedDate,
+                signedTransactionInfo: payload.data?.signedTransactionInfo, cipher: context.cipher, traceID: request.traceID)
         } catch {
             throw APIError.serviceUnavailable("could not seal the payload")
         }
-        let event = NewNotificationEvent(
-            notificationUUID: uuid, notificationType: type, subtype: payload.rawSubtype, environment: environment,
-            signedDate: payload.signedDate, transactionID: routing.transactionID,
-            originalTransactionID: routing.originalTransactionID,
-            routingKey: routing.originalTransactionID ?? uuid, sealedPayload: sealed.sealed,
-            payloadKeyID: sealed.keyID, traceID: request.traceID)
         let stored: StoredEvent
         do {
             stored = try await context.intake.accept(event)
@@ -135,7 +131,7 @@ struct NotificationRoutes: Sendable {
                 [
                     "appstore.notification_uuid": .string(uuid), "appstore.notification_type": .string(type),
                     "appstore.subtype": .string(payload.rawSubtype ?? ""), "appstore.environment": .string(environment),
-                    "appstore.original_transaction_id": .string(routing.originalTransactionID ?? ""),
+                    "appstore.original_transaction_id": .string(event.originalTransactionID ?? ""),
                     "idempotency.result": .string(stored.isNew ? "new" : "duplicate"), "trace.id": .string(request.traceID),
                 ])
         }
@@ -179,43 +175,6 @@ struct NotificationRoutes: Sendable {
             let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
         else { return nil }
         return object["environment"] as? String
-    }
-
-    /// Transaction ids read from the nested signed transaction WITHOUT verifying it: they only
-    /// choose the Kafka partition; the worker verifies the nested JWS before using anything in it.
-    /// Runs for every notification, so the token is cut on bytes and read with the verifier's
-    /// fast JSON parser (a malformed payload simply routes by notification UUID).
-    static func routingIdentifiers(of signedTransaction: String?) -> (transactionID: String?, originalTransactionID: String?) {
-        guard var token = signedTransaction else { return (nil, nil) }
-        let payload = token.withUTF8 { utf8 -> [UInt8]? in
-            guard let first = utf8.firstIndex(of: UInt8(ascii: ".")),
-                let second = utf8[(first + 1)...].firstIndex(of: UInt8(ascii: ".")),
-                !utf8[(second + 1)...].contains(UInt8(ascii: "."))
-            else { return nil }
-            return Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: utf8[(first + 1)..<second]))
-        }
-        guard let payload, let claims = try? AppStoreJSON.decode(RoutingClaims.self, from: payload) else {
-            return (nil, nil)
-        }
-        func identifier(_ value: String?) -> String? {
-            guard let value, !value.isEmpty, value.utf8.count <= 64,
-                value.utf8.allSatisfy({ byte in
-                    switch byte {
-                    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                        UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"): true
-                    default: false
-                    }
-                })
-            else { return nil }
-            return value
-        }
-        return (identifier(claims.transactionId), identifier(claims.originalTransactionId))
-    }
-
-    /// The only claims routing reads; any other member is ignored.
-    private struct RoutingClaims: Decodable {
-        let transactionId: String?
-        let originalTransactionId: String?
     }
 }
 
