@@ -94,10 +94,16 @@ struct FulfillmentThroughputTests {
             "SELECT extract(epoch FROM max(processed_at) - min(processed_at))::float8 AS s FROM processed_event"
         ).first!.decode("s", as: Double.self)
         let cpu = processes.map { Self.cpuSeconds(pid: $0.pid) }.reduce(0, +)
+        // The backends serving this database (the workers' pools): what the events cost PostgreSQL.
+        let backends = try await pool.query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).map { try $0.decode("pid", as: Int32.self) }
+        let databaseCPU = backends.map { Self.cpuSeconds(pid: $0) }.reduce(0, +)
         print(
             "fulfillment_throughput workers=\(workers) events=\(total) seconds=\(String(format: "%.2f", seconds))"
                 + " events_per_second=\(Int(Double(total) / seconds))"
-                + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))")
+                + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))"
+                + " postgres_cpu_ms_per_event=\(String(format: "%.3f", databaseCPU * 1000 / Double(total)))")
         #expect(try await count("SELECT count(*) FROM credit_grant") == total)
         #expect(try await ChainReplay.mismatches(pool: pool, now: Date()).isEmpty)
         await pool.shutdown()
