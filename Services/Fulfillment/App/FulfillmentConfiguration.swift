@@ -30,6 +30,8 @@ public struct FulfillmentConfiguration: Sendable {
     public var httpPort: Int
     /// Address of that endpoint (`FULFILLMENT_HTTP_HOST`). Default 0.0.0.0.
     public var httpHost: String
+    /// Test-only fault injection (`FULFILLMENT_CRASH_POINT`, `FULFILLMENT_CRASH_MARKER`): see `CrashPoint`.
+    public var crashPoint: CrashPoint?
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -45,6 +47,7 @@ public struct FulfillmentConfiguration: Sendable {
         concurrency = reader.int("FULFILLMENT_CONCURRENCY", default: 8, range: 1...256)
         httpPort = reader.int("FULFILLMENT_HTTP_PORT", default: 8081, range: 0...65_535)
         httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
+        crashPoint = CrashPoint.read(from: reader)
     }
 
     public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {

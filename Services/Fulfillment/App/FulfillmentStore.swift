@@ -21,6 +21,8 @@ struct FulfillmentStore: Sendable {
     let appKey: String
     /// A Sandbox deployment is an isolated test tenant.
     let everyoneIsTestUser: Bool
+    /// Test-only: where to die (scenario 30).
+    let crashPoint: CrashPoint?
     private let decoder = Self.decoder()
 
     /// Reads the JSON of the queries: dates are milliseconds, like Apple's.
@@ -30,10 +32,11 @@ struct FulfillmentStore: Sendable {
         return decoder
     }
 
-    init(events: EventStore, appKey: String, everyoneIsTestUser: Bool) {
+    init(events: EventStore, appKey: String, everyoneIsTestUser: Bool, crashPoint: CrashPoint? = nil) {
         self.events = events
         self.appKey = appKey
         self.everyoneIsTestUser = everyoneIsTestUser
+        self.crashPoint = crashPoint
     }
 
     var pool: PostgresPool { events.pool }
@@ -49,6 +52,7 @@ struct FulfillmentStore: Sendable {
         }
         return try await pool.transaction { db in
             guard try await lock(event, chain: needsFacts ? chain : nil, owner: owner, on: db) else { return .leaseLost }
+            crashPoint.reached(.locked)
             let plan: FulfillmentPlan
             if needsFacts, let chain {
                 let input = try await load(verified, chain: chain, now: now, on: db)
@@ -59,6 +63,7 @@ struct FulfillmentStore: Sendable {
                         source: verified.source, transaction: nil, renewal: nil, catalogue: [:],
                         everyoneIsTestUser: everyoneIsTestUser, now: now))
             }
+            crashPoint.reached(.loaded)
             var granted = 0
             switch plan.verdict {
             case .applied, .recorded:
@@ -77,6 +82,7 @@ struct FulfillmentStore: Sendable {
             case .refused(let code, let reason):
                 try await events.fail(event, owner: owner, code: code, message: reason, retryAt: nil, on: db)
             }
+            crashPoint.reached(.written)
             return .done(plan, granted: granted)
         }
     }
