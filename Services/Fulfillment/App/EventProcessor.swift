@@ -27,8 +27,6 @@ public struct EventProcessor: Sendable {
     let reader: EventReader
     let notifier: FulfillmentNotifier
     let clock: any WallClock
-    /// The verified events of the partitions in flight, applied together (see `FulfillmentStore.process`).
-    private let batches: GroupCommit<VerifiedClaim, Result<ProcessingOutcome, any Error>>
     private let metrics = ProcessorMetrics()
 
     public init(
@@ -44,25 +42,6 @@ public struct EventProcessor: Sendable {
             everyoneIsTestUser: configuration.appStore.environment != .production, crashPoint: configuration.crashPoint)
         reader = EventReader(cipher: cipher, verifier: verifier)
         notifier = FulfillmentNotifier(pool: events.pool, logger: logger)
-        let (store, owner) = (store, configuration.workerID)
-        // Two batches at a time: while one commits, the events verified meanwhile form the next.
-        batches = GroupCommit(maxBatchSize: max(1, configuration.concurrency), maxConcurrentBatches: 2) { claims in
-            do {
-                return try await store.process(claims, owner: owner, now: clock.now()).map { .success($0) }
-            } catch where claims.count > 1 {
-                // One event's failure aborted the batch: each again on its own, so that only the
-                // failing event records the failure.
-                var results: [Result<ProcessingOutcome, any Error>] = []
-                for claim in claims {
-                    do {
-                        results.append(.success(try await store.process([claim], owner: owner, now: clock.now())[0]))
-                    } catch {
-                        results.append(.failure(error))
-                    }
-                }
-                return results
-            }
-        }
     }
 
     /// Kafka handler. Returns normally once the event's fate is recorded in PostgreSQL; throws only
@@ -89,7 +68,7 @@ public struct EventProcessor: Sendable {
         do {
             let verified = try await reader.read(event)
             log = log.with(Self.metadata(verified))
-            let outcome = try await batches.submit(VerifiedClaim(event: event, verified: verified)).get()
+            let outcome = try await store.process(event, verified, owner: owner, now: clock.now())
             metrics.duration.observe(since: started)
             switch outcome {
             case .leaseLost:

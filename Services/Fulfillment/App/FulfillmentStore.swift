@@ -12,15 +12,9 @@ enum ProcessingOutcome: Sendable {
     case done(FulfillmentPlan, granted: Int)
 }
 
-/// An event this worker holds under its lease, opened and verified: what a batch applies.
-struct VerifiedClaim: Sendable {
-    var event: ClaimedEvent
-    var verified: VerifiedEvent
-}
-
-/// The SQL of fulfillment: one transaction per batch of events, three statements per event — lock
-/// the lease and the chain, load everything the rules read in one query, write everything the plan
-/// says and complete the event in one statement (refunds add a few).
+/// The SQL of fulfillment: one transaction per event with few round trips — lock the lease and the
+/// chain, load everything the rules read in one query, write everything the plan says and complete
+/// the event in one statement (refunds add a few).
 struct FulfillmentStore: Sendable {
     let events: EventStore
     /// `app_key` of the catalogue rows this worker serves (the bundle id).
@@ -47,27 +41,8 @@ struct FulfillmentStore: Sendable {
 
     var pool: PostgresPool { events.pool }
 
-    /// Applies verified events, in order, in ONE transaction: one BEGIN, one COMMIT and one WAL
-    /// flush for all of them. Throws for the whole batch, which then wrote nothing.
-    ///
-    /// The events of one chain share a Kafka partition and are handled one after the other, each
-    /// after the previous one committed, so a batch never waits on a chain lock of a batch of the
-    /// same worker.
-    func process(_ batch: [VerifiedClaim], owner: String, now: Date) async throws -> [ProcessingOutcome] {
-        try await pool.transaction { db in
-            var outcomes: [ProcessingOutcome] = []
-            outcomes.reserveCapacity(batch.count)
-            for claim in batch {
-                outcomes.append(try await apply(claim.event, claim.verified, owner: owner, now: now, on: db))
-            }
-            return outcomes
-        }
-    }
-
-    /// One event's locks, load and writes, inside the caller's transaction.
-    private func apply(
-        _ event: ClaimedEvent, _ verified: VerifiedEvent, owner: String, now: Date, on db: PostgresConnection
-    ) async throws -> ProcessingOutcome {
+    /// Applies a verified event in one transaction.
+    func process(_ event: ClaimedEvent, _ verified: VerifiedEvent, owner: String, now: Date) async throws -> ProcessingOutcome {
         let chain = verified.transaction.map { ($0.fact.environment, $0.fact.originalTransactionID) }
             ?? verified.renewal.map { ($0.environment, $0.originalTransactionID) }
         let needsFacts: Bool
@@ -75,39 +50,41 @@ struct FulfillmentStore: Sendable {
         case .recordOnly, .unknown, .consumptionRequest: needsFacts = false
         default: needsFacts = chain != nil
         }
-        guard try await lock(event, chain: needsFacts ? chain : nil, owner: owner, on: db) else { return .leaseLost }
-        crashPoint.reached(.locked)
-        let plan: FulfillmentPlan
-        if needsFacts, let chain {
-            let input = try await load(verified, chain: chain, now: now, on: db)
-            plan = FulfillmentPlanner.plan(input)
-        } else {
-            plan = FulfillmentPlanner.plan(
-                FulfillmentInput(
-                    source: verified.source, transaction: nil, renewal: nil, catalogue: [:],
-                    everyoneIsTestUser: everyoneIsTestUser, now: now))
+        return try await pool.transaction { db in
+            guard try await lock(event, chain: needsFacts ? chain : nil, owner: owner, on: db) else { return .leaseLost }
+            crashPoint.reached(.locked)
+            let plan: FulfillmentPlan
+            if needsFacts, let chain {
+                let input = try await load(verified, chain: chain, now: now, on: db)
+                plan = FulfillmentPlanner.plan(input)
+            } else {
+                plan = FulfillmentPlanner.plan(
+                    FulfillmentInput(
+                        source: verified.source, transaction: nil, renewal: nil, catalogue: [:],
+                        everyoneIsTestUser: everyoneIsTestUser, now: now))
+            }
+            crashPoint.reached(.loaded)
+            var granted = 0
+            switch plan.verdict {
+            case .applied, .recorded:
+                granted = try await write(plan, verified, event: event, owner: owner, on: db)
+            case .unmatched(let reason):
+                try await keepUnmatched(event, verified, reason: reason, on: db)
+                try await events.fail(
+                    event, owner: owner, code: reason.rawValue, message: "kept in unmatched_fact; replay after the fix",
+                    retryAt: nil, on: db)
+            case .accountConflict(let attributed, let other):
+                if plan.freezeChain, let chain { try await freeze(chain, on: db) }
+                try await events.fail(
+                    event, owner: owner, code: "ACCOUNT_CONFLICT",
+                    message: "attributed to user \(attributed), claimed by user \(other); chain frozen", retryAt: nil,
+                    on: db)
+            case .refused(let code, let reason):
+                try await events.fail(event, owner: owner, code: code, message: reason, retryAt: nil, on: db)
+            }
+            crashPoint.reached(.written)
+            return .done(plan, granted: granted)
         }
-        crashPoint.reached(.loaded)
-        var granted = 0
-        switch plan.verdict {
-        case .applied, .recorded:
-            granted = try await write(plan, verified, event: event, owner: owner, on: db)
-        case .unmatched(let reason):
-            try await keepUnmatched(event, verified, reason: reason, on: db)
-            try await events.fail(
-                event, owner: owner, code: reason.rawValue, message: "kept in unmatched_fact; replay after the fix",
-                retryAt: nil, on: db)
-        case .accountConflict(let attributed, let other):
-            if plan.freezeChain, let chain { try await freeze(chain, on: db) }
-            try await events.fail(
-                event, owner: owner, code: "ACCOUNT_CONFLICT",
-                message: "attributed to user \(attributed), claimed by user \(other); chain frozen", retryAt: nil,
-                on: db)
-        case .refused(let code, let reason):
-            try await events.fail(event, owner: owner, code: code, message: reason, retryAt: nil, on: db)
-        }
-        crashPoint.reached(.written)
-        return .done(plan, granted: granted)
     }
 
     /// Locks the event row if the lease is still ours, then the chain. The chain lock is a
