@@ -69,6 +69,7 @@ struct FulfillmentThroughputTests {
             }
         }
 
+        let commitsBefore = try await Self.commits(pool)
         var processes: [ServiceProcess] = []
         for index in 0..<workers {
             processes.append(
@@ -100,15 +101,19 @@ struct FulfillmentThroughputTests {
         ).map { try $0.decode("pid", as: Int32.self) }
         let databaseCPU = backends.map { Self.cpuSeconds(pid: $0) }.reduce(0, +)
         let rss = processes.map { Self.peakRSSMiB(pid: $0.pid) }.max() ?? 0
+        for process in processes { process.kill() }
+        // Backends report their counters when they end; the workers' ended with their processes.
+        try await Task.sleep(for: .seconds(1))
+        let commits = try await Self.commits(pool) - commitsBefore
         print(
             "fulfillment_throughput workers=\(workers) events=\(total) seconds=\(String(format: "%.2f", seconds))"
                 + " events_per_second=\(Int(Double(total) / seconds))"
                 + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))"
                 + " postgres_cpu_ms_per_event=\(String(format: "%.3f", databaseCPU * 1000 / Double(total)))"
+                + " postgres_commits_per_event=\(String(format: "%.2f", Double(commits) / Double(total)))"
                 + " worker_peak_rss_mib=\(String(format: "%.1f", rss))")
         #expect(try await count("SELECT count(*) FROM credit_grant") == total)
         #expect(try await ChainReplay.mismatches(pool: pool, now: Date()).isEmpty)
-        for process in processes { process.kill() }
         if workers == 2 {
             // The ceiling in the same run, on the same tables, with the workers gone.
             let tps = try Self.pgbenchFulfillmentShaped(url: harness.databaseURL, chains: chains, prefix: "4")
@@ -239,6 +244,13 @@ struct FulfillmentThroughputTests {
             let tps = Double(line.dropFirst("tps = ".count).prefix { $0 != " " })
         else { throw MissingServiceError(variable: "pgbench's tps (output: \(text.suffix(2000)))") }
         return tps
+    }
+
+    /// Transactions committed in this database so far (claims, applications, notifications, sweeps).
+    static func commits(_ pool: PostgresPool) async throws -> Int {
+        try await pool.query(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).first!.decode("xact_commit", as: Int.self)
     }
 
     static func seconds(_ duration: Duration) -> Double {
