@@ -60,7 +60,7 @@ struct PipelineKillTests {
 
         var kills = 0
         var killedWhileOpen = 0
-        while try await stream.count("SELECT count(*) FROM processed_event") < stream.total, kills < 6 {
+        while try await stream.count("SELECT count(*) FROM processed_event") < stream.total, kills < 4 {
             try await Task.sleep(for: .milliseconds(Int.random(in: 1_500...4_000)))
             let index = Int.random(in: 0..<3)
             let open = try await stream.count(
