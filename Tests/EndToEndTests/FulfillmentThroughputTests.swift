@@ -69,6 +69,7 @@ struct FulfillmentThroughputTests {
             }
         }
 
+        let commitsBefore = try await Self.commits(pool)
         var processes: [ServiceProcess] = []
         for index in 0..<workers {
             processes.append(
@@ -94,14 +95,190 @@ struct FulfillmentThroughputTests {
             "SELECT extract(epoch FROM max(processed_at) - min(processed_at))::float8 AS s FROM processed_event"
         ).first!.decode("s", as: Double.self)
         let cpu = processes.map { Self.cpuSeconds(pid: $0.pid) }.reduce(0, +)
+        // The backends serving this database (the workers' pools): what the events cost PostgreSQL.
+        let backends = try await pool.query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).map { try $0.decode("pid", as: Int32.self) }
+        let databaseCPU = backends.map { Self.cpuSeconds(pid: $0) }.reduce(0, +)
+        let rss = processes.map { Self.peakRSSMiB(pid: $0.pid) }.max() ?? 0
+        for process in processes { process.kill() }
+        // Backends report their counters when they end: wait for the workers' backends to end.
+        _ = try await eventually(timeout: 10, every: .milliseconds(100)) {
+            try await count(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                < pool.statistics.open
+        }
+        let commits = try await Self.commits(pool) - commitsBefore
         print(
             "fulfillment_throughput workers=\(workers) events=\(total) seconds=\(String(format: "%.2f", seconds))"
                 + " events_per_second=\(Int(Double(total) / seconds))"
-                + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))")
+                + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))"
+                + " postgres_cpu_ms_per_event=\(String(format: "%.3f", databaseCPU * 1000 / Double(total)))"
+                + " postgres_commits_per_event=\(String(format: "%.2f", Double(commits) / Double(total)))"
+                + " worker_peak_rss_mib=\(String(format: "%.1f", rss))")
         #expect(try await count("SELECT count(*) FROM credit_grant") == total)
         #expect(try await ChainReplay.mismatches(pool: pool, now: Date()).isEmpty)
+        if workers == 2 {
+            // The ceiling in the same run, on the same tables, with the workers gone.
+            let tps = try Self.pgbenchFulfillmentShaped(url: harness.databaseURL, chains: chains, prefix: "4")
+            print("fulfillment_pgbench_ceiling clients=8 tps=\(Int(tps))")
+        }
         await pool.shutdown()
         await producer.shutdown()
+    }
+
+    /// Webhook to entitlement: Apple's notifications POSTed to a real ingress at a steady rate
+    /// (`BENCH_OFFERED_RATE`, default 500/s, for `BENCH_SECONDS`, default 10), each a new user's
+    /// purchase; for one in ten, the time from the ingress's 200 until `GET
+    /// /api/v1/subscriptions/current` shows the subscription ACTIVE.
+    @Test func latencyFromWebhookToEntitlementAtASteadyRate() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let rate = Int(environment["BENCH_OFFERED_RATE"] ?? "") ?? 500
+        let total = rate * (Int(environment["BENCH_SECONDS"] ?? "") ?? 10)
+        let sampleEvery = 10
+        let harness = try await WorkerHarness.start(
+            workers: 2,
+            extra: ["INGRESS_NOTIFICATION_RATE_PER_SECOND": "1000000", "INGRESS_NOTIFICATION_RATE_BURST": "1000000"])
+        defer { harness.stop() }
+        let tokens = (0..<total).map { _ in UUID() }
+        try await harness.pool.query(
+            """
+            WITH users AS (
+                INSERT INTO app_user (user_id) SELECT 'user-' || i FROM generate_series(0, \(total - 1)) AS i RETURNING user_id
+            )
+            INSERT INTO user_account_token (user_id, app_account_token)
+            SELECT 'user-' || (t.n - 1), t.token FROM unnest(\(PostgresArray(tokens))::uuid[]) WITH ORDINALITY AS t(token, n)
+            """)
+        let bodies = try (0..<total).map { i -> Data in
+            let id = "6" + String(format: "%09d", i)
+            let jws = try harness.signer.signNotification(
+                type: .subscribed, subtype: .initialBuy, bundleId: IngressHarness.bundleID, environment: .sandbox,
+                transaction: harness.transaction(id, token: tokens[i]), renewalInfo: harness.renewalInfo(original: id))
+            return try JSONSerialization.data(withJSONObject: ["signedPayload": jws])
+        }
+        let authorizations = (0..<total).map { i in
+            i % sampleEvery == 0 ? "Bearer \(harness.ingress.userToken("user-\(i)"))" : ""
+        }
+        let client = harness.client
+        let path = "/api/v1/iap/apple/notifications/sandbox"
+        let interval = Duration.seconds(1) / rate
+        let started = ContinuousClock.now
+        let results = try await withThrowingTaskGroup(of: (status: Int, latency: Duration?).self) { group in
+            for i in 0..<total {
+                // Open loop: the next request leaves on schedule whatever the previous ones do.
+                try await Task.sleep(until: started + interval * i, clock: .continuous)
+                group.addTask {
+                    let response = try await client.request(
+                        "POST", path, headers: ["Content-Type": "application/json"], body: bodies[i])
+                    guard response.status == 200, i % sampleEvery == 0 else { return (response.status, nil) }
+                    let accepted = ContinuousClock.now
+                    while true {
+                        let current = try await client.get(
+                            "/api/v1/subscriptions/current", headers: ["Authorization": authorizations[i]])
+                        if current.status == 200, current.text.contains("\"ACTIVE\"") {
+                            return (200, ContinuousClock.now - accepted)
+                        }
+                        // Fine-grained at first, coarser for a backlog, so polling never swamps the ingress.
+                        let waited = ContinuousClock.now - accepted
+                        try await Task.sleep(for: min(.milliseconds(5) + waited / 10, .milliseconds(100)))
+                    }
+                }
+            }
+            var results: [(status: Int, latency: Duration?)] = []
+            for try await result in group { results.append(result) }
+            return results
+        }
+        let sendSeconds = Self.seconds(ContinuousClock.now - started)
+        let drained = try await eventually(timeout: 300, every: .milliseconds(500)) {
+            try await harness.count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == total
+        }
+        #expect(drained)
+        let latencies = results.compactMap(\.latency).map(Self.seconds).sorted()
+        let rejected = results.filter { $0.status != 200 }.count
+        #expect(rejected == 0, "\(rejected) notifications were not answered 200")
+        func percentile(_ p: Double) -> String {
+            guard !latencies.isEmpty else { return "n/a" }
+            return String(format: "%.0f", latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] * 1000)
+        }
+        let rss = harness.workers.map { Self.peakRSSMiB(pid: $0.pid) }.max() ?? 0
+        // The same path seen by the database, free of the test client's own queueing: from the
+        // row the ingress committed before its 200 to the commit that made the entitlement readable.
+        let stored = try await harness.pool.query(
+            """
+            SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at))::float8 AS p50,
+                   percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at))::float8 AS p99
+              FROM apple_notification_event
+            """
+        ).first!
+        print(
+            "fulfillment_latency offered_per_second=\(rate) events=\(total) samples=\(latencies.count)"
+                + " webhook_to_entitlement_ms_p50=\(percentile(0.50)) p99=\(percentile(0.99)) max=\(percentile(1.0))"
+                + " stored_to_committed_ms_p50=\(Int(try stored.decode("p50", as: Double.self) * 1000))"
+                + " p99=\(Int(try stored.decode("p99", as: Double.self) * 1000))"
+                + " all_answered_within_s=\(String(format: "%.1f", sendSeconds)) worker_peak_rss_mib=\(String(format: "%.1f", rss))")
+        #expect(try await harness.count("SELECT count(*) FROM credit_grant") == total)
+    }
+
+    /// PostgreSQL's fulfillment-shaped transaction (insert the transaction, lock and update the
+    /// subscription, insert the grant, update the balance) with pgbench, 8 clients × 2,000, on the
+    /// chains a drain left behind; its transactions per second.
+    static func pgbenchFulfillmentShaped(url: String, chains: Int, prefix: String) throws -> Double {
+        let script = FileManager.default.temporaryDirectory.appendingPathComponent(TestEnvironment.uniqueName("pgbench") + ".sql")
+        defer { try? FileManager.default.removeItem(at: script) }
+        try """
+            \\set chain random(0, \(chains - 1))
+            \\set original \(prefix)000000 + :chain
+            BEGIN;
+            INSERT INTO apple_transaction (environment, transaction_id, original_transaction_id, user_id, product_id,
+                purchase_date, expires_date, ownership_type, signed_date, payload_hash)
+            VALUES ('Sandbox', gen_random_uuid()::text, :original::text, 'user-' || :chain, 'com.example.starter.monthly',
+                now(), now() + interval '30 days', 'PURCHASED', now(), md5(random()::text));
+            SELECT status FROM user_subscription WHERE environment = 'Sandbox' AND original_transaction_id = :original::text FOR UPDATE;
+            UPDATE user_subscription SET expires_at = now() + interval '30 days', version = version + 1, updated_at = now()
+             WHERE environment = 'Sandbox' AND original_transaction_id = :original::text;
+            INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id)
+            VALUES (gen_random_uuid()::text, 'user-' || :chain, 'SUBSCRIPTION', 1000000000, 'RENEWAL', 'Sandbox',
+                gen_random_uuid()::text, :original::text);
+            UPDATE credit_account SET balance = balance + 1000000000, updated_at = now()
+             WHERE user_id = 'user-' || :chain AND pool = 'SUBSCRIPTION';
+            END;
+
+            """.write(to: script, atomically: true, encoding: .utf8)
+        let output = Pipe()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        // A count, not `-T`: pgbench ends a timed run with SIGALRM, which the test process's threads
+        // block and a spawned child inherits blocked (a timed run never ends).
+        process.arguments = ["pgbench", "-n", "-M", "prepared", "-c", "8", "-j", "2", "-t", "2000", "-f", script.path, url]
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("tps = ") }),
+            let tps = Double(line.dropFirst("tps = ".count).prefix { $0 != " " })
+        else { throw MissingServiceError(variable: "pgbench's tps (output: \(text.suffix(2000)))") }
+        return tps
+    }
+
+    /// Transactions committed in this database so far (claims, applications, notifications, sweeps).
+    static func commits(_ pool: PostgresPool) async throws -> Int {
+        try await pool.query(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).first!.decode("xact_commit", as: Int.self)
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    /// Peak resident memory of a process (`VmHWM` in `/proc/<pid>/status`), MiB.
+    static func peakRSSMiB(pid: Int32) -> Double {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+            let kib = Double(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        else { return 0 }
+        return kib / 1024
     }
 
     /// User plus system CPU time of a process so far (Linux `/proc/<pid>/stat`, clock ticks of 1/100 s).

@@ -13,50 +13,113 @@ import Testing
 import TestSupport
 
 /// The pipe through both sides: real sealed notifications stored and published by the ingress's
-/// intake, applied by worker processes under leases, one of which dies by `kill -9` mid-stream.
+/// intake, applied by worker processes under leases, while workers die by `kill -9` mid-stream.
 @Suite(.timeLimit(.minutes(5)))
 struct PipelineKillTests {
     @Test func everyEventIsAppliedExactlyOnceWhenAWorkerIsKilledMidStream() async throws {
-        let harness = try await PipelineHarness.make()
-        let configuration = try harness.configuration
-        let pool = PostgresPool(configuration: configuration.postgres, logger: harness.logger)
-        let producer = try KafkaProducer(configuration: configuration.kafka, logger: harness.logger)
-        let producing = Task { try await producer.run() }
-        defer { producing.cancel() }
-        try await Bootstrap.prepare(configuration: configuration, pool: pool, logger: harness.logger)
-        let store = EventStore(pool: pool, topic: configuration.eventTopic)
-        let intake = NotificationIntake(
-            store: store, publisher: EventPublisher(producer: producer, store: store, logger: harness.logger))
-
-        let first = try harness.startWorker("worker-a")
-        let second = try harness.startWorker("worker-b")
+        let stream = try await RenewalStream.make(total: 2_000, chains: 300, prefix: "3")
+        let first = try stream.harness.startWorker("worker-a")
+        let second = try stream.harness.startWorker("worker-b")
         defer {
             first.kill()
             second.kill()
         }
         #expect(await first.waitForOutput("partition assignment changed", timeout: 60), "\(first.output)")
         #expect(await second.waitForOutput("partition assignment changed", timeout: 60), "\(second.output)")
+        let feeding = Task { try await stream.feed() }
 
-        // Real facts: each of 300 chains renews several times; every event is a verified
-        // DID_RENEW whose transaction earns a grant, so "applied exactly once" is visible in credits.
-        let total = 2_000
-        let chains = 300
+        // Kill one worker while the stream is flowing, after it has applied some events.
+        let killedMidStream = try await eventually(timeout: 60) {
+            try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-a'") >= 100
+        }
+        #expect(killedMidStream, "worker-a applied nothing: \(first.output.suffix(2000))")
+        first.kill()
+        let doneAtKill = try await stream.count("SELECT count(*) FROM processed_event")
+        #expect(doneAtKill < stream.total, "the kill must land mid-stream")
+        try await feeding.value
+
+        try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: [second])
+        #expect(try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-b'") > 0)
+        // A graceful stop leaves the group and exits cleanly.
+        #expect(second.terminate(timeout: 30) == 0, "\(second.output.suffix(2000))")
+        await stream.shutdown()
+    }
+
+    /// Issue 5: three workers under a stream of 5,000 events while workers are killed with
+    /// `kill -9` at random moments and restarted (under a new worker id, as a new process would be).
+    @Test func threeWorkersKilledAtRandomMomentsApplyEveryEventExactlyOnce() async throws {
+        let stream = try await RenewalStream.make(total: 5_000, chains: 500, prefix: "5")
+        var generations = [0, 0, 0]
+        var processes: [ServiceProcess] = []
+        for index in 0..<3 { processes.append(try stream.harness.startWorker("w\(index)-0")) }
+        defer { for process in processes { process.kill() } }
+        for process in processes {
+            #expect(await process.waitForOutput("partition assignment changed", timeout: 60), "\(process.output)")
+        }
+        let feeding = Task { try await stream.feed() }
+
+        var kills = 0
+        var killedWhileOpen = 0
+        while try await stream.count("SELECT count(*) FROM processed_event") < stream.total, kills < 4 {
+            try await Task.sleep(for: .milliseconds(Int.random(in: 1_500...4_000)))
+            let index = Int.random(in: 0..<3)
+            let open = try await stream.count(
+                "SELECT count(*) FROM apple_notification_event WHERE process_status <> 'SUCCEEDED'")
+            processes[index].kill()
+            kills += 1
+            if open > 0 { killedWhileOpen += 1 }
+            generations[index] += 1
+            processes[index] = try stream.harness.startWorker("w\(index)-\(generations[index])")
+        }
+        try await feeding.value
+        #expect(kills >= 3, "the stream ended before three kills")
+        #expect(killedWhileOpen >= 3, "fewer than three kills landed while events were open")
+
+        try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: processes)
+        await stream.shutdown()
+    }
+}
+
+/// A stream of verified DID_RENEW notifications over several chains, each of whose transactions
+/// earns a grant, so "applied exactly once" is visible in credits; fed through the ingress's intake.
+struct RenewalStream {
+    let harness: PipelineHarness
+    let pool: PostgresPool
+    let producer: KafkaProducer
+    let producing: Task<Void, any Error>
+    let intake: NotificationIntake
+    let events: [NewNotificationEvent]
+    var total: Int { events.count }
+
+    /// `prefix` keeps the original transaction ids of different tests apart.
+    static func make(total: Int, chains: Int, prefix: String) async throws -> RenewalStream {
+        let harness = try await PipelineHarness.make()
+        let configuration = try harness.configuration
+        let pool = PostgresPool(configuration: configuration.postgres, logger: harness.logger)
+        let producer = try KafkaProducer(configuration: configuration.kafka, logger: harness.logger)
+        let producing = Task { try await producer.run() }
+        try await Bootstrap.prepare(configuration: configuration, pool: pool, logger: harness.logger)
+        let store = EventStore(pool: pool, topic: configuration.eventTopic)
+        let intake = NotificationIntake(
+            store: store, publisher: EventPublisher(producer: producer, store: store, logger: harness.logger))
         try await pool.query(
             """
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
             VALUES (\(IngressHarness.bundleID), 'com.example.starter.monthly', '21000000', 'starter', 2, 'MONTH', 1000)
             """)
-        var tokens: [UUID] = []
-        for chain in 0..<chains {
-            let token = UUID()
-            tokens.append(token)
-            try await pool.query("INSERT INTO app_user (user_id) VALUES (\("user-\(chain)"))")
-            try await pool.query("INSERT INTO user_account_token (user_id, app_account_token) VALUES (\("user-\(chain)"), \(token))")
-        }
+        let tokens = (0..<chains).map { _ in UUID() }
+        try await pool.query(
+            """
+            WITH users AS (
+                INSERT INTO app_user (user_id) SELECT 'user-' || i FROM generate_series(0, \(chains - 1)) AS i RETURNING user_id
+            )
+            INSERT INTO user_account_token (user_id, app_account_token)
+            SELECT 'user-' || (t.n - 1), t.token FROM unnest(\(PostgresArray(tokens))::uuid[]) WITH ORDINALITY AS t(token, n)
+            """)
         let start = Date() - 86_400
         let events = try (0..<total).map { i -> NewNotificationEvent in
             let chain = i % chains, period = i / chains
-            let original = "3" + String(format: "%06d", chain)
+            let original = prefix + String(format: "%06d", chain)
             var transaction = TestPayloads.transaction(
                 bundleId: IngressHarness.bundleID, environment: .sandbox, productId: "com.example.starter.monthly",
                 transactionId: period == 0 ? original : original + String(format: "%03d", period), originalTransactionId: original,
@@ -64,57 +127,64 @@ struct PipelineKillTests {
             transaction.transactionReason = period == 0 ? .purchase : .renewal
             return try harness.storedNotification(type: .didRenew, transaction: transaction)
         }
-        let feeding = Task {
-            for batch in stride(from: 0, to: total, by: 50) {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for i in batch..<min(batch + 50, total) {
-                        group.addTask { try await intake.accept(events[i], awaitPublish: true) }
-                    }
-                    try await group.waitForAll()
+        return RenewalStream(
+            harness: harness, pool: pool, producer: producer, producing: producing, intake: intake, events: events)
+    }
+
+    /// Stores and publishes every event, 50 at a time, as the ingress would.
+    func feed() async throws {
+        for batch in stride(from: 0, to: total, by: 50) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in batch..<min(batch + 50, total) {
+                    group.addTask { try await intake.accept(events[i], awaitPublish: true) }
                 }
+                try await group.waitForAll()
             }
         }
+    }
 
-        func count(_ sql: String) async throws -> Int {
-            try await pool.query(PostgresQuery(unsafeSQL: sql)).first!.decode(0, as: Int.self)
-        }
-        // Kill one worker while the stream is flowing, after it has applied some events.
-        let killedMidStream = try await eventually(timeout: 60) {
-            try await count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-a'") >= 100
-        }
-        #expect(killedMidStream, "worker-a applied nothing: \(first.output.suffix(2000))")
-        first.kill()
-        let doneAtKill = try await count("SELECT count(*) FROM processed_event")
-        #expect(doneAtKill < total, "the kill must land mid-stream")
-        try await feeding.value
+    func count(_ sql: String) async throws -> Int {
+        try await pool.query(PostgresQuery(unsafeSQL: sql)).first!.decode(0, as: Int.self)
+    }
 
-        let allDone = try await eventually(timeout: 120, every: .milliseconds(500)) {
+    /// Every event SUCCEEDED exactly once: one completion and one grant per event, balances equal
+    /// to their ledgers, rows equal to a replay of the facts, nothing left to publish.
+    func expectEveryEventAppliedOnce(
+        timeout: TimeInterval, survivors: [ServiceProcess], sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let allDone = try await eventually(timeout: timeout, every: .milliseconds(500)) {
             try await count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == total
         }
-        #expect(allDone, "not every event succeeded; survivor log tail: \(second.output.suffix(3000))")
-        #expect(try await count("SELECT count(*) FROM apple_notification_event") == total)
-        #expect(try await count("SELECT count(*) FROM processed_event") == total)
-        #expect(try await count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-b'") > 0)
-        #expect(try await count("SELECT count(*) FROM apple_notification_event WHERE process_status <> 'SUCCEEDED'") == 0)
-        // Exactly one grant per transaction, balances equal to their ledgers, rows equal to a replay.
-        #expect(try await count("SELECT count(*) FROM credit_grant") == total)
-        #expect(try await count("SELECT count(*) FROM credit_ledger") == total)
-        #expect(try await count("SELECT count(*) FROM payment_order") == total)
-        #expect(try await count("SELECT (coalesce(sum(balance), 0) / 1000000)::bigint FROM credit_account") == total * 1000)
-        #expect(try await count(
-            """
-            SELECT count(*) FROM credit_account a
-             WHERE a.balance <> (SELECT sum(delta) FROM credit_ledger l WHERE l.user_id = a.user_id AND l.pool = a.pool)
-            """) == 0)
-        #expect(try await ChainReplay.mismatches(pool: pool, now: Date()).isEmpty)
+        #expect(
+            allDone, "not every event succeeded; logs: \(survivors.map { $0.output.suffix(2000) })",
+            sourceLocation: sourceLocation)
+        #expect(try await count("SELECT count(*) FROM apple_notification_event") == total, sourceLocation: sourceLocation)
+        #expect(try await count("SELECT count(*) FROM processed_event") == total, sourceLocation: sourceLocation)
+        #expect(
+            try await count("SELECT count(*) FROM apple_notification_event WHERE process_status <> 'SUCCEEDED'") == 0,
+            sourceLocation: sourceLocation)
+        #expect(try await count("SELECT count(*) FROM credit_grant") == total, sourceLocation: sourceLocation)
+        #expect(try await count("SELECT count(*) FROM credit_ledger") == total, sourceLocation: sourceLocation)
+        #expect(try await count("SELECT count(*) FROM payment_order") == total, sourceLocation: sourceLocation)
+        #expect(
+            try await count("SELECT (coalesce(sum(balance), 0) / 1000000)::bigint FROM credit_account") == total * 1000,
+            sourceLocation: sourceLocation)
+        #expect(
+            try await count(
+                """
+                SELECT count(*) FROM credit_account a
+                 WHERE a.balance <> (SELECT sum(delta) FROM credit_ledger l WHERE l.user_id = a.user_id AND l.pool = a.pool)
+                """) == 0, sourceLocation: sourceLocation)
+        #expect(try await ChainReplay.mismatches(pool: pool, now: Date()).isEmpty, sourceLocation: sourceLocation)
         let outboxDrained = try await eventually(timeout: 30) {
             try await count("SELECT count(*) FROM event_outbox") == 0
         }
-        #expect(outboxDrained)
+        #expect(outboxDrained, sourceLocation: sourceLocation)
+    }
 
-        // A graceful stop leaves the group and exits cleanly.
-        #expect(second.terminate(timeout: 30) == 0, "\(second.output.suffix(2000))")
+    func shutdown() async {
         await pool.shutdown()
         await producer.shutdown()
+        producing.cancel()
     }
 }

@@ -41,7 +41,7 @@ public struct EventProcessor: Sendable {
         self.clock = clock
         store = FulfillmentStore(
             events: events, appKey: configuration.appStore.bundleId,
-            everyoneIsTestUser: configuration.appStore.environment != .production)
+            everyoneIsTestUser: configuration.appStore.environment != .production, crashPoint: configuration.crashPoint)
         reader = EventReader(cipher: cipher, verifier: verifier)
         notifier = FulfillmentNotifier(pool: events.pool, logger: logger)
     }
@@ -63,6 +63,7 @@ public struct EventProcessor: Sendable {
             metrics.outcome("skipped")
             return
         }
+        configuration.crashPoint.reached(.claimed)
         let started = ContinuousClock.now
         var log = logger.with(["event.id": .int(event.id), "event.kind": .string(event.kind.rawValue)])
         if let trace = event.traceID { log = log.with(["trace.id": .string(trace)]) }
@@ -79,6 +80,7 @@ public struct EventProcessor: Sendable {
                 metrics.outcome("skipped")
                 log.info("lease lost before commit, left to its new owner")
             case .done(let plan, let granted):
+                configuration.crashPoint.reached(.committed)
                 notifier.notify(event)
                 record(plan, granted: granted, source: verified.source, log: log, started: started)
             }

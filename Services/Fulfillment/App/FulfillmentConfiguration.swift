@@ -36,6 +36,8 @@ public struct FulfillmentConfiguration: Sendable {
     public var schedulers: SchedulerConfiguration
     /// `WELCOME_CREDITS`, `CREDITS_SCHEDULER_*`: the credit jobs this worker runs (see `CreditsConfiguration`).
     public var credits: CreditsConfiguration
+    /// Test-only fault injection (`FULFILLMENT_CRASH_POINT`, `FULFILLMENT_CRASH_MARKER`): see `CrashPoint`.
+    public var crashPoint: CrashPoint?
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -53,6 +55,7 @@ public struct FulfillmentConfiguration: Sendable {
         httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
         schedulers = SchedulerConfiguration(reader: reader)
         credits = CreditsConfiguration(reader: reader)
+        crashPoint = CrashPoint.read(from: reader)
     }
 
     public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {
