@@ -23,7 +23,7 @@ struct ContractTests {
             arguments: [
                 "run", "\(base)/openapi.json", "--url", base,
                 "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
-                "--max-examples", "10", "--seed", "20261129", "--workers", "2", "--max-time", "60",
+                "--max-examples", "10", "--seed", "20261129", "--workers", "1", "--max-time", "60",
                 "--header", "Authorization: Bearer \(harness.userToken("contract-user"))",
                 "--no-color", "--output-sanitize", "true", "--generation-database", "none",
             ],

@@ -308,9 +308,13 @@ struct FulfillmentSchedulerTests {
         let (stale, token) = try await pair.order("alice")
         let (fresh, _) = try await pair.order("bob")
         let (pending, _) = try await pair.order("carol")
+        // One statement: the schedulers run every 100 ms and must never see carol's order old but still CREATED.
         try await pair.pool.query(
-            "UPDATE payment_order SET created_at = now() - interval '2 hours' WHERE order_no IN (\(stale), \(pending))")
-        try await pair.pool.query("UPDATE payment_order SET status = 'PENDING' WHERE order_no = \(pending)")
+            """
+            UPDATE payment_order SET created_at = now() - interval '2 hours',
+                   status = CASE WHEN order_no = \(pending) THEN 'PENDING' ELSE status END
+             WHERE order_no IN (\(stale), \(pending))
+            """)
         let expired = try await eventually(timeout: 30) {
             try await pair.count("SELECT count(*) FROM payment_order WHERE status = 'EXPIRED'") == 2
         }
