@@ -7,6 +7,7 @@
 #
 #   Tests/Benchmarks/ingress-notifications.sh
 #   BENCH_NOTIFICATIONS=150000 DURATION=15s CONNECTIONS=64 BENCH_PORT=18090 BENCH_PERF=1 Tests/Benchmarks/ingress-notifications.sh
+#   BENCH_READS=0 Tests/Benchmarks/ingress-notifications.sh   # skips the read endpoints (a shorter run)
 #
 # BENCH_PERF=1 also records the whole machine with perf (call graphs) during the notification run
 # and prints where the CPU went: by process, then inside the ingress by function (inclusive);
@@ -125,6 +126,7 @@ read_paths=("/api/v1/subscriptions/orders/$order_no")
 if [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$auth" "$base/api/v1/credits/balance")" = 200 ]; then
     read_paths+=("/api/v1/credits/balance")
 fi
+[ "${BENCH_READS:-1}" = 1 ] || read_paths=()  # BENCH_READS=0: notifications and pgbench only
 for path in "${read_paths[@]}"; do
     echo "reads: wrk -t$THREADS -c$CONNECTIONS -d$DURATION GET $path..."
     wrk -t$THREADS -c"$CONNECTIONS" -d2s -H "$auth" "$base$path" >/dev/null
