@@ -255,25 +255,30 @@ public struct PostgresArray<Element: PostgresEncodable>: PostgresEncodable {
     public var elements: [Element]
     public init(_ elements: [Element]) { self.elements = elements }
 
-    /// bytea elements go in binary format (a batch of payloads is not turned into hex text), the
-    /// others as a text literal.
+    /// bytea and text elements go in binary format (a batch of payloads is not turned into hex
+    /// text; strings are copied as they are, with no quoting to scan for or parse), the others as
+    /// a text literal.
     public var postgresData: PostgresData {
-        Element.postgresDataType == .bytea
-            ? PostgresData(type: Self.postgresDataType, binary: binaryArray)
-            : PostgresData(type: Self.postgresDataType, text: literal)
+        switch Element.postgresDataType {
+        case .bytea: PostgresData(type: Self.postgresDataType, binary: binaryArray(elementType: .bytea) { $0.binary })
+        // An unspecified element is text (the array is announced as text[]); its binary format is its UTF-8.
+        case .unspecified, .text:
+            PostgresData(type: Self.postgresDataType, binary: binaryArray(elementType: .text) { $0.text.map { Array($0.utf8) } })
+        default: PostgresData(type: Self.postgresDataType, text: literal)
+        }
     }
     public static var postgresDataType: PostgresDataType { Element.postgresDataType.arrayType }
 
     /// PostgreSQL's binary array format (array_recv): dimensions, null flag, element type, then
     /// each element's length (-1 for NULL) and bytes; all integers big-endian.
-    private var binaryArray: [UInt8] {
-        let values = elements.map { $0.postgresData.binary }
+    private func binaryArray(elementType: PostgresDataType, _ bytes: (PostgresData) -> [UInt8]?) -> [UInt8] {
+        let values = elements.map { bytes($0.postgresData) }
         var out: [UInt8] = []
         out.reserveCapacity(20 + values.reduce(0) { $0 + 4 + ($1?.count ?? 0) })
         func int32(_ value: Int32) { withUnsafeBytes(of: value.bigEndian) { out += $0 } }
         int32(values.isEmpty ? 0 : 1)
         int32(values.contains(nil) ? 1 : 0)
-        int32(Int32(bitPattern: Element.postgresDataType.rawValue))
+        int32(Int32(bitPattern: elementType.rawValue))
         if !values.isEmpty {
             int32(Int32(values.count))
             int32(1)

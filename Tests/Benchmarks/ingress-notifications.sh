@@ -7,6 +7,7 @@
 #
 #   Tests/Benchmarks/ingress-notifications.sh
 #   BENCH_NOTIFICATIONS=150000 DURATION=15s CONNECTIONS=64 BENCH_PORT=18090 BENCH_PERF=1 Tests/Benchmarks/ingress-notifications.sh
+#   BENCH_READS=0 Tests/Benchmarks/ingress-notifications.sh   # skips the read endpoints (a shorter run)
 #
 # BENCH_PERF=1 also records the whole machine with perf (call graphs) during the notification run
 # and prints where the CPU went: by process, then inside the ingress by function (inclusive);
@@ -85,9 +86,10 @@ post_bodies "$work/warmup.jsonl" 3s "$work/warmup.wrk"
 rows_before=$(sql "SELECT count(*) FROM apple_notification_event")
 # Where the cost goes: the ingress's CPU time, commits and WAL bytes, rows per group commit.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$ingress_pid/stat"; }
-db_counters() { sql "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || wal_bytes FROM pg_stat_wal"; }
+db_counters() { sql "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || wal_bytes
+                         || ' ' || (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) FROM pg_stat_wal"; }
 batch_counters() { curl -fsS "$base/metrics" | awk '/^subs_group_commit_batch_size_(sum|count)/ { printf "%s ", $2 } END { print "" }'; }
-ticks_before=$(cpu_ticks); read -r commits_before wal_before < <(db_counters); read -r batch_sum_before batch_count_before < <(batch_counters)
+ticks_before=$(cpu_ticks); read -r commits_before wal_before checkpoints_before < <(db_counters); read -r batch_sum_before batch_count_before < <(batch_counters)
 if [ "${BENCH_PERF:-0}" = 1 ]; then
     perf record -a -g -F 499 -o "$work/perf.data" -- sleep 10 >/dev/null 2>&1 &
     perf_pid=$!
@@ -96,7 +98,7 @@ post_bodies "$work/bodies.jsonl" "$DURATION" "$work/notifications.wrk"
 ticks_after=$(cpu_ticks); read -r batch_sum_after batch_count_after < <(batch_counters)
 rows_after=$(sql "SELECT count(*) FROM apple_notification_event")
 sleep 1  # backends report their statistics at most once a second
-read -r commits_after wal_after < <(db_counters)
+read -r commits_after wal_after checkpoints_after < <(db_counters)
 read -r accepted duplicate other reused seconds < <(sed -n \
     's/^lua accepted=\([0-9]*\) duplicate=\([0-9]*\) other=\([0-9]*\) reused=\([0-9]*\) seconds=\([0-9.]*\)$/\1 \2 \3 \4 \5/p' \
     "$work/notifications.wrk")
@@ -125,6 +127,7 @@ read_paths=("/api/v1/subscriptions/orders/$order_no")
 if [ "$(curl -s -o /dev/null -w '%{http_code}' -H "$auth" "$base/api/v1/credits/balance")" = 200 ]; then
     read_paths+=("/api/v1/credits/balance")
 fi
+[ "${BENCH_READS:-1}" = 1 ] || read_paths=()  # BENCH_READS=0: notifications and pgbench only
 for path in "${read_paths[@]}"; do
     echo "reads: wrk -t$THREADS -c$CONNECTIONS -d$DURATION GET $path..."
     wrk -t$THREADS -c"$CONNECTIONS" -d2s -H "$auth" "$base$path" >/dev/null
@@ -163,6 +166,9 @@ awk -v a="$accepted" -v t="$((ticks_after - ticks_before))" -v hz="$(getconf CLK
     -v bs="$batch_sum_after" -v bs0="$batch_sum_before" -v bc="$batch_count_after" -v bc0="$batch_count_before" 'BEGIN {
     printf "  cost per accepted   %.2f ms ingress CPU (%.2f cores busy), %.2f commits, %.1f KiB WAL; %.1f rows per group commit\n",
         1000 * t / hz / a, t / hz / s, c / a, w / a / 1024, (bc > bc0) ? (bs - bs0) / (bc - bc0) : 0 }'
+# A checkpoint (this run's WAL volume can trigger one through max_wal_size) makes the next write of
+# every page a full-page image and competes with commits for the disk: a suspect for the p99 tail.
+printf '  checkpoints         %s during the run (whole cluster)\n' "$((checkpoints_after - checkpoints_before))"
 printf 'pgbench one-row inserts (%s-byte payload, %s clients, %s s): %s tps, latency average %s ms\n' \
     "$PGBENCH_PAYLOAD_BYTES" "$PGBENCH_CLIENTS" "$PGBENCH_SECONDS" "$pgbench_tps" "$pgbench_latency"
 awk -v a="$accepted" -v s="$seconds" -v p="$pgbench_tps" 'BEGIN { printf "  notifications accepted / pgbench one-row tps = %.2f\n", a / s / p }'

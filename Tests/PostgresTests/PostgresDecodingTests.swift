@@ -111,13 +111,14 @@ struct PostgresDecodingTests {
             #expect(try row.decode("c", as: Int.self) == 4)
 
             try await pool.query("CREATE TABLE pair (id int8, label text)")
-            let ids = [1, 2, 3]
-            let labels: [String?] = ["one", "t\"w\\o,}", nil]
+            let ids = [1, 2, 3, 4, 5]
+            // Text arrays travel in binary format: quotes, braces, NULL, empty and non-ASCII intact.
+            let labels: [String?] = ["one", "t\"w\\o,}", nil, "", "NULL {é}"]
             let inserted = try await pool.query(
                 "INSERT INTO pair SELECT * FROM unnest(\(PostgresArray(ids)), \(PostgresArray(labels)))")
-            #expect(inserted.affectedRows == 3)
+            #expect(inserted.affectedRows == 5)
             let rows = try await pool.query(
-                "SELECT id, label FROM pair WHERE id = ANY(\(PostgresArray([1, 2, 3]))) ORDER BY id")
+                "SELECT id, label FROM pair WHERE id = ANY(\(PostgresArray(ids))) ORDER BY id")
             #expect(try rows.map { try $0.decode("label", as: String?.self) } == labels)
             let uuids = [UUID(), UUID()]
             let echoed = try await pool.query("SELECT unnest(\(PostgresArray(uuids))) AS u")
