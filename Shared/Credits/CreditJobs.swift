@@ -9,8 +9,8 @@ import ServiceRuntime
 ///
 /// Safe with several workers: every batch runs in one transaction that first takes the jobs'
 /// transaction advisory lock (so batches of different workers never interleave their row locks),
-/// selects its rows `FOR UPDATE SKIP LOCKED` or re-checks them under the locks the online writers
-/// take, and writes keyed rows (grant keys, one close per bill, one clearing per expiry).
+/// re-checks its rows under the locks the online writers take (accounts before bills, as a usage
+/// call), and writes keyed rows (grant keys, one close per bill, one clearing per expiry).
 public struct CreditJobs: Sendable {
     public let pool: PostgresPool
     /// `app_key` of the catalogue rows (the bundle id): which product is a yearly plan.
@@ -95,26 +95,36 @@ public struct CreditJobs: Sendable {
     }
 
     private func closeBatch(before today: UTCDay, now: Date, on db: PostgresConnection) async throws -> Int {
-        // Bills a usage transaction still holds are skipped: it adds to them, the next pass closes them.
-        let bills = try await db.query(
+        // Accounts before bills, the order of a usage call (which counts a cost into a bill only under
+        // its user's account locks): the candidates are read without locks, their users' accounts
+        // locked, then the bills read again under those locks, with every cost already counted.
+        let candidates = try await db.query(
             """
-            SELECT id, user_id, (day - date '1970-01-01')::bigint AS day, total_cost FROM credit_daily_bill
-             WHERE closed_at IS NULL AND day < \(today.text)::date
-             ORDER BY day, user_id LIMIT \(configuration.batchSize) FOR UPDATE SKIP LOCKED
+            SELECT id, user_id FROM credit_daily_bill
+             WHERE closed_at IS NULL AND day < \(today.text)::date ORDER BY day, user_id LIMIT \(configuration.batchSize)
             """)
-        guard !bills.isEmpty else { return 0 }
-        var users: [String] = []
-        for row in bills { users.append(try row.decode("user_id")) }
+        guard !candidates.isEmpty else { return 0 }
+        var ids: [Int64] = []
+        var users: Set<String> = []
+        for row in candidates {
+            ids.append(try row.decode("id"))
+            users.insert(try row.decode("user_id"))
+        }
         var balances: [String: [CreditPool: MicroCredits]] = [:]
         for row in try await db.query(
             """
-            SELECT user_id, pool, balance FROM credit_account WHERE user_id = ANY(\(PostgresArray(Array(Set(users))))::text[])
+            SELECT user_id, pool, balance FROM credit_account WHERE user_id = ANY(\(PostgresArray(Array(users)))::text[])
              ORDER BY user_id, pool FOR UPDATE
             """)
         {
             guard let pool = CreditPool(rawValue: try row.decode("pool")) else { continue }
             balances[try row.decode("user_id"), default: [:]][pool] = try row.decode("balance")
         }
+        let bills = try await db.query(
+            """
+            SELECT id, user_id, (day - date '1970-01-01')::bigint AS day, total_cost FROM credit_daily_bill
+             WHERE id = ANY(\(PostgresArray(ids))::bigint[]) AND closed_at IS NULL ORDER BY day, user_id FOR UPDATE
+            """)
 
         var closes = BillCloses()
         var entries = LedgerEntries()

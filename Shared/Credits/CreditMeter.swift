@@ -97,12 +97,15 @@ public struct Affordability: Codable, Sendable, Hashable {
     public var balance: CreditBalance
 }
 
-/// How a usage call ended: its answer, and whether it is the stored first answer of a retried key.
+/// How a usage call ended: its answer as stored, and whether it is the stored first answer of a
+/// retried key.
 public struct UsageOutcome: Sendable, Hashable {
-    public var receipt: UsageReceipt
     /// The answer as stored: sent as is, so a retry gets exactly the same bytes.
     public var json: String
     public var replayed: Bool
+
+    /// The answer decoded (the route sends `json` as it is and never needs this).
+    public func receipt() throws -> UsageReceipt { try JSONDecoder().decode(UsageReceipt.self, from: Data(json.utf8)) }
 }
 
 /// Why a usage call was refused; nothing changed.
@@ -142,115 +145,140 @@ public enum CreditMeter {
     /// The largest `units` one call may have.
     public static let maximumUnits: Int64 = 1_000_000_000
 
-    /// Charges a call in its own transaction. A concurrent first use of the same key loses the race
-    /// on the unique key and is answered from the winner's stored answer.
+    /// Charges a call: one statement, its own transaction. A concurrent first use of the same key
+    /// loses the race on the unique key (the whole statement rolls back) and is answered from the
+    /// winner's stored answer.
     public static func use(_ request: UsageRequest, now: Date, pool: PostgresPool) async throws -> UsageOutcome {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try await pool.transaction { db in try await use(request, now: now, on: db) }
+                return try await pool.withConnection { db in try await use(request, now: now, on: db) }
             } catch PostgresError.uniqueViolation(constraint: "credit_usage_event_key", _) where attempt < 3 {
                 continue
             }
         }
     }
 
-    /// Charges a call inside the caller's transaction. Throws `UsageError` when refused: the caller
-    /// must roll back (the bill was already counted in this transaction).
+    /// Charges a call with one statement on `db`; throws `UsageError` when refused, having changed
+    /// nothing. Inside a caller's transaction, a lost race on the key aborts that transaction.
     public static func use(_ request: UsageRequest, now: Date, on db: PostgresConnection) async throws -> UsageOutcome {
         let occurredAt = request.occurredAt ?? now
-        // One statement: the key's first answer, the rate in force, and (for a new key) the cost
-        // counted into the open bill, then the accounts locked: bill row first, then accounts, the
-        // order the daily close follows too, so a cost is either in a bill before it is closed or in
-        // the next day's bill.
-        let today = UTCDay(containing: now)
-        var counted: (day: UTCDay, balances: [CreditPool: MicroCredits], id: Int64)?
-        var version = 0
-        var cost: MicroCredits = 0
-        for day in [today, today.next] where counted == nil {
-            let row = try await db.query(
-                """
-                WITH existing AS (
-                    SELECT response,
-                           (user_id = \(request.userID) AND units = \(request.units) AND rate_code = \(request.rateCode)
-                            AND requested_at IS NOT DISTINCT FROM \(request.occurredAt)::timestamptz) AS same
-                      FROM credit_usage_event WHERE service = \(request.service) AND idempotency_key = \(request.idempotencyKey)
-                ), rate AS (
-                    SELECT version, micro_credits_per_unit FROM credit_rate_version
-                     WHERE code = \(request.rateCode) AND effective_from <= \(occurredAt)
-                     ORDER BY effective_from DESC LIMIT 1
-                ), bill AS (
-                    INSERT INTO credit_daily_bill AS b (user_id, day, total_cost)
-                    SELECT u.user_id, \(day.text)::date, \(request.units)::bigint * r.micro_credits_per_unit
-                      FROM app_user u CROSS JOIN rate r
-                     WHERE u.user_id = \(request.userID) AND NOT EXISTS (SELECT 1 FROM existing)
-                       AND \(request.units)::numeric * r.micro_credits_per_unit BETWEEN 1 AND \(Self.maximumCost)
-                    ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost
-                     WHERE b.closed_at IS NULL
-                    RETURNING user_id
-                )
-                SELECT (SELECT response FROM existing) AS response, (SELECT same FROM existing) AS same,
-                       (SELECT version FROM rate) AS version, (SELECT micro_credits_per_unit FROM rate) AS per_unit,
-                       (SELECT user_id FROM bill) AS counted,
-                       (SELECT string_agg(pool || ':' || balance, ',')
-                          FROM (SELECT pool, balance FROM credit_account WHERE user_id = (SELECT user_id FROM bill)
-                                 ORDER BY pool FOR UPDATE) a) AS balances,
-                       nextval('credit_usage_event_id_seq') AS id
-                """)[0]
-            if let stored = try row.decode("response", as: String?.self) {
-                guard try row.decode("same", as: Bool.self) else { throw UsageError.idempotencyConflict }
-                return UsageOutcome(
-                    receipt: try JSONDecoder().decode(UsageReceipt.self, from: Data(stored.utf8)), json: stored, replayed: true)
-            }
-            guard let rateVersion = try row.decode("version", as: Int?.self),
-                let perUnit = try row.decode("per_unit", as: Int64?.self)
-            else { throw UsageError.unknownRate(request.rateCode) }
-            version = rateVersion
-            cost = try Self.cost(units: request.units, perUnit: perUnit)
-            // Nothing counted: no such user, or that day's bill is closed already (try the next day).
-            guard try row.decode("counted", as: String?.self) != nil else { continue }
-            counted = (day, Self.balances(try row.decode("balances", as: String?.self)), try row.decode("id"))
+        let row = try await db.query(
+            PostgresQuery(
+                unsafeSQL: Self.usageSQL,
+                binds: [
+                    request.service.postgresData, request.idempotencyKey.postgresData, request.userID.postgresData,
+                    request.units.postgresData, request.rateCode.postgresData, request.occurredAt.postgresData,
+                    occurredAt.postgresData, UTCDay(containing: now).text.postgresData, Self.maximumCost.postgresData,
+                    RFC3339.string(from: occurredAt, fractional: true).postgresData,
+                ]))[0]
+        if let stored = try row.decode("stored", as: String?.self) {
+            guard try row.decode("same", as: Bool.self) else { throw UsageError.idempotencyConflict }
+            return UsageOutcome(json: stored, replayed: true)
         }
-        // No bill row means no such user: nothing to draw from.
-        let balances = counted?.balances ?? [:]
-        guard let counted, let drawn = CreditRules.draw(cost, from: balances) else {
-            throw UsageError.creditsExhausted(cost: cost, available: balances.values.reduce(0, +))
+        guard try row.decode("version", as: Int?.self) != nil, let perUnit = try row.decode("per_unit", as: Int64?.self)
+        else { throw UsageError.unknownRate(request.rateCode) }
+        let cost = try Self.cost(units: request.units, perUnit: perUnit)
+        guard let response = try row.decode("response", as: String?.self) else {
+            throw UsageError.creditsExhausted(cost: cost, available: try row.decode("available", as: Int64?.self) ?? 0)
         }
-        let (day, id) = (counted.day, counted.id)
-        var after = balances
-        for (pool, amount) in drawn { after[pool, default: 0] -= amount }
-        let receipt = UsageReceipt(
-            usageId: id, idempotencyKey: request.idempotencyKey, userId: request.userID, units: request.units,
-            rate: request.rateCode, rateVersion: version, cost: CreditAmount.decimal(cost), costMicroCredits: cost,
-            occurredAt: RFC3339.string(from: occurredAt, fractional: true), billDay: day.text, drawn: PoolAmounts(drawn),
-            balance: CreditBalance(after))
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        let response = String(decoding: try encoder.encode(receipt), as: UTF8.self)
-        let pools = drawn.keys.sorted { $0.rawValue < $1.rawValue }
-        try await db.query(
-            """
-            WITH taken AS (
-                SELECT * FROM unnest(\(PostgresArray(pools.map(\.rawValue)))::text[],
-                                     \(PostgresArray(pools.map { drawn[$0]! }))::bigint[]) AS t(pool, amount)
-            ), account AS (
-                UPDATE credit_account a SET balance = a.balance - t.amount, updated_at = now()
-                  FROM taken t WHERE a.user_id = \(request.userID) AND a.pool = t.pool
-                RETURNING a.pool, a.balance, t.amount
-            ), event AS (
-                INSERT INTO credit_usage_event (
-                    id, service, idempotency_key, user_id, units, rate_code, rate_version, cost, requested_at, occurred_at,
-                    bill_day, response)
-                VALUES (\(id), \(request.service), \(request.idempotencyKey), \(request.userID), \(request.units),
-                        \(request.rateCode), \(version), \(cost), \(request.occurredAt), \(occurredAt), \(day.text)::date,
-                        \(response))
-            )
-            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-            SELECT \(request.userID), pool, -amount, balance, 'USAGE', \("usage:\(id)") FROM account ORDER BY pool
-            """)
-        return UsageOutcome(receipt: receipt, json: response, replayed: false)
+        return UsageOutcome(json: response, replayed: false)
     }
+
+    /// One usage call, in one statement (so one round trip and no BEGIN/COMMIT), $1 to $10: service,
+    /// key, user, units, rate code, the event time given (or NULL), the event time used, today
+    /// (`YYYY-MM-DD`), the largest cost, the event time used as RFC 3339 text.
+    ///
+    /// A known key answers its stored answer and touches nothing. Otherwise the user's accounts are
+    /// locked (pool order, before any bill: the order of the daily close), which makes their
+    /// balances the latest; the draw (SUBSCRIPTION, WELCOME, PERMANENT, as `CreditRules.draw`) is
+    /// taken from them. Only when they cover the cost: the cost is counted into today's open bill
+    /// (the next day's when the close got there first), the accounts are debited with a ledger
+    /// entry each, and the event is stored with its answer, written here as JSONEncoder writes a
+    /// `UsageReceipt` (sorted keys), so the first answer and every replay are the same bytes.
+    static let usageSQL = """
+        WITH existing AS (
+            SELECT response,
+                   (user_id = $3 AND units = $4 AND rate_code = $5 AND requested_at IS NOT DISTINCT FROM $6) AS same
+              FROM credit_usage_event WHERE service = $1 AND idempotency_key = $2
+        ), rate AS (
+            SELECT version, micro_credits_per_unit FROM credit_rate_version
+             WHERE code = $5 AND effective_from <= $7 ORDER BY effective_from DESC LIMIT 1
+        ), charge AS (
+            SELECT version, $4 * micro_credits_per_unit AS cost FROM rate
+             WHERE NOT EXISTS (SELECT 1 FROM existing) AND $4::numeric * micro_credits_per_unit BETWEEN 1 AND $9
+        ), account AS (
+            SELECT pool, balance FROM credit_account
+             WHERE user_id = $3 AND EXISTS (SELECT 1 FROM charge)
+             ORDER BY pool FOR UPDATE
+        ), draw AS (
+            SELECT a.pool, a.balance,
+                   least(a.balance, greatest(0, c.cost - coalesce(sum(a.balance) OVER (
+                       ORDER BY array_position('{SUBSCRIPTION,WELCOME,PERMANENT}'::text[], a.pool)
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint AS take,
+                   sum(a.balance) OVER () >= c.cost AS covered
+              FROM account a CROSS JOIN charge c
+        ), bill_today AS (
+            INSERT INTO credit_daily_bill AS b (user_id, day, total_cost)
+            SELECT $3, $8::date, cost FROM charge WHERE (SELECT bool_and(covered) FROM draw)
+            ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost
+             WHERE b.closed_at IS NULL
+            RETURNING day
+        ), bill_next AS (
+            INSERT INTO credit_daily_bill AS b (user_id, day, total_cost)
+            SELECT $3, $8::date + 1, cost FROM charge
+             WHERE (SELECT bool_and(covered) FROM draw) AND NOT EXISTS (SELECT 1 FROM bill_today)
+            ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost
+             WHERE b.closed_at IS NULL
+            RETURNING day
+        ), bill AS (
+            SELECT day FROM bill_today UNION ALL SELECT day FROM bill_next
+        ), taken AS (
+            UPDATE credit_account a SET balance = a.balance - d.take, updated_at = now()
+              FROM draw d
+             WHERE a.user_id = $3 AND a.pool = d.pool AND d.take > 0 AND EXISTS (SELECT 1 FROM bill)
+            RETURNING a.pool, a.balance, d.take
+        ), answer AS (
+            SELECT nextval('credit_usage_event_id_seq') AS id, c.version, c.cost, b.day, s.after,
+                   -- cost, drawn and balances per pool (PERMANENT, SUBSCRIPTION, WELCOME) as decimal credits.
+                   ARRAY(SELECT (m / 1000000)::text
+                                || CASE WHEN m % 1000000 = 0 THEN '' ELSE '.' || rtrim(lpad((m % 1000000)::text, 6, '0'), '0') END
+                           FROM unnest(ARRAY[c.cost, s.drawn_p, s.drawn_s, s.drawn_w, s.after_p, s.after_s, s.after_w])
+                                WITH ORDINALITY AS t(m, i)
+                          ORDER BY i) AS amount
+              FROM charge c CROSS JOIN bill b CROSS JOIN (
+                  SELECT coalesce(sum(take) FILTER (WHERE pool = 'PERMANENT'), 0)::bigint AS drawn_p,
+                         coalesce(sum(take) FILTER (WHERE pool = 'SUBSCRIPTION'), 0)::bigint AS drawn_s,
+                         coalesce(sum(take) FILTER (WHERE pool = 'WELCOME'), 0)::bigint AS drawn_w,
+                         coalesce(sum(balance - take) FILTER (WHERE pool = 'PERMANENT'), 0)::bigint AS after_p,
+                         coalesce(sum(balance - take) FILTER (WHERE pool = 'SUBSCRIPTION'), 0)::bigint AS after_s,
+                         coalesce(sum(balance - take) FILTER (WHERE pool = 'WELCOME'), 0)::bigint AS after_w,
+                         least(coalesce(sum(balance - take), 0), 9223372036854775807)::bigint AS after
+                    FROM draw) s
+        ), event AS (
+            INSERT INTO credit_usage_event (
+                id, service, idempotency_key, user_id, units, rate_code, rate_version, cost, requested_at, occurred_at,
+                bill_day, response)
+            SELECT id, $1, $2, $3, $4, $5, version, cost, $6, $7, day,
+                   format('{"balance":{"creditsBalance":%s,"microCredits":%s,"pools":{"permanent":"%s","subscription":"%s",'
+                          '"welcome":"%s"}},"billDay":"%s","cost":"%s","costMicroCredits":%s,"drawn":{"permanent":"%s",'
+                          '"subscription":"%s","welcome":"%s"},"idempotencyKey":%s,"occurredAt":"%s","rate":%s,"rateVersion":%s,'
+                          '"units":%s,"usageId":%s,"userId":%s}',
+                          after / 1000000, after, amount[5], amount[6], amount[7], to_char(day, 'YYYY-MM-DD'), amount[1], cost,
+                          amount[2], amount[3], amount[4], to_json($2::text), $10::text, to_json($5::text), version, $4, id,
+                          to_json($3::text))
+              FROM answer
+            RETURNING response
+        ), ledger AS (
+            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
+            SELECT $3, t.pool, -t.take, t.balance, 'USAGE', 'usage:' || a.id FROM taken t CROSS JOIN answer a ORDER BY t.pool
+        )
+        SELECT (SELECT response FROM existing) AS stored, (SELECT same FROM existing) AS same,
+               (SELECT version FROM rate) AS version, (SELECT micro_credits_per_unit FROM rate) AS per_unit,
+               (SELECT least(coalesce(sum(balance), 0), 9223372036854775807)::bigint FROM account) AS available,
+               (SELECT response FROM event) AS response
+        """
 
     /// Whether `units` at the rate in force now can be afforded by the user's balance now.
     public static func check(userID: String, units: Int64, rateCode: String, now: Date, on db: PostgresConnection)

@@ -90,6 +90,13 @@ events_after=$(sql "SELECT count(*) FROM credit_usage_event")
 unbooked=$(sql "SELECT count(*) FROM credit_usage_event e
                  WHERE NOT EXISTS (SELECT 1 FROM credit_ledger l WHERE l.entry_type = 'USAGE' AND l.reference = 'usage:' || e.id)")
 cpu_seconds=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f", ($14 + $15) / hz }' "/proc/$ingress_pid/stat")
+# The database side of the same calls: the ingress's server processes (its pooled connections live
+# for the whole run), warm-up included like the ingress figure. Shared server processes (WAL
+# writer, checkpointer, autovacuum) are not counted.
+backends=$(sql "SELECT string_agg(pid::text, ' ') FROM pg_stat_activity
+                 WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
+pg_cpu_seconds=$(for pid in $backends; do cat "/proc/$pid/stat" 2>/dev/null; done \
+    | awk -v hz="$(getconf CLK_TCK)" '{ t += $14 + $15 } END { printf "%.1f", t / hz }')
 read -r charged exhausted other seconds < <(sed -n \
     's/^lua charged=\([0-9]*\) exhausted=\([0-9]*\) other=\([0-9]*\) seconds=\([0-9.]*\)$/\1 \2 \3 \4/p' "$work/usage.wrk")
 rss=$(awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$ingress_pid/status")
@@ -122,6 +129,7 @@ printf '  durable             %s new usage events for %s answers 200, %s events 
     "$([ "$((events_after - events_before))" -ge "$charged" ] && [ "$unbooked" = 0 ] && echo "every 200 is an event with its ledger entries" || echo "MISSING")"
 printf '  other answers       %s exhausted, %s other %s\n' "$exhausted" "$other" "$(wrk_figure "$work/usage.wrk" errors)"
 awk -v c="$cpu_seconds" -v n="$events_after" 'BEGIN { printf "  ingress CPU         %.2f ms per call (%.1f s for %d calls, warm-up included)\n", 1000 * c / n, c, n }'
+awk -v c="$pg_cpu_seconds" -v n="$events_after" -v i="$cpu_seconds" 'BEGIN { printf "  PostgreSQL CPU      %.2f ms per call (%.1f s in the ingress'"'"'s server processes); ingress + PostgreSQL %.2f ms per call\n", 1000 * c / n, c, 1000 * (c + i) / n }'
 printf '  ingress peak RSS    %8s MiB; load average %s (other work on the machine counts)\n' "$rss" "$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "daily close: $CLOSE_USERS users' day (one bill each), batches of 1000"
 printf '  closed              %s bills in %s s   (target < 60 s)   %s with a shortfall, %s still open\n' \

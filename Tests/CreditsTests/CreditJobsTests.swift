@@ -65,9 +65,81 @@ struct CreditJobsTests {
         _ = try await f.use("alice", units: 1, now: .utc("2026-03-01T10:00:00Z"))
         // A worker whose clock is ahead closed the day while this ingress still thinks it is that day.
         try await f.jobs().closeDays(now: .utc("2026-03-02T00:00:00Z"))
-        let late = try await f.use("alice", units: 1, now: .utc("2026-03-01T23:59:59Z")).receipt
+        let late = try await f.use("alice", units: 1, now: .utc("2026-03-01T23:59:59Z")).receipt()
         #expect(late.billDay == "2026-03-02")
         #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE day = '2026-03-02' AND total_cost = 500000") == 1)
+    }
+
+    /// An ingress still in the day a worker is closing: usage calls and closes of that day run at
+    /// once, both locking accounts before bills, so neither waits for the other in a cycle (a
+    /// deadlock would fail a call or a batch) and every cost lands in exactly one bill, counted
+    /// before that bill was closed or in the next day's.
+    @Test func usageRacingTheCloseOfItsDayIsCountedOnceWithoutDeadlock() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        let users = (0..<40).map { "racer-\($0)" }
+        for user in users {
+            try await f.fund(user, .subscription, micro: 50 * Self.credit)
+            try await f.fund(user, .permanent, micro: 50 * Self.credit)
+        }
+        try await f.rate("call", micro: 300_001)
+        let jobs = f.jobs(batchSize: 1)
+        let late = Date.utc("2026-03-01T23:59:59Z")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for round in 0..<200 {
+                group.addTask { _ = try await f.use(users[round % users.count], units: Int64(1 + round % 4), now: late) }
+            }
+            group.addTask {
+                for _ in 0..<50 { try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) }
+            }
+            try await group.waitForAll()
+        }
+        try await jobs.closeDays(now: .utc("2026-03-03T00:00:00Z"))
+        #expect(try await f.count("SELECT count(*) FROM credit_usage_event") == 200)
+        // Each bill holds exactly the costs of the events that name its day, and was closed on its total.
+        #expect(
+            try await f.count(
+                """
+                SELECT count(*) FROM credit_daily_bill b
+                 FULL JOIN (SELECT user_id, bill_day AS day, sum(cost) AS cost FROM credit_usage_event GROUP BY 1, 2) e
+                        USING (user_id, day)
+                 WHERE b.total_cost IS DISTINCT FROM e.cost OR b.closed_at IS NULL OR b.charged <> b.total_cost + b.rounding
+                """) == 0)
+        #expect(try await f.violations() == 0)
+    }
+
+    /// The close waits for the accounts a usage call holds before it touches that user's bills: a
+    /// call that holds them (here kept open in a transaction) still counts into the day being
+    /// closed, and the close then closes the bill on that total (a close taking the bill first would
+    /// deadlock with the call).
+    @Test func theCloseWaitsForTheAccountsOfAUsageCallBeforeTakingItsBill() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+        try await f.rate("call", micro: 300_000)
+        let late = Date.utc("2026-03-01T23:59:59Z")
+        _ = try await f.use("alice", units: 1, now: late)
+        let jobs = f.jobs()
+        let close = try await f.pool.withConnection { db in
+            try await db.transaction { tx in
+                try await tx.query("SELECT balance FROM credit_account WHERE user_id = 'alice' ORDER BY pool FOR UPDATE")
+                let close = Task { try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) }
+                while try await f.count(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == 0
+                {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                let receipt = try await CreditMeter.use(
+                    UsageRequest(service: "svc", idempotencyKey: "held", userID: "alice", units: 2, rateCode: "call", occurredAt: nil),
+                    now: late, on: tx
+                ).receipt()
+                #expect(receipt.billDay == "2026-03-01")
+                return close
+            }
+        }
+        #expect(try await close.value == 1)
+        #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE total_cost = 900000 AND charged = 1000000") == 1)
+        #expect(try await f.violations() == 0)
     }
 
     @Test func expiredSubscriptionPoolsAreClearedAtTheNextUTCMidnightOnce() async throws {

@@ -71,7 +71,7 @@ struct CreditLedgerTests {
         try await f.rate("call", micro: 250_000)
 
         // 0.25 × 10 = 2.5 credits: 1 from SUBSCRIPTION, 1.5 from WELCOME.
-        let first = try await f.use("alice", units: 10).receipt
+        let first = try await f.use("alice", units: 10).receipt()
         #expect(first.cost == "2.5")
         #expect(first.drawn == PoolAmounts([.subscription: Self.credit, .welcome: 1_500_000]))
         #expect(try await f.balances("alice") == [.subscription: 0, .welcome: 500_000, .permanent: 5 * Self.credit])
@@ -86,7 +86,7 @@ struct CreditLedgerTests {
         #expect(try await f.count("SELECT count(*) FROM credit_usage_event") == 1)
         #expect(try await f.count("SELECT sum(total_cost)::int FROM credit_daily_bill") == 2_500_000)
         // Exactly the rest: 22 units = 5.5 credits.
-        #expect(try await f.use("alice", units: 22).receipt.balance.microCredits == 0)
+        #expect(try await f.use("alice", units: 22).receipt().balance.microCredits == 0)
         #expect(try await f.violations() == 0)
     }
 
@@ -98,13 +98,36 @@ struct CreditLedgerTests {
         let first = try await f.use("alice", units: 2, key: "k")
         #expect(!first.replayed)
         let again = try await f.use("alice", units: 2, key: "k")
-        #expect(again.replayed && again.receipt == first.receipt && again.json == first.json)
-        let receipt = first.receipt
+        #expect(try again.replayed && again.receipt() == first.receipt() && again.json == first.json)
+        let receipt = try first.receipt()
         #expect(try await f.total("alice") == 8 * Self.credit)
         await #expect(throws: UsageError.idempotencyConflict) { try await f.use("alice", units: 3, key: "k") }
         // Keys are per service.
-        #expect(try await f.use("alice", units: 2, key: "k", service: "other").receipt.usageId != receipt.usageId)
+        #expect(try await f.use("alice", units: 2, key: "k", service: "other").receipt().usageId != receipt.usageId)
         #expect(try await f.total("alice") == 6 * Self.credit)
+    }
+
+    /// The answer is written by the statement itself; it must be the bytes JSONEncoder writes for
+    /// the receipt (sorted keys, strings escaped), whatever the key, user and rate hold.
+    @Test func theAnswerIsWhatJSONEncoderWritesForItsReceipt() async throws {
+        let f = try await CreditsFixture.make()
+        defer { Task { await f.drop() } }
+        let user = "ü \"quoted\" \\ back/slash 🚀"
+        try await f.fund(user, .subscription, micro: 1_250_000)
+        try await f.fund(user, .welcome, micro: 3 * Self.credit)
+        try await f.fund(user, .permanent, micro: 7_000_001)
+        try await f.rate("r/\"1\"", micro: 1_000_007)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for (units, key) in [(1, "k \"1\" é/\\"), (3, "k2"), (4, "k3")] {
+            let outcome = try await f.use(user, units: Int64(units), rate: "r/\"1\"", key: key, at: .utc("2026-05-31T23:59:59.123Z"))
+            let receipt = try outcome.receipt()
+            #expect(outcome.json == String(decoding: try encoder.encode(receipt), as: UTF8.self))
+            #expect(receipt.idempotencyKey == key && receipt.userId == user && receipt.rate == "r/\"1\"")
+            #expect(receipt.occurredAt == "2026-05-31T23:59:59.123Z")
+        }
+        #expect(try await f.total(user) == 11_250_001 - 8 * 1_000_007)
+        #expect(try await f.violations() == 0)
     }
 
     @Test func theRateVersionInForceAtTheEventTimeGivesTheCost() async throws {
@@ -114,8 +137,8 @@ struct CreditLedgerTests {
         try await f.rate("img", version: 1, micro: Self.credit, from: .utc("2026-01-01T00:00:00Z"))
         try await f.rate("img", version: 2, micro: 2 * Self.credit, from: .utc("2026-06-01T00:00:00Z"))
         let now = Date.utc("2026-07-01T12:00:00Z")
-        #expect(try await f.use("alice", units: 1, rate: "img", at: .utc("2026-05-31T23:59:59Z"), now: now).receipt.rateVersion == 1)
-        let current = try await f.use("alice", units: 3, rate: "img", now: now).receipt
+        #expect(try await f.use("alice", units: 1, rate: "img", at: .utc("2026-05-31T23:59:59Z"), now: now).receipt().rateVersion == 1)
+        let current = try await f.use("alice", units: 3, rate: "img", now: now).receipt()
         #expect(current.rateVersion == 2 && current.costMicroCredits == 6 * Self.credit)
         await #expect(throws: UsageError.unknownRate("img")) {
             try await f.use("alice", units: 1, rate: "img", at: .utc("2025-12-31T00:00:00Z"), now: now)
