@@ -22,6 +22,9 @@ struct ConnectionSettings: Sendable {
         return [
             // Detects a vanished server within about a minute, even on an idle or LISTEN socket.
             ("keepalives", "1"), ("keepalives_idle", "30"), ("keepalives_interval", "10"), ("keepalives_count", "3"),
+            // libpq's default (prefer) probes Kerberos on every connect; Debian's libkrb5 aborted in
+            // k5_mutex_lock under concurrent connects. A URL that wants GSS encryption still says so.
+            ("gssencmode", "disable"),
             ("dbname", url),
             ("application_name", applicationName), ("connect_timeout", String(seconds)), ("client_encoding", "UTF8"),
         ]
