@@ -27,37 +27,15 @@ enum CatalogApplyCommand: SubsctlCommand {
             Subsctl.printError("\(path) refused, nothing applied:\n\(error.description)")
             return ExitStatus.refused
         }
-        guard let url = environment["DATABASE_URL"], !url.isEmpty else {
-            Subsctl.printError("DATABASE_URL is not set")
-            return ExitStatus.configuration
-        }
-        let pool = PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 1), logger: Subsctl.logger)
-        let outcome: Result<CatalogueApplyResult, any Error>
-        do {
-            outcome = .success(
-                try await CatalogueStore(pool: pool).apply(
-                    file, operator: operatorName, reason: reason ?? "subsctl catalog apply \(URL(fileURLWithPath: path).lastPathComponent)"))
-        } catch {
-            outcome = .failure(error)
-        }
-        await pool.shutdown()
-        switch outcome {
-        case .success(let result):
+        return await Subsctl.withDatabase { pool in
+            let result = try await CatalogueStore(pool: pool).apply(
+                file, operator: operatorName, reason: reason ?? "subsctl catalog apply \(URL(fileURLWithPath: path).lastPathComponent)")
             let lines = result.inserted.map { "inserted \($0)" } + result.updated.map { "updated \($0)" }
                 + result.unchanged.map { "unchanged \($0)" }
             Subsctl.printOutput(
                 (lines + ["inserted=\(result.inserted.count) updated=\(result.updated.count) unchanged=\(result.unchanged.count)"])
                     .joined(separator: "\n"))
             return ExitStatus.success
-        case .failure(let error as PostgresError) where error.sqlState == "42P01":
-            Subsctl.printError("the database has no catalogue table yet: start the ingress once (it migrates the schema)")
-            return ExitStatus.configuration
-        case .failure(let error as PostgresError) where error.isRetryable:
-            Subsctl.printError("catalogue not applied, database unavailable: \(error)")
-            return ExitStatus.temporaryFailure
-        case .failure(let error):
-            Subsctl.printError("catalogue not applied: \(error)")
-            return ExitStatus.refused
         }
     }
 }

@@ -26,7 +26,7 @@ enum ConsentCommand: SubsctlCommand {
         case "unknown": granted = nil
         default: return usageError("--consumption-data must be granted, denied or unknown")
         }
-        return await FulfillmentTaskRequest.withDatabase { pool in
+        return await Subsctl.withDatabase { pool in
             let outcome: (before: String, after: String)? = try await pool.transaction { db in
                 guard try await db.query("SELECT 1 FROM app_user WHERE user_id = \(user) FOR UPDATE").count == 1 else { return nil }
                 let before = try await db.query(

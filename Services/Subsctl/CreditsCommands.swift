@@ -23,12 +23,13 @@ enum RatesApplyCommand: SubsctlCommand {
             Subsctl.printError("\(path) refused, nothing applied:\n\(error.description)")
             return ExitStatus.refused
         }
-        return await withDatabase { pool in
+        return await Subsctl.withDatabase { pool in
             let result = try await CreditRates.apply(
                 file, operator: operatorName, reason: reason ?? "subsctl rates apply \(URL(fileURLWithPath: path).lastPathComponent)",
                 pool: pool)
             let lines = result.inserted.map { "inserted \($0)" } + result.unchanged.map { "unchanged \($0)" }
-            return (lines + ["inserted=\(result.inserted.count) unchanged=\(result.unchanged.count)"]).joined(separator: "\n")
+            Subsctl.printOutput((lines + ["inserted=\(result.inserted.count) unchanged=\(result.unchanged.count)"]).joined(separator: "\n"))
+            return ExitStatus.success
         }
     }
 }
@@ -52,7 +53,7 @@ enum CreditsRunJobsCommand: SubsctlCommand {
         guard let welcomeCredits = Int64(welcome ?? "0"), welcomeCredits >= 0 else {
             return usageError("--welcome-credits must be a whole number")
         }
-        return await withDatabase { pool in
+        return await Subsctl.withDatabase { pool in
             let jobs = CreditJobs(
                 pool: pool, appKey: appKey, configuration: CreditsConfiguration(welcomeCredits: welcomeCredits),
                 logger: Subsctl.logger)
@@ -60,37 +61,13 @@ enum CreditsRunJobsCommand: SubsctlCommand {
             let report = try await jobs.runAll(now: now)
             let seconds = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
             let violations = try await jobs.checkInvariant()
-            return """
+            Subsctl.printOutput(
+                """
                 welcome_grants=\(report.welcomeGrants) yearly_grants=\(report.yearlyGrants) \
                 bills_closed=\(report.billsClosed) pools_cleared=\(report.poolsCleared) seconds=\(seconds) \
                 ledger_mismatches=\(violations)
-                """
+                """)
+            return ExitStatus.success
         }
-    }
-}
-
-/// Runs `body` with a pool on `DATABASE_URL` and prints its output; maps failures to exit statuses.
-private func withDatabase(_ body: (PostgresPool) async throws -> String) async -> Int32 {
-    guard let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty else {
-        Subsctl.printError("DATABASE_URL is not set")
-        return ExitStatus.configuration
-    }
-    let pool = PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 2), logger: Subsctl.logger)
-    let outcome: Result<String, any Error>
-    do { outcome = .success(try await body(pool)) } catch { outcome = .failure(error) }
-    await pool.shutdown()
-    switch outcome {
-    case .success(let text):
-        Subsctl.printOutput(text)
-        return ExitStatus.success
-    case .failure(let error as PostgresError) where error.sqlState == "42P01":
-        Subsctl.printError("the database has no credit tables yet: start the ingress once (it migrates the schema)")
-        return ExitStatus.configuration
-    case .failure(let error as PostgresError) where error.isRetryable:
-        Subsctl.printError("database unavailable: \(error)")
-        return ExitStatus.temporaryFailure
-    case .failure(let error):
-        Subsctl.printError("refused: \(error)")
-        return ExitStatus.refused
     }
 }

@@ -32,30 +32,6 @@ enum FulfillmentTaskRequest {
         ["Production", "Sandbox"].first { $0.lowercased() == text?.lowercased() }
     }
 
-    /// Runs `body` with a one-connection pool on `DATABASE_URL`; maps database trouble to exit statuses.
-    static func withDatabase(_ body: (PostgresPool) async throws -> Int32) async -> Int32 {
-        guard let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty else {
-            Subsctl.printError("DATABASE_URL is not set")
-            return ExitStatus.configuration
-        }
-        let pool = PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 1), logger: Subsctl.logger)
-        let status: Int32
-        do {
-            status = try await body(pool)
-        } catch let error as PostgresError where error.sqlState == "42P01" {
-            Subsctl.printError("the database has no fulfillment_task table yet: start a worker once (it migrates the schema)")
-            status = ExitStatus.configuration
-        } catch let error as PostgresError where error.isRetryable {
-            Subsctl.printError("database unavailable: \(error)")
-            status = ExitStatus.temporaryFailure
-        } catch {
-            Subsctl.printError("\(error)")
-            status = ExitStatus.refused
-        }
-        await pool.shutdown()
-        return status
-    }
-
     /// Stores the request and its audit row in one transaction; returns the task id (an equal
     /// pending request is reused and made due now).
     static func submit(_ insert: PostgresQuery, audit action: String, operator name: String, reason: String, pool: PostgresPool)

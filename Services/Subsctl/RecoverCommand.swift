@@ -35,7 +35,7 @@ enum RecoverCommand: SubsctlCommand {
         guard from >= now - Double(days) * 86_400 else {
             return usageError("--from is more than \(days) days ago: Apple keeps \(environment) history for \(days) days")
         }
-        return await FulfillmentTaskRequest.withDatabase { pool in
+        return await Subsctl.withDatabase { pool in
             let id = try await FulfillmentTaskRequest.submit(
                 """
                 INSERT INTO fulfillment_task (kind, environment, range_start, range_end, reason, requested_by)

@@ -24,7 +24,7 @@ enum RequeryCommand: SubsctlCommand {
         else { return usageError("--original-transaction-id must be Apple's original transaction id") }
         guard let environment else { return usageError("--env must be Production or Sandbox") }
         guard let wait else { return usageError("--wait must be a whole number of seconds from 0 to 86400") }
-        return await FulfillmentTaskRequest.withDatabase { pool in
+        return await Subsctl.withDatabase { pool in
             let id = try await FulfillmentTaskRequest.submit(
                 """
                 INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)

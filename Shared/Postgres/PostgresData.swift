@@ -1,4 +1,5 @@
 import Foundation
+import ServiceRuntime
 
 /// The type OID announced for a bound value, so the server need not guess it
 /// (`$1 IS NULL`, `jsonb_build_object(..., $1)` and `unnest($1)` only work with a known type).
@@ -323,7 +324,7 @@ enum PostgresTimestamp {
     static func format(_ date: Date) -> String {
         let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
         let (days, microOfDay) = floorDivision(micros, 86_400_000_000)
-        let (year, month, day) = civil(fromDays: days)
+        let (year, month, day) = CivilCalendar.date(fromDays: days)
         let seconds = microOfDay / 1_000_000
         // Digit by digit: String(format:) cost more than the rest of binding a row.
         var out: [UInt8] = []
@@ -414,7 +415,7 @@ enum PostgresTimestamp {
             offset *= sign
         }
         guard index == utf8.count else { return nil }
-        let days = days(fromCivil: bc ? 1 - year : year, month, day)
+        let days = CivilCalendar.days(fromYear: bc ? 1 - year : year, month, day)
         let micros = (days * 86_400 + secondOfDay - offset) * 1_000_000 + fraction
         return Date(timeIntervalSince1970: Double(micros) / 1_000_000)
     }
@@ -423,27 +424,5 @@ enum PostgresTimestamp {
         let q = a / b
         let r = a % b
         return r < 0 ? (q - 1, r + b) : (q, r)
-    }
-
-    /// Days since 1970-01-01 of a proleptic Gregorian date (astronomical year numbering).
-    static func days(fromCivil year: Int64, _ month: Int64, _ day: Int64) -> Int64 {
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yearOfEra = y - era * 400
-        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
-        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
-        return era * 146_097 + dayOfEra - 719_468
-    }
-
-    static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let mp = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * mp + 2) / 5 + 1
-        let month = mp < 10 ? mp + 3 : mp - 9
-        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
     }
 }

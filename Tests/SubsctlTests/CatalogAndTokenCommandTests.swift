@@ -64,7 +64,7 @@ struct CatalogAndTokenCommandTests {
         try await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE \(name) WITH (FORCE)"))
         await admin.shutdown()
         #expect(bare.status == 78)
-        #expect(bare.error.contains("start the ingress once"), "\(bare.stderr)")
+        #expect(bare.error.contains("start the ingress or a worker once"), "\(bare.stderr)")
     }
 
     /// The JSON object in segment `index` of a compact JWS.
