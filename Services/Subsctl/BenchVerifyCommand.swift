@@ -10,14 +10,9 @@ enum BenchVerifyCommand: SubsctlCommand {
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
-        guard let kind = arguments.option("kind").flatMap(SignedDataKind.init(rawValue:)) else {
-            return usageError("--kind must be one of \(SignedDataKind.choices)")
-        }
-        var environment: AppStoreEnvironment?
-        if let raw = arguments.option("expect-env") {
-            guard let parsed = AppStoreEnvironment(argument: raw) else { return usageError("--expect-env must be Sandbox or Production") }
-            environment = parsed
-        }
+        let kind: SignedDataKind
+        let environment: AppStoreEnvironment?
+        do { (kind, environment) = try SignedDataKind.options(&arguments) } catch { return usageError(error.description) }
         let seconds = arguments.option("seconds").map { Double($0) } ?? 10
         guard let seconds, seconds > 0, seconds <= 3600 else { return usageError("--seconds must be a number in (0, 3600]") }
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }

@@ -25,7 +25,7 @@ enum DemoCommand: SubsctlCommand {
         guard let ingress = arguments.option("ingress").flatMap(URL.init(string:)), ingress.scheme == "http" || ingress.scheme == "https"
         else { return usageError("--ingress must be an http(s) URL") }
         guard let signerDir = arguments.option("signer-dir") else { return usageError("--signer-dir is required") }
-        let user = arguments.option("user") ?? "demo-" + SecureRandom.bytes(4).map { String(format: "%02x", $0) }.joined()
+        let user = arguments.option("user") ?? "demo-" + Hex.encode(SecureRandom.bytes(4))
         guard let wait = Int(arguments.option("wait-seconds") ?? "15"), (0...300).contains(wait) else {
             return usageError("--wait-seconds must be an integer in 0...300")
         }

@@ -10,6 +10,26 @@ enum SignedDataKind: String, CaseIterable {
     case appTransaction = "app-transaction"
 
     static let choices = allCases.map(\.rawValue).joined(separator: "|")
+
+    /// `--kind` and the optional `--expect-env`, which every verify command takes; the error is
+    /// the usage message.
+    static func options(_ arguments: inout ParsedArguments) throws(UsageProblem)
+        -> (kind: SignedDataKind, environment: AppStoreEnvironment?)
+    {
+        guard let kind = arguments.option("kind").flatMap(SignedDataKind.init(rawValue:)) else {
+            throw UsageProblem(description: "--kind must be one of \(choices)")
+        }
+        guard let raw = arguments.option("expect-env") else { return (kind, nil) }
+        guard let environment = AppStoreEnvironment(argument: raw) else {
+            throw UsageProblem(description: "--expect-env must be Sandbox or Production")
+        }
+        return (kind, environment)
+    }
+
+    /// A command line a verify command cannot run with.
+    struct UsageProblem: Error, CustomStringConvertible {
+        let description: String
+    }
 }
 
 /// Reads signed data from a file or stdin (`-`): a raw compact JWS or a notification request

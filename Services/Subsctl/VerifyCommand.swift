@@ -12,14 +12,9 @@ enum VerifyCommand: SubsctlCommand {
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
-        guard let kind = arguments.option("kind").flatMap(SignedDataKind.init(rawValue:)) else {
-            return usageError("--kind must be one of \(SignedDataKind.choices)")
-        }
-        var environment: AppStoreEnvironment?
-        if let raw = arguments.option("expect-env") {
-            guard let parsed = AppStoreEnvironment(argument: raw) else { return usageError("--expect-env must be Sandbox or Production") }
-            environment = parsed
-        }
+        let kind: SignedDataKind
+        let environment: AppStoreEnvironment?
+        do { (kind, environment) = try SignedDataKind.options(&arguments) } catch { return usageError(error.description) }
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.count == 1 else { return usageError("give exactly one FILE (or - for stdin)") }
 

@@ -108,7 +108,7 @@ public struct AppStoreVerifierConfiguration: Sendable {
             reader.report("APPLE_IAP_ROOT_CERTS", nil, "at least one root certificate")
         }
         for root in rootCertificates {
-            let fingerprint = Self.hex(root.sha256Fingerprint)
+            let fingerprint = Hex.encode(root.sha256Fingerprint)
             if !root.isCA {
                 reader.report("APPLE_IAP_ROOT_CERTS", fingerprint, "CA certificates only (\(root.subject) is not a CA)")
             } else if Self.appleRootFingerprints[fingerprint] == nil && !allowTestRoots {
@@ -121,7 +121,7 @@ public struct AppStoreVerifierConfiguration: Sendable {
 
     /// Configured roots that are not Apple's (only possible with `allowTestRoots`).
     public var testRoots: [X509Certificate] {
-        rootCertificates.filter { Self.appleRootFingerprints[Self.hex($0.sha256Fingerprint)] == nil }
+        rootCertificates.filter { Self.appleRootFingerprints[Hex.encode($0.sha256Fingerprint)] == nil }
     }
 
     /// SHA-256 fingerprints (lowercase hex) of the roots Apple publishes at
@@ -131,15 +131,4 @@ public struct AppStoreVerifierConfiguration: Sendable {
         "c2b9b042dd57830e7d117dac55ac8ae19407d38e41d88f3215bc3a890444a050": "Apple Root CA - G2",
         "b0b1730ecbc7ff4505142c49f1295e6eda6bcaed7e2c68c5be91b5a11001f024": "Apple Root CA",
     ]
-
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
 }

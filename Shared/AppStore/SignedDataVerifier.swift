@@ -58,7 +58,7 @@ public final class SignedDataVerifier: Sendable {
             logger.warning(
                 "TEST ROOT CERTIFICATE TRUSTED: data signed by a non-Apple chain will verify; never use this in production",
                 ["appstore.root_subject": .string(root.subject),
-                 "appstore.root_sha256": .string(AppStoreVerifierConfiguration.hex(root.sha256Fingerprint))])
+                 "appstore.root_sha256": .string(Hex.encode(root.sha256Fingerprint))])
         }
     }
 

@@ -119,7 +119,7 @@ struct EventReader: Sendable {
         return TransactionRecord(
             fact: fact, webOrderLineItemID: decoded.webOrderLineItemId, revocationType: decoded.rawRevocationType,
             revocationReason: decoded.rawRevocationReason, offerIdentifier: decoded.offerIdentifier,
-            price: decoded.price, currency: decoded.currency, payloadHash: Self.hex(SHA256.hash(Array(jws.utf8))),
+            price: decoded.price, currency: decoded.currency, payloadHash: Hex.encode(SHA256.hash(Array(jws.utf8))),
             appAccountTokenUUID: uuid)
     }
 
@@ -149,16 +149,5 @@ struct EventReader: Sendable {
         error.isRetryable
             ? .retryable(code: VerificationErrorClass.retryableVerification.rawValue, message: error.description)
             : .permanent(code: error.code.rawValue, message: error.description)
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 }

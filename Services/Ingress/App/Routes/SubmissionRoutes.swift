@@ -61,7 +61,7 @@ struct SubmissionRoutes: Sendable {
                 throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
             }
 
-            let hash = SHA256.hash(Array(body.signedTransaction.utf8)).map { String(format: "%02x", $0) }.joined()
+            let hash = Hex.encode(SHA256.hash(Array(body.signedTransaction.utf8)))
             let sealed = try context.cipher.seal(Array(body.signedTransaction.utf8), context: "submission:" + hash)
             let stored = try await context.store.insertSubmission(
                 NewSubmission(
