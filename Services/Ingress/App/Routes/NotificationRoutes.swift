@@ -166,16 +166,6 @@ struct NotificationRoutes: Sendable {
         }
         return HTTPError(status: status, code: error.code.rawValue, message: "the signed payload was refused")
     }
-
-    /// The `environment` a JWS payload claims, read WITHOUT verifying it: it only chooses which
-    /// environment to verify against, and verification then checks it.
-    static func environmentClaim(of jws: String) -> String? {
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
-            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
-        else { return nil }
-        return object["environment"] as? String
-    }
 }
 
 /// Token buckets per source address, bounded in memory: the oldest idle buckets are dropped.

@@ -85,7 +85,7 @@ struct SubmissionRoutes: Sendable {
     /// too (test users; the worker enforces who may use them); a Sandbox one only Sandbox.
     func verify(_ jws: String) async throws -> JWSTransactionDecodedPayload {
         let configured = context.configuration.appStore.environment
-        let claimed = NotificationRoutes.environmentClaim(of: jws)
+        let claimed = Self.environmentClaim(of: jws)
         let expected: AppStoreEnvironment = configured == .production && claimed == AppStoreEnvironment.sandbox.rawValue
             ? .sandbox : configured
         do {
@@ -189,5 +189,15 @@ struct SubmissionRoutes: Sendable {
             activeProductId: try row.decode("active_product_id", as: String?.self),
             expiresAt: try row.decode("expires_at", as: Date?.self),
             creditsBalance: Credits.whole(try row.decode("balance", as: Int64.self)))
+    }
+
+    /// The `environment` a JWS payload claims, read WITHOUT verifying it: it only chooses which
+    /// environment to verify against, and verification then checks it.
+    static func environmentClaim(of jws: String) -> String? {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
+            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
+        else { return nil }
+        return object["environment"] as? String
     }
 }
