@@ -6,6 +6,16 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 mkdir -p "$LOG_DIR" "$RUN_DIR"
 
 as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+# The servers outlive this script: they must not inherit its caller's descriptors (a held flock
+# would stay held; the pipe of a `$(...)` around this script would never reach end of file).
+# Closes every descriptor above stderr, so it only runs in a subshell: `(detached ...)` or `detached ... &`.
+detached() {
+    for fd in /proc/$BASHPID/fd/*; do
+        n=${fd##*/}
+        [ "$n" -gt 2 ] && eval "exec $n>&-"
+    done
+    "$@"
+}
 
 # PostgreSQL refuses to run as root: the cluster belongs to the postgres user.
 if [ ! -s "$PG_DATA/PG_VERSION" ]; then
@@ -30,7 +40,7 @@ CONF
 fi
 if ! as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
-    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_HOME/postgresql.log" -w -t 60 start >/dev/null
+    (detached as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_HOME/postgresql.log" -w -t 60 start >/dev/null)
 fi
 psql_admin() { psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
 if [ "$(psql_admin -c "select 1 from pg_roles where rolname='subs'")" != 1 ]; then
@@ -42,7 +52,7 @@ fi
 
 if ! (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then
     log "starting Tansu on 127.0.0.1:$KAFKA_PORT"
-    nohup "$(tansu_bin)" broker \
+    detached nohup "$(tansu_bin)" broker \
         --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
         --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
         --storage-engine "memory://tansu/" >"$LOG_DIR/tansu.log" 2>&1 &

@@ -25,7 +25,11 @@ struct FulfillmentNotifier: Sendable {
     }
 
     /// Sends in the background; the caller never waits for the waiters.
+    ///
+    /// Only submissions have waiters (the ingress's transaction-upload routes): nobody awaits a
+    /// notification's result, and a NOTIFY per notification cost each event a commit of its own.
     func notify(_ event: ClaimedEvent) {
+        guard event.kind == .submission else { return }
         let payload = "\(event.kind.rawValue):\(event.id)"
         let (batches, logger) = (batches, logger)
         Task {
