@@ -83,11 +83,16 @@ struct PostgresDecodingTests {
     @Test func decodingFailuresNameTheColumn() async throws {
         try await Fixture.withSchema { pool, _ in
             let row = try #require(try await pool.query(
-                "SELECT NULL::text AS missing, 'abc'::text AS word, '-infinity'::timestamptz AS ts").first)
+                """
+                SELECT NULL::text AS missing, 'abc'::text AS word, '-infinity'::timestamptz AS ts,
+                       '\\x0g'::text AS hex, '\\x012'::text AS odd
+                """).first)
             for (column, attempt) in [
                 ("missing", { _ = try row.decode("missing", as: String.self) }),
                 ("word", { _ = try row.decode("word", as: Int.self) }),
                 ("ts", { _ = try row.decode("ts", as: Date.self) }),
+                ("hex", { _ = try row.decode("hex", as: [UInt8].self) }),
+                ("odd", { _ = try row.decode("odd", as: [UInt8].self) }),
                 ("absent", { _ = try row.decode("absent", as: String.self) }),
             ] as [(String, () throws -> Void)] {
                 let error = #expect(throws: PostgresError.self) { try attempt() }
