@@ -103,7 +103,9 @@ let package = Package(
         // APPLE_IAP_ALLOW_TEST_ROOTS=true trusts.
         .executableTarget(
             name: "Subsctl",
-            dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Postgres", "Credits"],
+            dependencies: [
+                "AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Postgres", "Credits", "Storage",
+            ],
             path: "Services/Subsctl",
             swiftSettings: swiftSettings),
 

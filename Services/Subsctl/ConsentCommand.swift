@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Storage
 
 /// `subsctl consent`: records what a user agreed to share (for now: consumption data, which
 /// decides whether a CONSUMPTION_REQUEST is answered), with an audit row. The app's back end
@@ -19,47 +20,23 @@ enum ConsentCommand: SubsctlCommand {
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user-id must be a user id of 1 to 128 characters") }
-        let granted: Bool?
+        let consent: ConsumptionConsent
         switch choice {
-        case "granted": granted = true
-        case "denied": granted = false
-        case "unknown": granted = nil
+        case "granted": consent = .granted
+        case "denied": consent = .denied
+        case "unknown": consent = .unknown
         default: return usageError("--consumption-data must be granted, denied or unknown")
         }
         return await Subsctl.withDatabase { pool in
-            let outcome: (before: String, after: String)? = try await pool.transaction { db in
-                guard try await db.query("SELECT 1 FROM app_user WHERE user_id = \(user) FOR UPDATE").count == 1 else { return nil }
-                let before = try await db.query(
-                    "SELECT granted FROM user_consent WHERE user_id = \(user) AND purpose = 'CONSUMPTION_DATA' FOR UPDATE"
-                ).first.map { try $0.decode("granted", as: Bool.self) }
-                if let granted {
-                    try await db.query(
-                        """
-                        INSERT INTO user_consent (user_id, purpose, granted, recorded_by)
-                        VALUES (\(user), 'CONSUMPTION_DATA', \(granted), \(operatorName))
-                        ON CONFLICT (user_id, purpose) DO UPDATE
-                            SET granted = EXCLUDED.granted, recorded_by = EXCLUDED.recorded_by, recorded_at = now()
-                        """)
-                } else {
-                    try await db.query("DELETE FROM user_consent WHERE user_id = \(user) AND purpose = 'CONSUMPTION_DATA'")
-                }
-                try await db.query(
-                    """
-                    INSERT INTO audit_log (operator, action, reason, before, after)
-                    VALUES (\(operatorName), 'CONSENT_RECORDED', \(reason),
-                            jsonb_build_object('userId', \(user)::text, 'consumptionData', \(before)::boolean),
-                            jsonb_build_object('userId', \(user)::text, 'consumptionData', \(granted)::boolean))
-                    """)
-                return (Self.word(before), Self.word(granted))
-            }
-            guard let outcome else {
+            guard let outcome = try await ConsentStore.record(consent, userID: user, createUser: false, recordedBy: operatorName, reason: reason, pool: pool)
+            else {
                 Subsctl.printError("no user \(user)")
                 return ExitStatus.refused
             }
-            Subsctl.printOutput("user=\(user) consumptionData=\(outcome.after) (was \(outcome.before))")
+            Subsctl.printOutput("user=\(user) consumptionData=\(Self.word(outcome.after)) (was \(Self.word(outcome.before)))")
             return ExitStatus.success
         }
     }
 
-    static func word(_ granted: Bool?) -> String { granted.map { $0 ? "granted" : "denied" } ?? "unknown" }
+    static func word(_ consent: ConsumptionConsent) -> String { consent.rawValue.lowercased() }
 }

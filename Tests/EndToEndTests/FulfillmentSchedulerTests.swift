@@ -84,19 +84,35 @@ struct FulfillmentSchedulerTests {
         defer { harness.stop() }
         let pair = harness.pair
         var purchases: [String: JWSTransactionDecodedPayload] = [:]
+        let consent = "/api/v1/subscriptions/consumption-consent"
         for (user, choice) in [("alice", "granted"), ("bob", "denied"), ("carol", nil)] {
             let token = try await pair.user(user)
             let purchase = pair.transaction(Self.id(), token: token)
             try harness.mock.addTransaction(purchase)
             #expect(try await pair.outcome(of: try await pair.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
             purchases[user] = purchase
-            if let choice {
+            let auth = ["Authorization": "Bearer \(pair.ingress.userToken(user))"]
+            #expect(try await pair.client.get(consent, headers: auth).text == #"{"consumptionData":"UNKNOWN"}"#)
+            if choice == "granted" {
+                // The user's own choice through the app.
+                let put = try await pair.client.send("PUT", consent, json: ["consumptionData": "GRANTED"], headers: auth)
+                #expect(put.status == 200 && put.text == #"{"consumptionData":"GRANTED"}"#, "\(put.status) \(put.text)")
+            } else if let choice {
+                // An operator recording a choice made elsewhere (support, another channel).
                 let run = try await harness.subsctl(["consent", "--user-id", user, "--consumption-data", choice, "--operator", "e2e"])
                 #expect(run.status == 0, "\(run.output)")
                 #expect(run.output.contains("user=\(user) consumptionData=\(choice) (was unknown)"), "\(run.output)")
             }
+            #expect(try await pair.client.get(consent, headers: auth).text.contains((choice ?? "unknown").uppercased()))
         }
-        #expect(try await pair.count("SELECT count(*) FROM audit_log WHERE action = 'CONSENT_RECORDED'") == 2)
+        #expect(try await pair.client.get(consent).status == 401)
+        let malformed = try await pair.client.request(
+            "PUT", consent, headers: ["Authorization": "Bearer \(pair.ingress.userToken("carol"))"],
+            body: Data(#"{"consumptionData":"YES"}"#.utf8))
+        #expect(malformed.status == 400 && malformed.text.contains("MALFORMED_JSON"), "\(malformed.text)")
+        #expect(try await pair.value(
+            "SELECT string_agg(operator, ',' ORDER BY operator) FROM audit_log WHERE action = 'CONSENT_RECORDED'", as: String.self)
+            == "e2e,user")
 
         // Apple's endpoint fails more often than the client retries within one call: the event waits and retries.
         let path = "/inApps/v1/transactions/consumption/"

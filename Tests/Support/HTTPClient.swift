@@ -46,8 +46,15 @@ public struct TestHTTPClient: Sendable {
     }
 
     public func post(_ path: String, json: Any, headers: [String: String] = [:]) async throws -> TestHTTPResponse {
+        try await send("POST", path, json: json, headers: headers)
+    }
+
+    /// A request with a JSON body.
+    public func send(_ method: String, _ path: String, json: Any, headers: [String: String] = [:]) async throws
+        -> TestHTTPResponse
+    {
         try await request(
-            "POST", path, headers: headers.merging(["Content-Type": "application/json"]) { own, _ in own },
+            method, path, headers: headers.merging(["Content-Type": "application/json"]) { own, _ in own },
             body: try JSONSerialization.data(withJSONObject: json))
     }
 }

@@ -4,8 +4,9 @@ import Foundation
 import HTTPServer
 import Postgres
 import ServiceRuntime
+import Storage
 
-/// The caller's own state: current subscriptions, credits balance, grants and daily bills.
+/// The caller's own state: current subscriptions, consent, credits balance, grants and daily bills.
 ///
 /// Credit amounts are stored as integer micro-credits; the API writes them as exact decimal
 /// strings of credits (`"1000"`, `"0.25"`) so no client parses money through a float, and the
@@ -15,6 +16,7 @@ struct AccountRoutes: Sendable {
     static let balancePath = "/api/v1/credits/balance"
     static let grantsPath = "/api/v1/credits/grants"
     static let dailyBillsPath = "/api/v1/credits/daily-bills"
+    static let consentPath = "/api/v1/subscriptions/consumption-consent"
 
     let context: IngressContext
     let cursors: PageCursorSigner
@@ -29,6 +31,34 @@ struct AccountRoutes: Sendable {
         router.get(Self.balancePath) { request in try await balance(request) }
         router.get(Self.grantsPath) { request in try await grants(request) }
         router.get(Self.dailyBillsPath) { request in try await dailyBills(request) }
+        router.get(Self.consentPath) { request in try await consent(request) }
+        router.put(Self.consentPath) { request in try await recordConsent(request) }
+    }
+
+    // MARK: - Consent
+
+    /// Whether Apple may be told about the user's use of a purchase when it asks during a refund
+    /// request (CONSUMPTION_REQUEST); the app asks the user and sends the choice here.
+    struct ConsentView: Codable, Sendable {
+        let consumptionData: ConsumptionConsent
+    }
+
+    func consent(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let user = try context.authenticator.authenticate(request)
+        let consent = try await APIError.databaseCall { try await ConsentStore.load(userID: user.userID, pool: context.pool) }
+        return .json(ConsentView(consumptionData: consent))
+    }
+
+    func recordConsent(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let user = try context.authenticator.authenticate(request)
+        let body = try request.decodeJSON(ConsentView.self)
+        let outcome = try await APIError.databaseCall {
+            try await ConsentStore.record(
+                body.consumptionData, userID: user.userID, createUser: true, recordedBy: "user", reason: "user choice through the app",
+                pool: context.pool)
+        }
+        // Never nil: the user row is created with the choice.
+        return .json(ConsentView(consumptionData: outcome?.after ?? body.consumptionData))
     }
 
     // MARK: - Current subscriptions

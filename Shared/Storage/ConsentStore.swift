@@ -1,0 +1,69 @@
+import Postgres
+
+/// Whether a user agreed to share consumption data with Apple when Apple asks about a refund
+/// (CONSUMPTION_REQUEST). Unknown counts as no.
+public enum ConsumptionConsent: String, Sendable, Codable, CaseIterable {
+    case granted = "GRANTED"
+    case denied = "DENIED"
+    case unknown = "UNKNOWN"
+
+    init(_ granted: Bool?) { self = granted.map { $0 ? .granted : .denied } ?? .unknown }
+
+    var granted: Bool? {
+        switch self {
+        case .granted: true
+        case .denied: false
+        case .unknown: nil
+        }
+    }
+}
+
+/// The one place consent is read and written (the user's REST call and the operator's command),
+/// so both leave the same audit trail.
+public enum ConsentStore {
+    /// The user's current choice (unknown for a user never seen).
+    public static func load(userID: String, pool: PostgresPool) async throws -> ConsumptionConsent {
+        let rows = try await pool.query(
+            "SELECT granted FROM user_consent WHERE user_id = \(userID) AND purpose = 'CONSUMPTION_DATA'")
+        return ConsumptionConsent(try rows.first?.decode("granted", as: Bool.self))
+    }
+
+    /// Records a choice with an audit row naming who recorded it and why; returns the choice
+    /// before and after, or nil when the user does not exist and `createUser` is false (an
+    /// operator's typo must not invent an account; an authenticated user may choose before buying).
+    public static func record(
+        _ consent: ConsumptionConsent, userID: String, createUser: Bool, recordedBy: String, reason: String,
+        pool: PostgresPool
+    ) async throws -> (before: ConsumptionConsent, after: ConsumptionConsent)? {
+        try await pool.transaction { db in
+            if createUser { try await db.query("INSERT INTO app_user (user_id) VALUES (\(userID)) ON CONFLICT DO NOTHING") }
+            // The user row lock orders concurrent choices of one user: the audit trail reads in commit order.
+            guard try await db.query("SELECT 1 FROM app_user WHERE user_id = \(userID) FOR UPDATE").count == 1 else {
+                return nil
+            }
+            let before = ConsumptionConsent(
+                try await db.query(
+                    "SELECT granted FROM user_consent WHERE user_id = \(userID) AND purpose = 'CONSUMPTION_DATA'"
+                ).first.map { try $0.decode("granted", as: Bool.self) })
+            if let granted = consent.granted {
+                try await db.query(
+                    """
+                    INSERT INTO user_consent (user_id, purpose, granted, recorded_by)
+                    VALUES (\(userID), 'CONSUMPTION_DATA', \(granted), \(recordedBy))
+                    ON CONFLICT (user_id, purpose) DO UPDATE
+                        SET granted = EXCLUDED.granted, recorded_by = EXCLUDED.recorded_by, recorded_at = now()
+                    """)
+            } else {
+                try await db.query("DELETE FROM user_consent WHERE user_id = \(userID) AND purpose = 'CONSUMPTION_DATA'")
+            }
+            try await db.query(
+                """
+                INSERT INTO audit_log (operator, action, reason, before, after)
+                VALUES (\(recordedBy), 'CONSENT_RECORDED', \(reason),
+                        jsonb_build_object('userId', \(userID)::text, 'consumptionData', \(before.granted)::boolean),
+                        jsonb_build_object('userId', \(userID)::text, 'consumptionData', \(consent.granted)::boolean))
+                """)
+            return (before, consent)
+        }
+    }
+}
