@@ -135,6 +135,25 @@ public enum CreditAmount {
         }
         return micro < 0 ? "-" + text : text
     }
+
+    /// The exact micro-credits of decimal credits ("3", "-2.5", "0.000001"); nil for anything else
+    /// (more than 6 decimals, exponents, spaces, beyond the 64-bit range).
+    public static func micro(_ text: String) -> MicroCredits? {
+        var rest = Substring(text)
+        let negative = rest.first == "-"
+        if negative || rest.first == "+" { rest = rest.dropFirst() }
+        let parts = rest.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        let whole = parts[0]
+        let fraction = parts.count == 2 ? parts[1] : ""
+        let isDigits = { (part: Substring) in !part.isEmpty && part.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }
+        guard isDigits(whole), parts.count == 1 || (isDigits(fraction) && fraction.count <= 6),
+            let units = Int64(whole), let decimals = Int64(fraction + String(repeating: "0", count: 6 - fraction.count))
+        else { return nil }
+        let (scaled, overflow) = units.multipliedReportingOverflow(by: Credits.micro)
+        let (magnitude, carry) = scaled.addingReportingOverflow(decimals)
+        guard !overflow, !carry else { return nil }
+        return negative ? -magnitude : magnitude
+    }
 }
 
 /// Real-time metering: usage deducted at once from SUBSCRIPTION, then WELCOME, then PERMANENT,

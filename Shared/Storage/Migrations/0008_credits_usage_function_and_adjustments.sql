@@ -116,3 +116,37 @@ $$;
 -- Nothing reads usage events by user (bills are counted as the calls come in); the index only
 -- cost every call an index insertion.
 DROP INDEX credit_usage_event_user_idx;
+
+-- Manual adjustments by operators (`subsctl credits adjust`), one per adjustment number, both
+-- signs: a retry of a number books nothing and answers this first result. A credit is applied
+-- whole (and is also a grant keyed `adjustment:<number>`, as before); a debit takes at most what
+-- the pool holds, never driving it below zero, and records the rest as unrecoverable (as a
+-- revocation does). `applied` is the change booked on the balance: amount = applied - unrecoverable.
+CREATE TABLE credit_adjustment (
+    adjustment_no  text PRIMARY KEY,
+    user_id        text NOT NULL REFERENCES app_user (user_id),
+    pool           text NOT NULL CHECK (pool IN ('SUBSCRIPTION', 'WELCOME', 'PERMANENT')),
+    amount         bigint NOT NULL CHECK (amount <> 0),
+    applied        bigint NOT NULL,
+    unrecoverable  bigint NOT NULL CHECK (unrecoverable >= 0),
+    balance_after  bigint NOT NULL CHECK (balance_after >= 0),
+    operator       text NOT NULL,
+    reason         text NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    CHECK (amount = applied - unrecoverable),
+    CHECK (amount > 0 AND unrecoverable = 0 OR amount < 0 AND applied <= 0)
+);
+
+-- The credits booked by the earlier adjustments (grants keyed by their number), so that their
+-- numbers stay taken.
+INSERT INTO credit_adjustment (adjustment_no, user_id, pool, amount, applied, unrecoverable, balance_after, operator, reason, created_at)
+SELECT substr(g.grant_key, length('adjustment:') + 1), g.user_id, g.pool, g.amount, g.amount, 0,
+       coalesce(l.balance_after, g.amount), coalesce(a.operator, 'unknown'), coalesce(a.reason, ''), g.created_at
+  FROM credit_grant g
+  LEFT JOIN LATERAL (SELECT balance_after FROM credit_ledger
+                      WHERE user_id = g.user_id AND pool = g.pool AND entry_type = 'ADJUSTMENT' AND reference = g.grant_key
+                      ORDER BY id LIMIT 1) l ON true
+  LEFT JOIN LATERAL (SELECT operator, reason FROM audit_log
+                      WHERE action = 'CREDITS_ADJUSTED' AND after ->> 'adjustmentNo' = substr(g.grant_key, length('adjustment:') + 1)
+                      ORDER BY id LIMIT 1) a ON true
+ WHERE g.reason = 'ADJUSTMENT' AND g.grant_key LIKE 'adjustment:%';
