@@ -68,9 +68,16 @@ BEGIN
     take_w := least(balance_w, cost - take_s);
     take_p := cost - take_s - take_w;
 
-    INSERT INTO credit_daily_bill AS b (user_id, day, total_cost) VALUES (p_user, p_today, cost)
-    ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost WHERE b.closed_at IS NULL
+    -- Today's bill is there after the user's first call of the day: a plain update then, without
+    -- the speculative insertion (and tuple lock) of an upsert.
+    UPDATE credit_daily_bill b SET total_cost = b.total_cost + cost
+     WHERE b.user_id = p_user AND b.day = p_today AND b.closed_at IS NULL
     RETURNING b.day INTO bill_day;
+    IF NOT FOUND THEN
+        INSERT INTO credit_daily_bill AS b (user_id, day, total_cost) VALUES (p_user, p_today, cost)
+        ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost WHERE b.closed_at IS NULL
+        RETURNING b.day INTO bill_day;
+    END IF;
     IF NOT FOUND THEN
         INSERT INTO credit_daily_bill AS b (user_id, day, total_cost) VALUES (p_user, p_today + 1, cost)
         ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost WHERE b.closed_at IS NULL
