@@ -4,7 +4,8 @@
 # drawn at random from BENCH_USERS seeded ones) with p50/p99 and a count proving every 200 is a
 # stored usage event with its ledger entry; then the time to close one UTC day of BENCH_CLOSE_USERS
 # users (`subsctl credits run-jobs`, the workers' job) and the ledger check afterwards. Prints
-# figures; it is not a test and asserts nothing.
+# figures; it is not a test and asserts nothing. BENCH_PERF=1 adds where the CPU went during the
+# usage run (perf: the ingress, and its PostgreSQL server processes).
 #
 #   Tests/Benchmarks/credits-usage.sh
 #   DURATION=15s CONNECTIONS=32 BENCH_USERS=10000 BENCH_CLOSE_USERS=100000 BENCH_PORT=18091 BENCH_PERF=1 Tests/Benchmarks/credits-usage.sh
