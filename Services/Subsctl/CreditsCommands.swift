@@ -1,4 +1,5 @@
 import Credits
+import Domain
 import Foundation
 import Postgres
 import ServiceRuntime
@@ -69,5 +70,57 @@ enum CreditsRunJobsCommand: SubsctlCommand {
                 """)
             return ExitStatus.success
         }
+    }
+}
+
+/// `subsctl credits adjust`: an operator's manual adjustment of one pool, credit or debit, once per
+/// adjustment number (a retry books nothing and prints the first result).
+enum CreditsAdjustCommand: SubsctlCommand {
+    static let path = ["credits", "adjust"]
+    static let usage =
+        "credits adjust --user ID --pool SUBSCRIPTION|WELCOME|PERMANENT --amount CREDITS --number ADJUSTMENT_NO --operator NAME --reason TEXT"
+    static let summary =
+        "Credit (positive --amount, e.g. 3) or debit (negative, e.g. -2.5; never below zero, the rest recorded as unrecoverable) a pool in DATABASE_URL, once per --number."
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let values = ["user", "pool", "amount", "number", "operator", "reason"].map { ($0, arguments.option($0)) }
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
+        if let missing = values.first(where: { $0.1?.isEmpty ?? true }) { return usageError("--\(missing.0) is required") }
+        let option = Dictionary(uniqueKeysWithValues: values.map { ($0.0, $0.1 ?? "") })
+        guard let pool = CreditPool(rawValue: option["pool", default: ""]) else {
+            return usageError("--pool must be SUBSCRIPTION, WELCOME or PERMANENT")
+        }
+        guard let amount = CreditAmount.micro(option["amount", default: ""]), amount != 0, amount != .min else {
+            return usageError("--amount must be a non-zero decimal number of credits with at most 6 decimals (e.g. 3 or -2.5)")
+        }
+        return await Subsctl.withDatabase { database in
+            do {
+                let result = try await database.transaction { db in
+                    try await CreditLedger.adjust(
+                        userID: option["user", default: ""], pool: pool, amount: amount, adjustmentNo: option["number", default: ""],
+                        operator: option["operator", default: ""], reason: option["reason", default: ""], on: db)
+                }
+                Subsctl.printOutput(line(result))
+                return ExitStatus.success
+            } catch CreditAdjustmentError.unknownUser(let user) {
+                Subsctl.printError("no user \(user): nothing booked")
+                return ExitStatus.refused
+            } catch CreditAdjustmentError.numberUsedForAnother(let first) {
+                Subsctl.printError("adjustment number \(first.adjustmentNo) was used for another adjustment, nothing booked: \(line(first))")
+                return ExitStatus.refused
+            }
+        }
+    }
+
+    /// One line an operator reads and a script parses.
+    static func line(_ result: CreditAdjustment) -> String {
+        """
+        \(result.booked ? "adjusted" : "already adjusted, nothing booked:") adjustment=\(result.adjustmentNo) \
+        user=\(result.userID) pool=\(result.pool.rawValue) amount=\(CreditAmount.decimal(result.amount)) \
+        applied=\(CreditAmount.decimal(result.applied)) unrecoverable=\(CreditAmount.decimal(result.unrecoverable)) \
+        balance_after=\(CreditAmount.decimal(result.balanceAfter))
+        """
     }
 }

@@ -35,6 +35,43 @@ public struct CreditRevocation: Sendable, Hashable {
     }
 }
 
+/// What a manual adjustment did (or, for a retried number, did the first time).
+public struct CreditAdjustment: Sendable, Hashable {
+    public var adjustmentNo: String
+    public var userID: String
+    public var pool: CreditPool
+    /// What the operator asked: positive credits the pool, negative debits it.
+    public var amount: MicroCredits
+    /// The change booked on the balance: the amount, or for a debit at most what the pool held.
+    public var applied: MicroCredits
+    /// The part of a debit the pool could not cover (`amount = applied - unrecoverable`).
+    public var unrecoverable: MicroCredits
+    public var balanceAfter: MicroCredits
+    /// False when the number had been booked before: nothing new was, this is the first result.
+    public var booked: Bool
+
+    public init(
+        adjustmentNo: String, userID: String, pool: CreditPool, amount: MicroCredits, applied: MicroCredits,
+        unrecoverable: MicroCredits, balanceAfter: MicroCredits, booked: Bool
+    ) {
+        self.adjustmentNo = adjustmentNo
+        self.userID = userID
+        self.pool = pool
+        self.amount = amount
+        self.applied = applied
+        self.unrecoverable = unrecoverable
+        self.balanceAfter = balanceAfter
+        self.booked = booked
+    }
+}
+
+/// Why an adjustment was refused; nothing was booked.
+public enum CreditAdjustmentError: Error, Sendable, Hashable {
+    case unknownUser(String)
+    /// The number was booked before for another user, pool or amount: that booking.
+    case numberUsedForAnother(CreditAdjustment)
+}
+
 /// Every write to the credit tables. Each function runs on the caller's connection, inside the
 /// caller's transaction, so a grant commits or rolls back with the fulfillment that earned it.
 /// Every balance change is one ledger entry whose `balance_after` is the new balance; balances
@@ -150,42 +187,105 @@ public enum CreditLedger {
         return revoked
     }
 
-    /// A manual credit by an operator: a grant keyed by the adjustment number (so a retried
-    /// adjustment books once), booked as ADJUSTMENT, with its audit row. Returns false when that
-    /// number was used before.
+    /// A manual adjustment by an operator, credit (`amount` > 0) or debit (< 0), once per adjustment
+    /// number: a retry books nothing and answers the first result. A credit is also a grant keyed
+    /// by the number; a debit takes at most what the pool holds and records the rest as
+    /// unrecoverable. The balance change is one ADJUSTMENT ledger entry (none when a debit finds
+    /// the pool empty); every booking gets an audit row.
     @discardableResult
     public static func adjust(
         userID: String, pool: CreditPool, amount: MicroCredits, adjustmentNo: String, operator operatorName: String,
         reason: String, on db: PostgresConnection
-    ) async throws -> Bool {
-        precondition(amount > 0, "an adjustment credits a positive amount")
+    ) async throws -> CreditAdjustment {
+        precondition(amount != 0 && amount != .min, "an adjustment changes the balance")
+        let request = (userID: userID, pool: pool, amount: amount)
+        if let first = try await storedAdjustment(adjustmentNo, matching: request, on: db) { return first }
+        guard try await db.query("SELECT 1 FROM app_user WHERE user_id = \(userID)").count == 1 else {
+            throw CreditAdjustmentError.unknownUser(userID)
+        }
+        if amount > 0 {
+            // An account to lock, so the balance read below is the one the credit lands on.
+            try await db.query(
+                """
+                INSERT INTO credit_account (user_id, pool, balance) VALUES (\(userID), \(pool.rawValue), 0)
+                ON CONFLICT (user_id, pool) DO NOTHING
+                """)
+        }
+        let balance =
+            try await db.query(
+                "SELECT balance FROM credit_account WHERE user_id = \(userID) AND pool = \(pool.rawValue) FOR UPDATE"
+            ).first?.decode("balance", as: Int64.self) ?? 0
+        let applied = amount > 0 ? amount : -min(-amount, balance)
         let key = "adjustment:\(adjustmentNo)"
         let rows = try await db.query(
             """
-            WITH new_grant AS (
+            WITH adjustment AS (
+                INSERT INTO credit_adjustment (
+                    adjustment_no, user_id, pool, amount, applied, unrecoverable, balance_after, operator, reason)
+                VALUES (\(adjustmentNo), \(userID), \(pool.rawValue), \(amount), \(applied), \(applied - amount),
+                        \(balance + applied), \(operatorName), \(reason))
+                ON CONFLICT (adjustment_no) DO NOTHING
+                RETURNING adjustment_no
+            ), new_grant AS (
                 INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason)
-                VALUES (\(key), \(userID), \(pool.rawValue), \(amount), 'ADJUSTMENT')
+                SELECT \(key), \(userID), \(pool.rawValue), \(amount), 'ADJUSTMENT' FROM adjustment WHERE \(amount) > 0
                 ON CONFLICT (grant_key) DO NOTHING
-                RETURNING user_id, pool, amount
             ), account AS (
-                INSERT INTO credit_account AS a (user_id, pool, balance) SELECT user_id, pool, amount FROM new_grant
-                ON CONFLICT (user_id, pool) DO UPDATE SET balance = a.balance + EXCLUDED.balance, updated_at = now()
+                UPDATE credit_account SET balance = balance + \(applied), updated_at = now()
+                 WHERE user_id = \(userID) AND pool = \(pool.rawValue) AND \(applied) <> 0 AND EXISTS (SELECT 1 FROM adjustment)
                 RETURNING user_id, pool, balance
             ), ledger AS (
                 INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-                SELECT user_id, pool, \(amount), balance, 'ADJUSTMENT', \(key) FROM account
-                RETURNING user_id, pool, balance_after
+                SELECT user_id, pool, \(applied), balance, 'ADJUSTMENT', \(key) FROM account
             ), audit AS (
                 INSERT INTO audit_log (operator, action, reason, before, after)
                 SELECT \(operatorName), 'CREDITS_ADJUSTED', \(reason),
-                       jsonb_build_object('userId', user_id, 'pool', pool, 'balance', balance_after - \(amount)::bigint),
-                       jsonb_build_object('userId', user_id, 'pool', pool, 'balance', balance_after,
-                                          'adjustmentNo', \(adjustmentNo)::text)
-                  FROM ledger
+                       jsonb_build_object('userId', \(userID)::text, 'pool', \(pool.rawValue)::text, 'balance', \(balance)),
+                       jsonb_build_object('userId', \(userID)::text, 'pool', \(pool.rawValue)::text, 'balance', \(balance + applied),
+                                          'adjustmentNo', \(adjustmentNo)::text, 'amount', \(amount),
+                                          'unrecoverable', \(applied - amount))
+                  FROM adjustment
             )
-            SELECT count(*) AS booked FROM ledger
+            SELECT count(*) AS booked FROM adjustment
             """)
-        return try rows[0].decode("booked", as: Int.self) == 1
+        guard try rows[0].decode("booked", as: Int.self) == 1 else {
+            // A concurrent booking of the same number got there first: its result is the answer.
+            guard let first = try await storedAdjustment(adjustmentNo, matching: request, on: db) else {
+                // Not visible to this transaction's snapshot: a retry of the transaction will see it.
+                throw PostgresError.server(
+                    sqlState: "40001", message: "adjustment \(adjustmentNo) was booked concurrently", constraint: nil)
+            }
+            return first
+        }
+        return CreditAdjustment(
+            adjustmentNo: adjustmentNo, userID: userID, pool: pool, amount: amount, applied: applied,
+            unrecoverable: applied - amount, balanceAfter: balance + applied, booked: true)
+    }
+
+    /// The first result of an adjustment number, or nil when it is new; throws when it was booked
+    /// for another user, pool or amount.
+    private static func storedAdjustment(
+        _ adjustmentNo: String, matching request: (userID: String, pool: CreditPool, amount: MicroCredits),
+        on db: PostgresConnection
+    ) async throws -> CreditAdjustment? {
+        let rows = try await db.query(
+            """
+            SELECT user_id, pool, amount, applied, unrecoverable, balance_after
+              FROM credit_adjustment WHERE adjustment_no = \(adjustmentNo)
+            """)
+        guard let row = rows.first else { return nil }
+        let poolName: String = try row.decode("pool")
+        guard let pool = CreditPool(rawValue: poolName) else {
+            throw PostgresError.decoding(column: "pool", reason: "not a credit pool: \(poolName)")
+        }
+        let first = CreditAdjustment(
+            adjustmentNo: adjustmentNo, userID: try row.decode("user_id"), pool: pool, amount: try row.decode("amount"),
+            applied: try row.decode("applied"), unrecoverable: try row.decode("unrecoverable"),
+            balanceAfter: try row.decode("balance_after"), booked: false)
+        guard first.userID == request.userID, first.pool == request.pool, first.amount == request.amount else {
+            throw CreditAdjustmentError.numberUsedForAnother(first)
+        }
+        return first
     }
 
     /// Accounts whose balance is negative or differs from the sum of their ledger entries (and

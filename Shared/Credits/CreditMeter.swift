@@ -135,6 +135,25 @@ public enum CreditAmount {
         }
         return micro < 0 ? "-" + text : text
     }
+
+    /// The exact micro-credits of decimal credits ("3", "-2.5", "0.000001"); nil for anything else
+    /// (more than 6 decimals, exponents, spaces, beyond the 64-bit range).
+    public static func micro(_ text: String) -> MicroCredits? {
+        var rest = Substring(text)
+        let negative = rest.first == "-"
+        if negative || rest.first == "+" { rest = rest.dropFirst() }
+        let parts = rest.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        let whole = parts[0]
+        let fraction = parts.count == 2 ? parts[1] : ""
+        let isDigits = { (part: Substring) in !part.isEmpty && part.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }
+        guard isDigits(whole), parts.count == 1 || (isDigits(fraction) && fraction.count <= 6),
+            let units = Int64(whole), let decimals = Int64(fraction + String(repeating: "0", count: 6 - fraction.count))
+        else { return nil }
+        let (scaled, overflow) = units.multipliedReportingOverflow(by: Credits.micro)
+        let (magnitude, carry) = scaled.addingReportingOverflow(decimals)
+        guard !overflow, !carry else { return nil }
+        return negative ? -magnitude : magnitude
+    }
 }
 
 /// Real-time metering: usage deducted at once from SUBSCRIPTION, then WELCOME, then PERMANENT,
@@ -188,96 +207,12 @@ public enum CreditMeter {
 
     /// One usage call, in one statement (so one round trip and no BEGIN/COMMIT), $1 to $10: service,
     /// key, user, units, rate code, the event time given (or NULL), the event time used, today
-    /// (`YYYY-MM-DD`), the largest cost, the event time used as RFC 3339 text.
-    ///
-    /// A known key answers its stored answer and touches nothing. Otherwise the user's accounts are
-    /// locked (pool order, before any bill: the order of the daily close), which makes their
-    /// balances the latest; the draw (SUBSCRIPTION, WELCOME, PERMANENT, as `CreditRules.draw`) is
-    /// taken from them. Only when they cover the cost: the cost is counted into today's open bill
-    /// (the next day's when the close got there first), the accounts are debited with a ledger
-    /// entry each, and the event is stored with its answer, written here as JSONEncoder writes a
-    /// `UsageReceipt` (sorted keys), so the first answer and every replay are the same bytes.
+    /// (`YYYY-MM-DD`), the largest cost, the event time used as RFC 3339 text. The stored function
+    /// (migration 0008, which says what it does) keeps its statements prepared per session: as one
+    /// statement of CTEs, building the executor for every call cost more than the work.
     static let usageSQL = """
-        WITH existing AS (
-            SELECT response,
-                   (user_id = $3 AND units = $4 AND rate_code = $5 AND requested_at IS NOT DISTINCT FROM $6) AS same
-              FROM credit_usage_event WHERE service = $1 AND idempotency_key = $2
-        ), rate AS (
-            SELECT version, micro_credits_per_unit FROM credit_rate_version
-             WHERE code = $5 AND effective_from <= $7 ORDER BY effective_from DESC LIMIT 1
-        ), charge AS (
-            SELECT version, $4 * micro_credits_per_unit AS cost FROM rate
-             WHERE NOT EXISTS (SELECT 1 FROM existing) AND $4::numeric * micro_credits_per_unit BETWEEN 1 AND $9
-        ), account AS (
-            SELECT pool, balance FROM credit_account
-             WHERE user_id = $3 AND EXISTS (SELECT 1 FROM charge)
-             ORDER BY pool FOR UPDATE
-        ), draw AS (
-            SELECT a.pool, a.balance,
-                   least(a.balance, greatest(0, c.cost - coalesce(sum(a.balance) OVER (
-                       ORDER BY array_position('{SUBSCRIPTION,WELCOME,PERMANENT}'::text[], a.pool)
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint AS take,
-                   sum(a.balance) OVER () >= c.cost AS covered
-              FROM account a CROSS JOIN charge c
-        ), bill_today AS (
-            INSERT INTO credit_daily_bill AS b (user_id, day, total_cost)
-            SELECT $3, $8::date, cost FROM charge WHERE (SELECT bool_and(covered) FROM draw)
-            ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost
-             WHERE b.closed_at IS NULL
-            RETURNING day
-        ), bill_next AS (
-            INSERT INTO credit_daily_bill AS b (user_id, day, total_cost)
-            SELECT $3, $8::date + 1, cost FROM charge
-             WHERE (SELECT bool_and(covered) FROM draw) AND NOT EXISTS (SELECT 1 FROM bill_today)
-            ON CONFLICT (user_id, day) DO UPDATE SET total_cost = b.total_cost + EXCLUDED.total_cost
-             WHERE b.closed_at IS NULL
-            RETURNING day
-        ), bill AS (
-            SELECT day FROM bill_today UNION ALL SELECT day FROM bill_next
-        ), taken AS (
-            UPDATE credit_account a SET balance = a.balance - d.take, updated_at = now()
-              FROM draw d
-             WHERE a.user_id = $3 AND a.pool = d.pool AND d.take > 0 AND EXISTS (SELECT 1 FROM bill)
-            RETURNING a.pool, a.balance, d.take
-        ), answer AS (
-            SELECT nextval('credit_usage_event_id_seq') AS id, c.version, c.cost, b.day, s.after,
-                   -- cost, drawn and balances per pool (PERMANENT, SUBSCRIPTION, WELCOME) as decimal credits.
-                   ARRAY(SELECT (m / 1000000)::text
-                                || CASE WHEN m % 1000000 = 0 THEN '' ELSE '.' || rtrim(lpad((m % 1000000)::text, 6, '0'), '0') END
-                           FROM unnest(ARRAY[c.cost, s.drawn_p, s.drawn_s, s.drawn_w, s.after_p, s.after_s, s.after_w])
-                                WITH ORDINALITY AS t(m, i)
-                          ORDER BY i) AS amount
-              FROM charge c CROSS JOIN bill b CROSS JOIN (
-                  SELECT coalesce(sum(take) FILTER (WHERE pool = 'PERMANENT'), 0)::bigint AS drawn_p,
-                         coalesce(sum(take) FILTER (WHERE pool = 'SUBSCRIPTION'), 0)::bigint AS drawn_s,
-                         coalesce(sum(take) FILTER (WHERE pool = 'WELCOME'), 0)::bigint AS drawn_w,
-                         coalesce(sum(balance - take) FILTER (WHERE pool = 'PERMANENT'), 0)::bigint AS after_p,
-                         coalesce(sum(balance - take) FILTER (WHERE pool = 'SUBSCRIPTION'), 0)::bigint AS after_s,
-                         coalesce(sum(balance - take) FILTER (WHERE pool = 'WELCOME'), 0)::bigint AS after_w,
-                         least(coalesce(sum(balance - take), 0), 9223372036854775807)::bigint AS after
-                    FROM draw) s
-        ), event AS (
-            INSERT INTO credit_usage_event (
-                id, service, idempotency_key, user_id, units, rate_code, rate_version, cost, requested_at, occurred_at,
-                bill_day, response)
-            SELECT id, $1, $2, $3, $4, $5, version, cost, $6, $7, day,
-                   format('{"balance":{"creditsBalance":%s,"microCredits":%s,"pools":{"permanent":"%s","subscription":"%s",'
-                          '"welcome":"%s"}},"billDay":"%s","cost":"%s","costMicroCredits":%s,"drawn":{"permanent":"%s",'
-                          '"subscription":"%s","welcome":"%s"},"idempotencyKey":%s,"occurredAt":"%s","rate":%s,"rateVersion":%s,'
-                          '"units":%s,"usageId":%s,"userId":%s}',
-                          after / 1000000, after, amount[5], amount[6], amount[7], to_char(day, 'YYYY-MM-DD'), amount[1], cost,
-                          amount[2], amount[3], amount[4], to_json($2::text), $10::text, to_json($5::text), version, $4, id,
-                          to_json($3::text))
-              FROM answer
-            RETURNING response
-        ), ledger AS (
-            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-            SELECT $3, t.pool, -t.take, t.balance, 'USAGE', 'usage:' || a.id FROM taken t CROSS JOIN answer a ORDER BY t.pool
-        )
-        SELECT (SELECT response FROM existing) AS stored, (SELECT same FROM existing) AS same,
-               (SELECT version FROM rate) AS version, (SELECT micro_credits_per_unit FROM rate) AS per_unit,
-               (SELECT least(coalesce(sum(balance), 0), 9223372036854775807)::bigint FROM account) AS available,
-               (SELECT response FROM event) AS response
+        SELECT stored, same, version, per_unit, available, response
+          FROM credit_charge_usage($1, $2, $3, $4, $5, $6, $7, $8::date, $9, $10)
         """
 
     /// Whether `units` at the rate in force now can be afforded by the user's balance now.

@@ -4,7 +4,8 @@
 # drawn at random from BENCH_USERS seeded ones) with p50/p99 and a count proving every 200 is a
 # stored usage event with its ledger entry; then the time to close one UTC day of BENCH_CLOSE_USERS
 # users (`subsctl credits run-jobs`, the workers' job) and the ledger check afterwards. Prints
-# figures; it is not a test and asserts nothing.
+# figures; it is not a test and asserts nothing. BENCH_PERF=1 adds where the CPU went during the
+# usage run (perf: the ingress, and its PostgreSQL server processes).
 #
 #   Tests/Benchmarks/credits-usage.sh
 #   DURATION=15s CONNECTIONS=32 BENCH_USERS=10000 BENCH_CLOSE_USERS=100000 BENCH_PORT=18091 BENCH_PERF=1 Tests/Benchmarks/credits-usage.sh
@@ -75,15 +76,21 @@ run_wrk() {  # duration prefix output
 echo "usage: warm-up (3 s), then wrk -t$THREADS -c$CONNECTIONS -d$DURATION POST /api/v1/credits/usage..."
 run_wrk 3s warm "$work/warmup.wrk"
 events_before=$(sql "SELECT count(*) FROM credit_usage_event")
-if [ "${BENCH_PERF:-0}" = 1 ]; then  # where the ingress's CPU goes (inclusive, by function)
+if [ "${BENCH_PERF:-0}" = 1 ]; then  # where the ingress's and its server processes' CPU goes (inclusive, by function)
     perf record -g -F 499 -p "$ingress_pid" -o "$work/perf.data" -- sleep 10 >/dev/null 2>&1 &
     perf_pid=$!
+    pg_pids=$(sql "SELECT string_agg(pid::text, ',') FROM pg_stat_activity
+                    WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
+    perf record -g -F 499 -p "$pg_pids" -o "$work/perf-pg.data" -- sleep 10 >/dev/null 2>&1 &
+    perf_pg_pid=$!
 fi
 run_wrk "$DURATION" run "$work/usage.wrk"
 if [ "${BENCH_PERF:-0}" = 1 ]; then
-    wait "$perf_pid" || true
-    perf report -i "$work/perf.data" -g none --stdio --children --percentage relative --sort symbol 2>/dev/null \
-        | grep -E '^ +[0-9]' | cut -c1-160 | head -60 >"$work/perf.txt" || true
+    wait "$perf_pid" "$perf_pg_pid" || true
+    for data in perf perf-pg; do
+        perf report -i "$work/$data.data" -g none --stdio --children --percentage relative --sort symbol 2>/dev/null \
+            | grep -E '^ +[0-9]' | grep -v ' 0x0000' | cut -c1-160 | head -60 >"$work/$data.txt" || true
+    done
 fi
 sleep 1  # let the calls still in flight finish
 events_after=$(sql "SELECT count(*) FROM credit_usage_event")
@@ -134,5 +141,8 @@ printf '  ingress peak RSS    %8s MiB; load average %s (other work on the machin
 echo "daily close: $CLOSE_USERS users' day (one bill each), batches of 1000"
 printf '  closed              %s bills in %s s   (target < 60 s)   %s with a shortfall, %s still open\n' \
     "$closed" "$close_seconds" "$shortfalls" "$open_bills"
-[ "${BENCH_PERF:-0}" = 1 ] && { echo "perf, the ingress during the usage run (children, self, function):"; cat "$work/perf.txt"; }
+if [ "${BENCH_PERF:-0}" = 1 ]; then
+    echo "perf, the ingress during the usage run (children, self, function):"; cat "$work/perf.txt"
+    echo "perf, its PostgreSQL server processes during the usage run (children, self, function):"; cat "$work/perf-pg.txt"
+fi
 printf '  ledger check        %s accounts differ from their ledger, %s negative balances (both must be 0)\n' "$mismatches" "$negative"

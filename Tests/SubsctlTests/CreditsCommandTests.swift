@@ -3,7 +3,7 @@ import Postgres
 import Testing
 import TestSupport
 
-/// `subsctl rates apply` and `subsctl credits run-jobs` against a real database.
+/// `subsctl rates apply`, `subsctl credits run-jobs` and `subsctl credits adjust` against a real database.
 @Suite(.timeLimit(.minutes(2)))
 struct CreditsCommandTests {
     static let demoPath = ServiceProcess.packageRoot.appendingPathComponent("deploy/local/rates.json").path
@@ -47,5 +47,42 @@ struct CreditsCommandTests {
         #expect(run.stdout.contains("ledger_mismatches=0"))
         // 3 welcome credits, minus the 0.75 that rounds the day's 0.25 up to 1.
         #expect(try await database.count("SELECT balance FROM credit_account WHERE user_id = 'u1'") == 2_250_000)
+    }
+
+    @Test func adjustCreditsOrDebitsAPoolOncePerNumberNeverBelowZero() async throws {
+        let database = try await TestDatabase.make("subsctl")
+        defer { Task { await database.drop() } }
+        try await database.pool.query("INSERT INTO app_user (user_id) VALUES ('u1')")
+        let environment = ["DATABASE_URL": database.url]
+        func adjust(_ amount: String, _ number: String, user: String = "u1", pool: String = "PERMANENT") throws -> Subsctl.Run {
+            try Subsctl.run(
+                ["credits", "adjust", "--user", user, "--pool", pool, "--amount", amount, "--number", number, "--operator", "ops-alice",
+                 "--reason", "ticket 42"], environment: environment)
+        }
+        let credit = try adjust("3", "A-1")
+        #expect(credit.status == 0, "\(credit.stderr)")
+        #expect(credit.stdout == "adjusted adjustment=A-1 user=u1 pool=PERMANENT amount=3 applied=3 unrecoverable=0 balance_after=3\n")
+        let debit = try adjust("-4.5", "A-2")
+        #expect(debit.stdout == "adjusted adjustment=A-2 user=u1 pool=PERMANENT amount=-4.5 applied=-3 unrecoverable=1.5 balance_after=0\n")
+        let retried = try adjust("-4.5", "A-2")
+        #expect(retried.status == 0)
+        #expect(
+            retried.stdout
+                == "already adjusted, nothing booked: adjustment=A-2 user=u1 pool=PERMANENT amount=-4.5 applied=-3 unrecoverable=1.5 balance_after=0\n")
+        #expect(try await database.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'ADJUSTMENT'") == 2)
+        #expect(try await database.count("SELECT count(*) FROM audit_log WHERE action = 'CREDITS_ADJUSTED' AND operator = 'ops-alice'") == 2)
+
+        let reused = try adjust("-1", "A-2")
+        #expect(reused.status == 1 && reused.stderr.contains("was used for another adjustment"), "\(reused.stderr)")
+        let unknown = try adjust("-1", "A-3", user: "nobody")
+        #expect(unknown.status == 1 && unknown.stderr.contains("no user nobody"), "\(unknown.stderr)")
+        for (amount, pool) in [("abc", "PERMANENT"), ("0", "PERMANENT"), ("1.0000001", "PERMANENT"), ("1", "GOLD")] {
+            let refused = try adjust(amount, "A-4", pool: pool)
+            #expect(refused.status == 64 && refused.stderr.contains("usage: subsctl credits adjust"), "\(amount) \(pool): \(refused.stderr)")
+        }
+        let missing = try Subsctl.run(["credits", "adjust", "--user", "u1", "--pool", "WELCOME", "--amount", "1"], environment: environment)
+        #expect(missing.status == 64 && missing.stderr.contains("--number is required"), "\(missing.stderr)")
+        #expect(try await database.count("SELECT balance FROM credit_account WHERE user_id = 'u1'") == 0)
+        #expect(try await database.count("SELECT count(*) FROM credit_adjustment") == 2)
     }
 }
