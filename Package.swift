@@ -104,7 +104,8 @@ let package = Package(
         .executableTarget(
             name: "Subsctl",
             dependencies: [
-                "AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Postgres", "Credits", "Storage",
+                "AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
+                "Storage",
             ],
             path: "Services/Subsctl",
             swiftSettings: swiftSettings),
