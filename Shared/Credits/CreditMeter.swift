@@ -192,18 +192,80 @@ public enum CreditMeter {
                     occurredAt.postgresData, UTCDay(containing: now).text.postgresData, Self.maximumCost.postgresData,
                     RFC3339.string(from: occurredAt, fractional: true).postgresData,
                 ]))[0]
+        return try outcome(of: request, row).get()
+    }
+
+    /// Charges concurrent calls together, each with the instant it arrived: one statement, one
+    /// transaction, one answer per call in order, each the answer the call would get alone (calls
+    /// of one user or one key see each other as if sent one after the other). Refusals are
+    /// `UsageError` results. When the statement fails on the server (a deadlock, a key a concurrent
+    /// call stored first), nothing of it stays and each call is charged alone, in order, so no
+    /// caller gets an error it would not get alone; trouble reaching the database is every call's.
+    public static func use(batch calls: [(request: UsageRequest, now: Date)], pool: PostgresPool) async
+        -> [Result<UsageOutcome, any Error>]
+    {
+        if calls.count == 1 { return [await result { try await use(calls[0].request, now: calls[0].now, pool: pool) }] }
+        do {
+            return try await pool.withConnection { db in try await use(batch: calls, on: db) }.map { $0.mapError { $0 } }
+        } catch let error as PostgresError where error.sqlState != nil {
+            batchFallbacks.increment()
+            var outcomes: [Result<UsageOutcome, any Error>] = []
+            for call in calls { outcomes.append(await result { try await use(call.request, now: call.now, pool: pool) }) }
+            return outcomes
+        } catch {
+            return calls.map { _ in .failure(error) }
+        }
+    }
+
+    /// The calls of a batch with one statement on `db` (see `use(batch:pool:)`), with no fallback:
+    /// throws when that statement fails, having changed nothing (inside a caller's transaction, it
+    /// aborts that transaction).
+    public static func use(batch calls: [(request: UsageRequest, now: Date)], on db: PostgresConnection) async throws
+        -> [Result<UsageOutcome, UsageError>]
+    {
+        let occurredAt = calls.map { $0.request.occurredAt ?? $0.now }
+        let rows = try await db.query(
+            PostgresQuery(
+                unsafeSQL: Self.batchSQL,
+                binds: [
+                    PostgresArray(calls.map(\.request.service)).postgresData,
+                    PostgresArray(calls.map(\.request.idempotencyKey)).postgresData,
+                    PostgresArray(calls.map(\.request.userID)).postgresData,
+                    PostgresArray(calls.map(\.request.units)).postgresData,
+                    PostgresArray(calls.map(\.request.rateCode)).postgresData,
+                    PostgresArray(calls.map(\.request.occurredAt)).postgresData,
+                    PostgresArray(occurredAt).postgresData,
+                    PostgresArray(calls.map { UTCDay(containing: $0.now).text }).postgresData,
+                    Self.maximumCost.postgresData,
+                    PostgresArray(occurredAt.map { RFC3339.string(from: $0, fractional: true) }).postgresData,
+                ]))
+        precondition(rows.count == calls.count, "credit_charge_usage_batch answers one row per call")
+        return try zip(calls, rows).map { try outcome(of: $0.request, $1) }
+    }
+
+    /// A call's answer from its row of `credit_charge_usage`: the stored or new answer, or the refusal.
+    private static func outcome(of request: UsageRequest, _ row: PostgresRow) throws -> Result<UsageOutcome, UsageError> {
         if let stored = try row.decode("stored", as: String?.self) {
-            guard try row.decode("same", as: Bool.self) else { throw UsageError.idempotencyConflict }
-            return UsageOutcome(json: stored, replayed: true)
+            guard try row.decode("same", as: Bool.self) else { return .failure(.idempotencyConflict) }
+            return .success(UsageOutcome(json: stored, replayed: true))
         }
         guard try row.decode("version", as: Int?.self) != nil, let perUnit = try row.decode("per_unit", as: Int64?.self)
-        else { throw UsageError.unknownRate(request.rateCode) }
-        let cost = try Self.cost(units: request.units, perUnit: perUnit)
+        else { return .failure(.unknownRate(request.rateCode)) }
+        let cost: MicroCredits
+        do { cost = try Self.cost(units: request.units, perUnit: perUnit) } catch { return .failure(error) }
         guard let response = try row.decode("response", as: String?.self) else {
-            throw UsageError.creditsExhausted(cost: cost, available: try row.decode("available", as: Int64?.self) ?? 0)
+            return .failure(.creditsExhausted(cost: cost, available: try row.decode("available", as: Int64?.self) ?? 0))
         }
-        return UsageOutcome(json: response, replayed: false)
+        return .success(UsageOutcome(json: response, replayed: false))
     }
+
+    private static func result<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
+        do { return .success(try await body()) } catch { return .failure(error) }
+    }
+
+    /// Batches whose statement failed and whose calls were charged one by one instead.
+    private static let batchFallbacks = MetricsRegistry.shared.counter(
+        "subs_credit_usage_batch_fallbacks_total", help: "Usage batches charged call by call after the batch statement failed")
 
     /// One usage call, in one statement (so one round trip and no BEGIN/COMMIT), $1 to $10: service,
     /// key, user, units, rate code, the event time given (or NULL), the event time used, today
@@ -213,6 +275,13 @@ public enum CreditMeter {
     static let usageSQL = """
         SELECT stored, same, version, per_unit, available, response
           FROM credit_charge_usage($1, $2, $3, $4, $5, $6, $7, $8::date, $9, $10)
+        """
+
+    /// The calls of a batch in one statement: the arguments of `usageSQL` as arrays (one element
+    /// per call; the largest cost once), one row per call in order (migration 0009).
+    static let batchSQL = """
+        SELECT stored, same, version, per_unit, available, response
+          FROM credit_charge_usage_batch($1, $2, $3, $4, $5, $6, $7, $8::text[]::date[], $9, $10)
         """
 
     /// Whether `units` at the rate in force now can be afforded by the user's balance now.

@@ -1,6 +1,7 @@
 import Credits
 import Foundation
 import HTTPServer
+import Pipeline
 import Postgres
 import ServiceRuntime
 
@@ -21,9 +22,18 @@ struct CreditsRoutes: Sendable {
                 "subs_credit_usage_total", help: "Metered usage calls by outcome", labels: ["outcome": $0]))
         })
 
+    /// Concurrent usage calls share one statement and one commit (the cost of a call was mostly
+    /// per round trip and per transaction); each caller still gets its own answer.
+    private let meter: GroupCommit<(request: UsageRequest, now: Date), Result<UsageOutcome, any Error>>
+
     init(context: IngressContext) {
         self.context = context
         services = ServiceAuthenticator(settings: context.configuration.serviceTokens)
+        let pool = context.pool
+        meter = GroupCommit(
+            maxBatchSize: 64, maxConcurrentBatches: 4,
+            sizeMetric: ("subs_credit_usage_batch_size", "Usage calls charged per transaction")
+        ) { calls in await CreditMeter.use(batch: calls, pool: pool) }
     }
 
     func register(in router: inout Router) {
@@ -57,7 +67,7 @@ struct CreditsRoutes: Sendable {
         let usage = UsageRequest(
             service: service.name, idempotencyKey: key, userID: body.userId, units: body.units, rateCode: body.rate,
             occurredAt: body.occurredAt)
-        let outcome = try await refusals { try await CreditMeter.use(usage, now: now, pool: context.pool) }
+        let outcome = try await refusals { try await meter.submit((usage, now)).get() }
         outcomes[outcome.replayed ? "replayed" : "accepted"]?.increment()
         var headers = [("Content-Type", "application/json")]
         if outcome.replayed { headers.append(("Idempotent-Replayed", "true")) }
