@@ -93,6 +93,11 @@ if [ "${BENCH_PERF:-0}" = 1 ]; then
     done
 fi
 sleep 1  # let the calls still in flight finish
+# How the ingress gathered the calls (warm-up included): calls per batch statement, and batches
+# whose statement failed and were charged call by call.
+read -r batch_sum batch_count fallbacks < <(curl -fsS "$base/metrics" | awk '
+    /^subs_credit_usage_batch_size_sum/ { s = $2 } /^subs_credit_usage_batch_size_count/ { c = $2 }
+    /^subs_credit_usage_batch_fallbacks_total/ { f = $2 } END { print s + 0, c + 0, f + 0 }')
 events_after=$(sql "SELECT count(*) FROM credit_usage_event")
 unbooked=$(sql "SELECT count(*) FROM credit_usage_event e
                  WHERE NOT EXISTS (SELECT 1 FROM credit_ledger l WHERE l.entry_type = 'USAGE' AND l.reference = 'usage:' || e.id)")
@@ -137,6 +142,7 @@ printf '  durable             %s new usage events for %s answers 200, %s events 
 printf '  other answers       %s exhausted, %s other %s\n' "$exhausted" "$other" "$(wrk_figure "$work/usage.wrk" errors)"
 awk -v c="$cpu_seconds" -v n="$events_after" 'BEGIN { printf "  ingress CPU         %.2f ms per call (%.1f s for %d calls, warm-up included)\n", 1000 * c / n, c, n }'
 awk -v c="$pg_cpu_seconds" -v n="$events_after" -v i="$cpu_seconds" 'BEGIN { printf "  PostgreSQL CPU      %.2f ms per call (%.1f s in the ingress'"'"'s server processes); ingress + PostgreSQL %.2f ms per call\n", 1000 * c / n, c, 1000 * (c + i) / n }'
+awk -v s="$batch_sum" -v c="$batch_count" -v f="$fallbacks" 'BEGIN { printf "  batches             %.1f calls per statement on average (%d statements, warm-up included), %d batches charged call by call after a failure\n", c ? s / c : 0, c, f }'
 printf '  ingress peak RSS    %8s MiB; load average %s (other work on the machine counts)\n' "$rss" "$(cut -d' ' -f1-3 /proc/loadavg)"
 echo "daily close: $CLOSE_USERS users' day (one bill each), batches of 1000"
 printf '  closed              %s bills in %s s   (target < 60 s)   %s with a shortfall, %s still open\n' \

@@ -32,3 +32,9 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- A usage event is stored only after its user's accounts were debited, so its user exists (the
+-- accounts reference app_user, and users are never deleted): the foreign key only checked it
+-- again for every call, with a key-share lock on the user's row, ~8% of a batched call's server
+-- CPU.
+ALTER TABLE credit_usage_event DROP CONSTRAINT credit_usage_event_user_id_fkey;
