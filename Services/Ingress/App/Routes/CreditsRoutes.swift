@@ -23,7 +23,10 @@ struct CreditsRoutes: Sendable {
         })
 
     /// Concurrent usage calls share one statement and one commit (the cost of a call was mostly
-    /// per round trip and per transaction); each caller still gets its own answer.
+    /// per round trip and per transaction); each caller still gets its own answer. Two batches in
+    /// flight, not more: the server's cost per call falls as batches grow, and one batch running
+    /// while the other commits keeps this machine's two cores busy. In the credits benchmark, four
+    /// gave 4.4 calls per batch and 0.35 ms of server CPU per call; two gave 7.5 and 0.31 ms.
     private let meter: GroupCommit<(request: UsageRequest, now: Date), Result<UsageOutcome, any Error>>
 
     init(context: IngressContext) {
@@ -31,7 +34,7 @@ struct CreditsRoutes: Sendable {
         services = ServiceAuthenticator(settings: context.configuration.serviceTokens)
         let pool = context.pool
         meter = GroupCommit(
-            maxBatchSize: 64, maxConcurrentBatches: 4,
+            maxBatchSize: 64, maxConcurrentBatches: 2,
             sizeMetric: ("subs_credit_usage_batch_size", "Usage calls charged per transaction")
         ) { calls in await CreditMeter.use(batch: calls, pool: pool) }
     }
