@@ -15,7 +15,9 @@ struct FulfillmentBatches: Sendable {
     let applies: GroupCommit<PendingEvent, Result<ProcessingOutcome, any Error>>
 
     /// A batch holds at most one event per partition being handled, so sizes stay far below the
-    /// limit; two batches in flight let the next one gather while the previous one commits.
+    /// limit. Two batches in flight: one alone made batches bigger but every partition waited for
+    /// the batch ahead of its own, and since a partition handles one event at a time, that wait is
+    /// lost throughput (1 worker, 12 partitions: 500 events/s with one, 730 with two).
     init(events: EventStore, store: FulfillmentStore, owner: String, lease: Duration, logger: Logger) {
         claims = GroupCommit(
             maxBatchSize: 64, maxConcurrentBatches: 2,
