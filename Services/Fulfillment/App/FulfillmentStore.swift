@@ -108,9 +108,8 @@ struct FulfillmentStore: Sendable {
                 default: false
                 }
             }
-            for (index, count) in zip(completing, try await write(completing.map { (batch[$0], plans[$0]!) }, owner: owner, on: db)) {
-                granted[index] = count
-            }
+            let written = try await write(completing.map { (batch[$0], plans[$0]!) }, owner: owner, on: db)
+            for (index, count) in zip(completing, written) { granted[index] = count }
             for (pending, plan) in zip(batch, plans) {
                 guard let plan else { continue }
                 try await refuse(pending, plan, owner: owner, on: db)
@@ -126,7 +125,9 @@ struct FulfillmentStore: Sendable {
     /// order, so two workers never hold one lock each while waiting for the other's. It is its own
     /// statement so the next statement's snapshot sees everything the previous holders committed.
     private func lock(_ batch: [PendingEvent], owner: String, on db: PostgresConnection) async throws -> Set<Int> {
-        func ids(_ kind: EventKind) -> PostgresArray<Int64> { PostgresArray(batch.filter { $0.event.kind == kind }.map(\.event.id)) }
+        func ids(_ kind: EventKind) -> PostgresArray<Int64> {
+            PostgresArray(batch.filter { $0.event.kind == kind }.map(\.event.id))
+        }
         let rows = try await db.query(
             """
             WITH notification AS MATERIALIZED (
@@ -270,7 +271,8 @@ struct FulfillmentStore: Sendable {
              ORDER BY e.position
             """)
         guard rows.count == batch.count else {
-            throw ProcessingFailure.retryable(code: "FULFILLMENT_FAILED", message: "the load returned \(rows.count) of \(batch.count) events")
+            throw ProcessingFailure.retryable(
+                code: "FULFILLMENT_FAILED", message: "the load returned \(rows.count) of \(batch.count) events")
         }
         return try zip(batch, rows).map { pending, row in
             let json: String = try row.decode("loaded")
@@ -360,7 +362,8 @@ struct FulfillmentStore: Sendable {
                 SELECT * FROM unnest(
                     \(PostgresArray(r.map(\.environment)))::text[], \(PostgresArray(r.map(\.originalTransactionID)))::text[],
                     \(PostgresArray(r.map(\.productID)))::text[], \(PostgresArray(r.map(\.autoRenewProductID)))::text[],
-                    \(PostgresArray(r.map(\.autoRenewEnabled)))::boolean[], \(PostgresArray(r.map(\.isInBillingRetryPeriod)))::boolean[],
+                    \(PostgresArray(r.map(\.autoRenewEnabled)))::boolean[],
+                    \(PostgresArray(r.map(\.isInBillingRetryPeriod)))::boolean[],
                     \(PostgresArray(r.map(\.gracePeriodExpiresDate)))::timestamptz[],
                     \(PostgresArray(r.map(\.expirationIntent)))::integer[], \(PostgresArray(r.map(\.priceIncreaseStatus)))::integer[],
                     \(PostgresArray(r.map(\.renewalDate)))::timestamptz[], \(PostgresArray(r.map(\.signedDate)))::timestamptz[])
@@ -412,10 +415,13 @@ struct FulfillmentStore: Sendable {
                     pending_product_id, status, auto_renew_enabled, expires_at, grace_expires_at, last_transaction_id,
                     last_signed_date, is_family_shared)
                 SELECT * FROM unnest(
-                    \(PostgresArray(s.map(\.state.environment)))::text[], \(PostgresArray(s.map(\.state.originalTransactionID)))::text[],
+                    \(PostgresArray(s.map(\.state.environment)))::text[],
+                    \(PostgresArray(s.map(\.state.originalTransactionID)))::text[],
                     \(PostgresArray(s.map(\.user)))::text[], \(PostgresArray(s.map(\.group)))::text[],
-                    \(PostgresArray(s.map(\.state.activeProductID)))::text[], \(PostgresArray(s.map(\.state.pendingProductID)))::text[],
-                    \(PostgresArray(s.map(\.state.status.rawValue)))::text[], \(PostgresArray(s.map(\.state.autoRenewEnabled)))::boolean[],
+                    \(PostgresArray(s.map(\.state.activeProductID)))::text[],
+                    \(PostgresArray(s.map(\.state.pendingProductID)))::text[],
+                    \(PostgresArray(s.map(\.state.status.rawValue)))::text[],
+                    \(PostgresArray(s.map(\.state.autoRenewEnabled)))::boolean[],
                     \(PostgresArray(s.map(\.state.expiresAt)))::timestamptz[],
                     \(PostgresArray(s.map(\.state.graceExpiresAt)))::timestamptz[],
                     \(PostgresArray(s.map(\.state.lastTransactionID)))::text[],
