@@ -347,30 +347,48 @@ public struct EventStore: Sendable {
 
     /// Claims an event for `owner` until the lease runs out, if it is claimable now: new, due for a
     /// retry, or abandoned by a worker whose lease expired. Nil means someone else has it or it is done.
+    public func claim(_ envelope: EventEnvelope, owner: String, lease: Duration) async throws -> ClaimedEvent? {
+        try await claim([envelope], owner: owner, lease: lease)[0]
+    }
+
+    /// Claims many events at once, one statement per event table (the worker's group commit of
+    /// claims); returns one result per envelope, in order. An event named twice is claimed for its
+    /// first envelope only, as two single claims would have done.
     ///
     /// The claim commits asynchronously (no WAL flush of its own): losing it in a server crash only
     /// makes the event claimable again, and the worker's transaction that applies the event commits
     /// synchronously, flushing the claim with it. One flush per event instead of two.
-    public func claim(_ envelope: EventEnvelope, owner: String, lease: Duration) async throws -> ClaimedEvent? {
-        guard let table = Self.table(for: envelope.kind) else { return nil }
-        let rows = try await pool.query(
-            PostgresQuery(
-                unsafeSQL: """
-                    UPDATE \(table)
-                       SET process_status = 'PROCESSING', lease_owner = $1,
-                           lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
-                      FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
-                     WHERE id = $3
-                       AND (process_status = 'RECEIVED'
-                            OR (process_status = 'RETRY_WAIT' AND next_retry_at <= now())
-                            OR (process_status = 'PROCESSING' AND lease_expires_at < now()))
-                    RETURNING id, retry_count, routing_key, trace_id, signed_payload, payload_key_id, environment,
-                              \(Self.originColumns(for: envelope.kind))
-                    """,
-                binds: [owner.postgresData, Self.seconds(lease).postgresData, envelope.eventID.postgresData]))
-        guard let row = rows.first else { return nil }
+    public func claim(_ envelopes: [EventEnvelope], owner: String, lease: Duration) async throws -> [ClaimedEvent?] {
+        var claimed: [EventKind: [Int64: ClaimedEvent]] = [:]
+        for (kind, table) in Self.tables {
+            let ids = envelopes.filter { $0.kind == kind }.map(\.eventID)
+            guard !ids.isEmpty else { continue }
+            let rows = try await pool.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        UPDATE \(table)
+                           SET process_status = 'PROCESSING', lease_owner = $1,
+                               lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
+                          FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
+                         WHERE id = ANY($3)
+                           AND (process_status = 'RECEIVED'
+                                OR (process_status = 'RETRY_WAIT' AND next_retry_at <= now())
+                                OR (process_status = 'PROCESSING' AND lease_expires_at < now()))
+                        RETURNING id, retry_count, routing_key, trace_id, signed_payload, payload_key_id, environment,
+                                  \(Self.originColumns(for: kind))
+                        """,
+                    binds: [owner.postgresData, Self.seconds(lease).postgresData, PostgresArray(ids).postgresData]))
+            for row in rows {
+                let event = try Self.claimedEvent(kind, row)
+                claimed[kind, default: [:]][event.id] = event
+            }
+        }
+        return envelopes.map { claimed[$0.kind]?.removeValue(forKey: $0.eventID) }
+    }
+
+    private static func claimedEvent(_ kind: EventKind, _ row: PostgresRow) throws -> ClaimedEvent {
         let origin: EventOrigin
-        if envelope.kind == .submission {
+        if kind == .submission {
             origin = .submission(
                 kind: try row.decode("submission_kind"), userID: try row.decode("user_id"),
                 orderNo: try row.decode("order_no", as: String?.self), payloadHash: try row.decode("payload_hash"))
@@ -380,7 +398,7 @@ public struct EventStore: Sendable {
                 subtype: try row.decode("subtype", as: String?.self))
         }
         return ClaimedEvent(
-            kind: envelope.kind, id: try row.decode("id"), retryCount: try row.decode("retry_count"),
+            kind: kind, id: try row.decode("id"), retryCount: try row.decode("retry_count"),
             routingKey: try row.decode("routing_key"), traceID: try row.decode("trace_id", as: String?.self),
             payload: EventPayload(
                 sealed: try row.decode("signed_payload", as: [UInt8]?.self),

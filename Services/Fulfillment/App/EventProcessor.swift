@@ -18,7 +18,8 @@ public enum ProcessingFailure: Error, Sendable {
 
 /// Applies one event under a lease: claim, open and verify, one transaction of effects (or of the
 /// refusal), complete; wake the waiting ingress; then the consumer stores the offset. Everything
-/// that can be retried is retried through the database, not Kafka.
+/// that can be retried is retried through the database, not Kafka. The claim and the transaction
+/// are shared with the events other partitions handle at the same moment (`FulfillmentBatches`).
 public struct EventProcessor: Sendable {
     public let configuration: FulfillmentConfiguration
     public let logger: Logger
@@ -26,6 +27,7 @@ public struct EventProcessor: Sendable {
     let store: FulfillmentStore
     let reader: EventReader
     let notifier: FulfillmentNotifier
+    let batches: FulfillmentBatches
     let clock: any WallClock
     /// Answers CONSUMPTION_REQUEST before the event completes (set by the application).
     var consumption: ConsumptionResponder?
@@ -43,6 +45,8 @@ public struct EventProcessor: Sendable {
             events: events, appKey: configuration.appStore.bundleId,
             everyoneIsTestUser: configuration.appStore.environment != .production, crashPoint: configuration.crashPoint)
         reader = EventReader(cipher: cipher, verifier: verifier)
+        batches = FulfillmentBatches(
+            events: events, store: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
         notifier = FulfillmentNotifier(pool: events.pool, logger: logger)
     }
 
@@ -57,8 +61,7 @@ public struct EventProcessor: Sendable {
                 ["kafka.partition": .int(Int64(message.partition)), "kafka.offset": .int(message.offset)])
             return
         }
-        let owner = configuration.workerID
-        guard let event = try await events.claim(envelope, owner: owner, lease: configuration.lease) else {
+        guard let event = try await batches.claims.submit(envelope) else {
             // Done, leased by a live worker, or waiting for its retry time: the sweeper brings it back if needed.
             metrics.outcome("skipped")
             return
@@ -73,7 +76,7 @@ public struct EventProcessor: Sendable {
             if verified.source.action == .consumptionRequest, let consumption {
                 try await consumption.answer(event, verified, now: clock.now())
             }
-            let outcome = try await store.process(event, verified, owner: owner, now: clock.now())
+            let outcome = try await batches.applies.submit(PendingEvent(event: event, verified: verified, now: clock.now())).get()
             metrics.duration.observe(since: started)
             switch outcome {
             case .leaseLost:

@@ -1,0 +1,224 @@
+import Domain
+import Events
+import Foundation
+@testable import FulfillmentApp
+import Postgres
+import ServiceRuntime
+import Storage
+import Testing
+import TestSupport
+
+/// The worker's batches on a real PostgreSQL: events of one chain split into rounds and applied in
+/// order, a refusal that stays its event's alone, and a failing batch transaction that falls back
+/// to one transaction per event. The events are verified already (the reader has its own tests),
+/// so a batch is exactly what the group commit hands to `FulfillmentBatches.apply`.
+@Suite(.timeLimit(.minutes(2)))
+struct FulfillmentBatchTests {
+    static let appKey = "com.example.batch"
+    static let product = "com.example.batch.monthly"
+    static let owner = "batch-worker"
+
+    @Test func twoEventsOfOneChainAreAppliedInOrderInTwoRounds() async throws {
+        let fixture = try await Fixture.make()
+        defer { Task { await fixture.database.drop() } }
+        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob")
+        let batch = try await fixture.claim([
+            .purchase(original: "7001", transaction: "7001", token: alice, daysAgo: 40),
+            .renewal(original: "7001", transaction: "7001001", token: alice, daysAgo: 10),
+            .purchase(original: "7002", transaction: "7002", token: bob, daysAgo: 5),
+        ])
+        #expect(FulfillmentBatches.rounds(batch) == [[0, 2], [1]])
+
+        let results = try await fixture.apply(batch)
+        #expect(results.map(\.granted) == [1, 1, 1])
+        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'alice'") == 2)
+        #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'bob'") == 1)
+        // The renewal was planned from the state the purchase wrote: the chain moved to it.
+        let last = try await fixture.database.pool.query(
+            "SELECT last_transaction_id FROM user_subscription WHERE original_transaction_id = '7001'")
+        #expect(try last.first?.decode("last_transaction_id", as: String.self) == "7001001")
+        #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == 3)
+    }
+
+    @Test func anUnmatchedEventIsBuriedAloneWhileTheOthersSucceed() async throws {
+        let fixture = try await Fixture.make()
+        defer { Task { await fixture.database.drop() } }
+        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob")
+        let batch = try await fixture.claim([
+            .purchase(original: "8001", transaction: "8001", token: alice, daysAgo: 3),
+            .purchase(original: "8002", transaction: "8002", token: UUID(), daysAgo: 3),
+            .purchase(original: "8003", transaction: "8003", token: bob, daysAgo: 3),
+        ])
+        #expect(FulfillmentBatches.rounds(batch) == [[0, 1, 2]])
+
+        let results = try await fixture.apply(batch)
+        #expect(results.map(\.granted) == [1, 0, 1])
+        #expect(results[1].verdict == .unmatched(.account))
+        let statuses = try await fixture.database.pool.query(
+            "SELECT process_status, error_code FROM apple_notification_event ORDER BY id")
+        #expect(try statuses.map { try $0.decode("process_status", as: String.self) } == ["SUCCEEDED", "DEAD", "SUCCEEDED"])
+        #expect(try statuses[1].decode("error_code", as: String?.self) == "UNMATCHED_ACCOUNT")
+        #expect(try await fixture.count("SELECT count(*) FROM unmatched_fact WHERE transaction_id = '8002'") == 1)
+        #expect(try await fixture.count("SELECT count(*) FROM credit_grant") == 2)
+        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 2)
+    }
+
+    @Test func aFailingBatchTransactionFallsBackToOneTransactionPerEvent() async throws {
+        let fixture = try await Fixture.make()
+        defer { Task { await fixture.database.drop() } }
+        // Refuses any statement completing more than one event: the batch's write fails, the
+        // single-event transactions pass.
+        try await fixture.database.pool.query(
+            PostgresQuery(
+                unsafeSQL: """
+                    CREATE FUNCTION refuse_batches() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN
+                        IF (SELECT count(*) FROM completed) > 1 THEN RAISE EXCEPTION 'batch refused by the test'; END IF;
+                        RETURN NULL;
+                    END $$;
+                    CREATE TRIGGER refuse_batches AFTER INSERT ON processed_event REFERENCING NEW TABLE AS completed
+                        FOR EACH STATEMENT EXECUTE FUNCTION refuse_batches();
+                    """))
+        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob"), carol = try await fixture.user("carol")
+        let batch = try await fixture.claim([
+            .purchase(original: "9001", transaction: "9001", token: alice, daysAgo: 3),
+            .purchase(original: "9002", transaction: "9002", token: bob, daysAgo: 3),
+            .purchase(original: "9003", transaction: "9003", token: carol, daysAgo: 3),
+        ])
+        #expect(FulfillmentBatches.rounds(batch).count == 1)
+
+        let results = try await fixture.apply(batch)
+        #expect(results.map(\.granted) == [1, 1, 1])
+        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM credit_grant") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM credit_ledger") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM payment_order WHERE status = 'FULFILLED'") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == 3)
+    }
+
+    @Test func anEventWhoseLeaseWasLostDropsOutOfTheBatch() async throws {
+        let fixture = try await Fixture.make()
+        defer { Task { await fixture.database.drop() } }
+        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob")
+        let batch = try await fixture.claim([
+            .purchase(original: "6001", transaction: "6001", token: alice, daysAgo: 3),
+            .purchase(original: "6002", transaction: "6002", token: bob, daysAgo: 3),
+        ])
+        try await fixture.database.pool.query(
+            "UPDATE apple_notification_event SET lease_owner = 'another-worker' WHERE id = \(batch[1].event.id)")
+
+        let outcomes = try await FulfillmentBatches.apply(batch, store: fixture.store, owner: Self.owner, logger: fixture.logger)
+            .map { try $0.get() }
+        guard case .done = outcomes[0], case .leaseLost = outcomes[1] else {
+            Issue.record("expected done then leaseLost, got \(outcomes)")
+            return
+        }
+        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 1)
+        #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'bob'") == 0)
+    }
+}
+
+/// What a test reads of an applied event.
+private struct Applied {
+    var verdict: FulfillmentVerdict
+    var granted: Int
+}
+
+/// A fact to store as a notification and hand over verified.
+private struct Fact {
+    var type: String
+    var subtype: String?
+    var transaction: TransactionRecord
+    var renewal: RenewalFact
+
+    static func purchase(original: String, transaction: String, token: UUID, daysAgo: Double) -> Fact {
+        fact("SUBSCRIBED", "INITIAL_BUY", original: original, transaction: transaction, token: token, daysAgo: daysAgo)
+    }
+
+    static func renewal(original: String, transaction: String, token: UUID, daysAgo: Double) -> Fact {
+        fact("DID_RENEW", nil, original: original, transaction: transaction, token: token, daysAgo: daysAgo)
+    }
+
+    private static func fact(
+        _ type: String, _ subtype: String?, original: String, transaction: String, token: UUID, daysAgo: Double
+    ) -> Fact {
+        let purchased = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - daysAgo * 86_400).rounded())
+        let fact = TransactionFact(
+            environment: "Sandbox", transactionID: transaction, originalTransactionID: original,
+            productID: FulfillmentBatchTests.product, purchaseDate: purchased, originalPurchaseDate: purchased,
+            expiresDate: purchased + 30 * 86_400, transactionReason: subtype == nil ? "RENEWAL" : "PURCHASE",
+            appAccountToken: token.uuidString.lowercased(), signedDate: purchased)
+        return Fact(
+            type: type, subtype: subtype,
+            transaction: TransactionRecord(fact: fact, payloadHash: "hash-" + transaction, appAccountTokenUUID: token),
+            renewal: RenewalFact(
+                environment: "Sandbox", originalTransactionID: original, productID: FulfillmentBatchTests.product,
+                autoRenewProductID: FulfillmentBatchTests.product, autoRenewEnabled: true, signedDate: purchased))
+    }
+}
+
+/// A migrated database with the catalogue, and the store a worker would use on it.
+private struct Fixture {
+    let database: TestDatabase
+    let events: EventStore
+    let store: FulfillmentStore
+    let logger = Logger(label: "test", level: .warning)
+
+    static func make() async throws -> Fixture {
+        let database = try await TestDatabase.make("batch")
+        try await database.pool.query(
+            """
+            INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
+            VALUES (\(FulfillmentBatchTests.appKey), \(FulfillmentBatchTests.product), '21000000', 'starter', 2, 'MONTH', 1000)
+            """)
+        let events = EventStore(pool: database.pool, topic: "unused")
+        return Fixture(
+            database: database, events: events,
+            store: FulfillmentStore(events: events, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true))
+    }
+
+    func user(_ id: String) async throws -> UUID {
+        let token = UUID()
+        try await database.pool.query("INSERT INTO app_user (user_id) VALUES (\(id))")
+        try await database.pool.query("INSERT INTO user_account_token (user_id, app_account_token) VALUES (\(id), \(token))")
+        return token
+    }
+
+    /// Stores the facts as notifications and claims them all in one batch claim.
+    func claim(_ facts: [Fact]) async throws -> [PendingEvent] {
+        var envelopes: [EventEnvelope] = []
+        for fact in facts {
+            let stored = try await events.insertNotification(
+                NewNotificationEvent(
+                    notificationUUID: UUID().uuidString, notificationType: fact.type, subtype: fact.subtype,
+                    environment: "Sandbox", transactionID: fact.transaction.fact.transactionID,
+                    originalTransactionID: fact.transaction.fact.originalTransactionID,
+                    routingKey: fact.transaction.fact.originalTransactionID))
+            envelopes.append(EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: nil))
+        }
+        let claimed = try await events.claim(envelopes, owner: FulfillmentBatchTests.owner, lease: .seconds(60))
+        return try zip(facts, claimed).map { fact, event in
+            PendingEvent(
+                event: try #require(event),
+                verified: VerifiedEvent(
+                    source: .notification(type: fact.type, subtype: fact.subtype), transaction: fact.transaction,
+                    renewal: fact.renewal),
+                now: Date())
+        }
+    }
+
+    /// Applies the batch as the group commit would; every event must end committed.
+    func apply(_ batch: [PendingEvent]) async throws -> [Applied] {
+        try await FulfillmentBatches.apply(batch, store: store, owner: FulfillmentBatchTests.owner, logger: logger).map {
+            guard case .done(let plan, let granted) = try $0.get() else { throw LeaseLost() }
+            return Applied(verdict: plan.verdict, granted: granted)
+        }
+    }
+
+    func count(_ sql: String) async throws -> Int { try await database.count(sql) }
+}
+
+private struct LeaseLost: Error {}
