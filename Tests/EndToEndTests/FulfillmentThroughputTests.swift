@@ -20,10 +20,13 @@ import TestSupport
     .serialized, .timeLimit(.minutes(10)),
     .enabled(if: ProcessInfo.processInfo.environment["SUBS_RUN_BENCHMARKS"] == "1", "benchmark: run fulfillment-throughput.sh"))
 struct FulfillmentThroughputTests {
+    /// The event topic's partitions (`BENCH_PARTITIONS`): the local deployment's 12 unless asked.
+    static let partitions = Int(ProcessInfo.processInfo.environment["BENCH_PARTITIONS"] ?? "") ?? 12
+
     @Test(arguments: [1, 2]) func drainsABacklogOfRenewals(workers: Int) async throws {
         let total = 3_000
         let chains = 600
-        let harness = try await PipelineHarness.make(partitions: 12)
+        let harness = try await PipelineHarness.make(partitions: Self.partitions)
         let configuration = try harness.configuration
         let pool = PostgresPool(configuration: configuration.postgres, logger: harness.logger)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: harness.logger)
@@ -110,7 +113,7 @@ struct FulfillmentThroughputTests {
         }
         let commits = try await Self.commits(pool) - commitsBefore
         print(
-            "fulfillment_throughput workers=\(workers) events=\(total) seconds=\(String(format: "%.2f", seconds))"
+            "fulfillment_throughput workers=\(workers) partitions=\(Self.partitions) events=\(total) seconds=\(String(format: "%.2f", seconds))"
                 + " events_per_second=\(Int(Double(total) / seconds))"
                 + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))"
                 + " postgres_cpu_ms_per_event=\(String(format: "%.3f", databaseCPU * 1000 / Double(total)))"
@@ -137,7 +140,7 @@ struct FulfillmentThroughputTests {
         let total = rate * (Int(environment["BENCH_SECONDS"] ?? "") ?? 10)
         let sampleEvery = 10
         let harness = try await WorkerHarness.start(
-            workers: 2,
+            workers: 2, partitions: Self.partitions,
             extra: ["INGRESS_NOTIFICATION_RATE_PER_SECOND": "1000000", "INGRESS_NOTIFICATION_RATE_BURST": "1000000"])
         defer { harness.stop() }
         let tokens = (0..<total).map { _ in UUID() }
@@ -211,7 +214,7 @@ struct FulfillmentThroughputTests {
             """
         ).first!
         print(
-            "fulfillment_latency offered_per_second=\(rate) events=\(total) samples=\(latencies.count)"
+            "fulfillment_latency offered_per_second=\(rate) partitions=\(Self.partitions) events=\(total) samples=\(latencies.count)"
                 + " webhook_to_entitlement_ms_p50=\(percentile(0.50)) p99=\(percentile(0.99)) max=\(percentile(1.0))"
                 + " stored_to_committed_ms_p50=\(Int(try stored.decode("p50", as: Double.self) * 1000))"
                 + " p99=\(Int(try stored.decode("p99", as: Double.self) * 1000))"

@@ -20,9 +20,9 @@ struct IngressHarness {
 
     /// Starts the ingress and waits until it listens. `extra` overrides any variable.
     static func start(
-        environment appleEnvironment: AppStoreEnvironment = .sandbox, extra: [String: String] = [:]
+        environment appleEnvironment: AppStoreEnvironment = .sandbox, partitions: Int = 6, extra: [String: String] = [:]
     ) async throws -> IngressHarness {
-        let pipeline = try await PipelineHarness.make(appleEnvironment: appleEnvironment)
+        let pipeline = try await PipelineHarness.make(partitions: partitions, appleEnvironment: appleEnvironment)
         let signer = pipeline.signer
         let secret = Base64URL.encode(SecureRandom.bytes(32))
         var environment = pipeline.serviceEnvironment

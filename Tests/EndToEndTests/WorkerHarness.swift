@@ -26,9 +26,10 @@ struct WorkerHarness {
     /// Starts the ingress and `workers` workers, seeds the catalogue of domain.md and waits until the
     /// workers have joined the consumer group.
     static func start(
-        workers count: Int = 1, environment: AppStoreEnvironment = .sandbox, extra: [String: String] = [:]
+        workers count: Int = 1, environment: AppStoreEnvironment = .sandbox, partitions: Int = 6,
+        extra: [String: String] = [:]
     ) async throws -> WorkerHarness {
-        let ingress = try await IngressHarness.start(environment: environment, extra: extra)
+        let ingress = try await IngressHarness.start(environment: environment, partitions: partitions, extra: extra)
         var workers: [ServiceProcess] = []
         for index in 0..<count { workers.append(try await launchWorker(ingress.environment, name: "worker-\(index)")) }
         let harness = WorkerHarness(ingress: ingress, workers: workers)
