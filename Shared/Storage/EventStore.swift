@@ -313,10 +313,18 @@ public struct EventStore: Sendable {
     }
 
     /// Deletes outbox rows whose messages the broker acknowledged.
+    ///
+    /// Commits asynchronously (no WAL flush of its own): a delete lost in a server crash only
+    /// publishes those events again, which the workers' claims make harmless, and these flushes
+    /// queued behind the ingress's and the workers' own commits.
     public func markPublished(_ ids: [Int64]) async throws {
         guard !ids.isEmpty else { return }
         let list = "{" + ids.map(String.init).joined(separator: ",") + "}"
-        try await pool.query("DELETE FROM event_outbox WHERE id = ANY(\(list)::bigint[])")
+        try await pool.query(
+            """
+            DELETE FROM event_outbox USING (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
+             WHERE id = ANY(\(list)::bigint[])
+            """)
     }
 
     /// Takes due outbox rows for publishing, safe with many relays: each row is taken by one relay
