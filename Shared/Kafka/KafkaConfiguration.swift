@@ -40,8 +40,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// doubles per failure up to `maxRetryBackoff`.
     public var retryBackoff: Duration = .milliseconds(200)
     public var maxRetryBackoff: Duration = .seconds(10)
-    /// Messages fetched ahead per partition before its fetching pauses (bounds memory when
-    /// handlers are slower than the broker); it resumes once half of that remains. A resumed
+    /// Messages held per partition (fetched but not yet committable: waiting, running, or handled
+    /// behind one still running) before its fetching pauses (bounds memory when handlers are
+    /// slower than the broker, or one message is retried); it resumes once half of that remains. A resumed
     /// partition refetches what was dropped at the pause and waits up to ~1 s for librdkafka
     /// to fetch again, so the half left should last that long.
     public var maxBufferedMessagesPerPartition = 2000

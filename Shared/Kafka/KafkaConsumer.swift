@@ -8,7 +8,9 @@ import Synchronization
 /// partitions concurrently, and a message's offset is committed only after its handler and
 /// those of every earlier message of the partition returned.
 ///
-/// A handler that throws gets the same message again after a backoff (the partition waits).
+/// A handler that throws gets the same message again after a backoff: its key waits (with one
+/// message in flight, its partition); other keys go on up to `maxBufferedMessagesPerPartition`
+/// held, as nothing is committed past it.
 /// On a rebalance, revoked partitions finish their running handlers and commit what was handled
 /// before they are released, so no handled message is lost or handled twice by the next owner.
 /// Sendable: the librdkafka handle is used only by the poll thread; the rest is in `ConsumerCore`.
