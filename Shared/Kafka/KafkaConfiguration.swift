@@ -27,14 +27,22 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var kafka: KafkaConfiguration
     public var groupID: String
     public var topics: [String]
-    /// Partitions whose messages are handled concurrently; within a partition, strictly in order.
+    /// Handlers running at once, over all partitions (the consumer's worker count): each message
+    /// in flight takes one, so with `maxInFlightPerPartition` above 1 it should be above the
+    /// partition count a member usually holds. Default 8.
     public var maxConcurrentPartitions: Int
+    /// Messages of one partition handled at once (default 1: strictly in offset order). Above 1,
+    /// only messages with different keys run together (nil keys count as one key), and a message
+    /// starts only after every earlier one of its partition with the same key returned: Kafka's
+    /// order per key, kept. The committed offset never passes a message not yet handled.
+    public var maxInFlightPerPartition = 1
     /// First wait before a message whose handler threw is handed to the handler again; it
     /// doubles per failure up to `maxRetryBackoff`.
     public var retryBackoff: Duration = .milliseconds(200)
     public var maxRetryBackoff: Duration = .seconds(10)
-    /// Messages fetched ahead per partition before its fetching pauses (bounds memory when
-    /// handlers are slower than the broker); it resumes once half of that remains. A resumed
+    /// Messages held per partition (fetched but not yet committable: waiting, running, or handled
+    /// behind one still running) before its fetching pauses (bounds memory when handlers are
+    /// slower than the broker, or one message is retried); it resumes once half of that remains. A resumed
     /// partition refetches what was dropped at the pause and waits up to ~1 s for librdkafka
     /// to fetch again, so the half left should last that long.
     public var maxBufferedMessagesPerPartition = 2000

@@ -4,11 +4,14 @@ import ServiceRuntime
 import Synchronization
 
 /// A member of a consumer group that calls a handler for every message: one partition's
-/// messages strictly in order, different partitions concurrently, and a message's offset is
-/// committed only after its handler returned.
+/// messages in order (strictly, or per key with `maxInFlightPerPartition` above 1), different
+/// partitions concurrently, and a message's offset is committed only after its handler and
+/// those of every earlier message of the partition returned.
 ///
-/// A handler that throws gets the same message again after a backoff (the partition waits).
-/// On a rebalance, revoked partitions finish their running handler and commit what was handled
+/// A handler that throws gets the same message again after a backoff: its key waits (with one
+/// message in flight, its partition); other keys go on up to `maxBufferedMessagesPerPartition`
+/// held, as nothing is committed past it.
+/// On a rebalance, revoked partitions finish their running handlers and commit what was handled
 /// before they are released, so no handled message is lost or handled twice by the next owner.
 /// Sendable: the librdkafka handle is used only by the poll thread; the rest is in `ConsumerCore`.
 public final class KafkaConsumer: Service, Sendable {
@@ -127,7 +130,8 @@ final class ConsumerCore: Sendable {
         self.logger = logger
         self.handler = handler
         let buffered = max(1, configuration.maxBufferedMessagesPerPartition)
-        scheduler = PartitionScheduler(pauseAt: buffered, resumeAt: buffered / 2)
+        scheduler = PartitionScheduler(
+            pauseAt: buffered, resumeAt: buffered / 2, maxInFlight: configuration.maxInFlightPerPartition)
         let labels = ["group": configuration.groupID]
         handled = MetricsRegistry.shared.counter(
             "kafka_consumer_messages_handled_total", help: "Messages whose handler returned normally", labels: labels)

@@ -2,8 +2,15 @@ import Dispatch
 import ServiceRuntime
 import Synchronization
 
-/// Hands consumed messages to a fixed set of workers: each partition's messages one at a time
-/// and in offset order, different partitions concurrently, ready partitions in turn.
+/// Hands consumed messages to a fixed set of workers: up to `maxInFlight` messages of a
+/// partition at once, never two with the same key, and a message only after every earlier one
+/// of its partition with the same key completed; different partitions concurrently, ready
+/// partitions in turn.
+///
+/// Kafka orders a partition for the sake of its keys: handling different keys of one partition
+/// concurrently keeps every guarantee a handler can rely on (nil keys count as one key) and lets
+/// handlers that batch their work see more of it at once. The offset reached is the contiguous
+/// prefix of handled messages, so a restart redelivers everything not yet handled.
 ///
 /// The consumer's poll thread feeds it, revokes partitions and reads the offsets reached;
 /// workers take and complete work. Sendable: all state is behind one mutex.
@@ -16,44 +23,67 @@ final class PartitionScheduler: Sendable {
         fileprivate let slotID: UInt64
     }
 
-    /// An assigned partition. A class so that the queue is mutated in place under the lock.
+    private enum Progress {
+        case waiting, running, handled
+        /// Revoked before it was handled: it blocks the offset from passing it.
+        case dropped
+    }
+
+    private struct Entry {
+        let message: KafkaMessage
+        var progress: Progress = .waiting
+    }
+
+    /// An assigned partition. A class so that its entries are mutated in place under the lock.
     private final class Slot {
         let id: UInt64
         let revoked = ShutdownTrigger()
-        /// Messages not yet handled; the first one is in a worker's hands while `busy`.
-        var queue: ArraySlice<KafkaMessage> = []
-        var busy = false
+        /// Every message after the last offset reached, in offset order: waiting, running, or
+        /// handled but behind an unhandled one. Kept whole (not just the waiting ones) because
+        /// the offset reached may only pass a message once it and all before it are handled.
+        var entries: ArraySlice<Entry> = []
+        var waiting = 0
+        var running = 0
+        /// Keys of the running messages (nil is the key of unkeyed messages).
+        var busyKeys: Set<[UInt8]?> = []
         var inReadyList = false
         /// The offset after the last message queued: anything below it is a re-fetch.
         var nextOffset: Int64?
-        /// The offset after the last message handled: what may be committed.
+        /// The offset after the last message of the handled prefix: what may be committed.
         var processed: Int64?
         var stored: Int64?
         var paused = false
 
         init(id: UInt64) { self.id = id }
-        var head: KafkaMessage { queue.first! }
     }
 
     private struct State {
         var slots: [KafkaTopicPartition: Slot] = [:]
+        /// Partitions that may have a message to start (checked again when a worker asks).
         var ready: [KafkaTopicPartition] = []
         var idleWorkers: [CheckedContinuation<Work?, Never>] = []
         var nextSlotID: UInt64 = 0
         var closed = false
-        /// Revoked partitions whose handler has not returned yet.
+        /// Revoked partitions whose handlers have not all returned yet.
         var retiring: [KafkaTopicPartition: Slot] = [:]
         var retired: DispatchSemaphore?
     }
 
-    /// Queue length at which a partition's fetching is paused, and at which it resumes.
+    /// Messages held per partition (after its offset reached) at which its fetching is paused,
+    /// and at which it resumes.
     let pauseAt: Int
     let resumeAt: Int
+    /// Messages of one partition handled at once; 1 is strict offset order.
+    let maxInFlight: Int
+    /// Waiting messages examined for one that may start: bounds the work done under the lock
+    /// when one key fills a partition's queue (later keys then wait for the front to drain).
+    private static let lookahead = 256
     private let state = Mutex(State())
 
-    init(pauseAt: Int, resumeAt: Int) {
+    init(pauseAt: Int, resumeAt: Int, maxInFlight: Int = 1) {
         self.pauseAt = pauseAt
         self.resumeAt = resumeAt
+        self.maxInFlight = max(1, maxInFlight)
     }
 
     func assign(_ partitions: [KafkaTopicPartition]) {
@@ -69,43 +99,77 @@ final class PartitionScheduler: Sendable {
 
     /// Queues a message of an assigned partition; true when that partition should now be paused.
     func enqueue(_ message: KafkaMessage) -> Bool {
-        let (handoff, pause) = state.withLock { state -> ((CheckedContinuation<Work?, Never>, Work)?, Bool) in
-            guard let slot = state.slots[message.topicPartition] else { return (nil, false) }
+        let (handoffs, pause) = state.withLock { state -> ([(CheckedContinuation<Work?, Never>, Work)], Bool) in
+            guard let slot = state.slots[message.topicPartition] else { return ([], false) }
             // librdkafka fetches again from the last message it returned after a resume.
-            if let next = slot.nextOffset, message.offset < next { return (nil, false) }
+            if let next = slot.nextOffset, message.offset < next { return ([], false) }
             slot.nextOffset = message.offset + 1
-            slot.queue.append(message)
-            let handoff = slot.busy || slot.inReadyList ? nil : Self.schedule(slot, message.topicPartition, &state)
-            let pause = !slot.paused && slot.queue.count >= pauseAt
+            slot.entries.append(Entry(message: message))
+            slot.waiting += 1
+            let handoffs = dispatch(slot, message.topicPartition, &state)
+            let pause = !slot.paused && slot.entries.count >= pauseAt
             if pause { slot.paused = true }
-            return (handoff, pause)
+            return (handoffs, pause)
         }
-        if let (worker, work) = handoff { worker.resume(returning: work) }
+        for (worker, work) in handoffs { worker.resume(returning: work) }
         return pause
     }
 
-    /// Gives an idle partition with queued messages to an idle worker, or lines it up.
-    private static func schedule(_ slot: Slot, _ partition: KafkaTopicPartition, _ state: inout State)
-        -> (CheckedContinuation<Work?, Never>, Work)?
+    /// Starts what `slot` may start on idle workers; lines it up for the next free worker if
+    /// none is idle. Called whenever a message may have become startable (queued, completed).
+    private func dispatch(_ slot: Slot, _ partition: KafkaTopicPartition, _ state: inout State)
+        -> [(CheckedContinuation<Work?, Never>, Work)]
     {
-        guard let worker = state.idleWorkers.popLast() else {
+        var handoffs: [(CheckedContinuation<Work?, Never>, Work)] = []
+        while !state.idleWorkers.isEmpty, let work = start(slot) {
+            handoffs.append((state.idleWorkers.popLast()!, work))
+        }
+        if state.idleWorkers.isEmpty, !slot.inReadyList, slot.waiting > 0, slot.running < maxInFlight {
             slot.inReadyList = true
             state.ready.append(partition)
-            return nil
         }
-        slot.busy = true
-        return (worker, Work(message: slot.head, revoked: slot.revoked, slotID: slot.id))
+        return handoffs
+    }
+
+    /// Marks running and returns the first waiting message whose key has no running message and
+    /// no earlier waiting one; nil when the partition has none or is at its in-flight limit.
+    private func start(_ slot: Slot) -> Work? {
+        guard slot.waiting > 0, slot.running < maxInFlight else { return nil }
+        var blocked = slot.busyKeys
+        var examined = 0
+        for index in slot.entries.indices where slot.entries[index].progress == .waiting {
+            let key = slot.entries[index].message.key
+            if blocked.insert(key).inserted {
+                slot.entries[index].progress = .running
+                slot.waiting -= 1
+                slot.running += 1
+                slot.busyKeys.insert(key)
+                return Work(message: slot.entries[index].message, revoked: slot.revoked, slotID: slot.id)
+            }
+            examined += 1
+            if examined == Self.lookahead { break }
+        }
+        return nil
     }
 
     /// The next message to handle; nil once the scheduler is closed.
     func next() async -> Work? {
         await withCheckedContinuation { continuation in
             let work = state.withLock { state -> Work?? in
-                if !state.ready.isEmpty {
-                    let slot = state.slots[state.ready.removeFirst()]!
-                    slot.inReadyList = false
-                    slot.busy = true
-                    return Work(message: slot.head, revoked: slot.revoked, slotID: slot.id)
+                // Ready partitions take turns: one that has more to start goes to the back.
+                while !state.ready.isEmpty {
+                    let partition = state.ready.removeFirst()
+                    let slot = state.slots[partition]!
+                    guard let work = start(slot) else {
+                        slot.inReadyList = false
+                        continue
+                    }
+                    if slot.waiting > 0, slot.running < maxInFlight {
+                        state.ready.append(partition)
+                    } else {
+                        slot.inReadyList = false
+                    }
+                    return work
                 }
                 if state.closed { return .some(nil) }
                 state.idleWorkers.append(continuation)
@@ -115,35 +179,44 @@ final class PartitionScheduler: Sendable {
         }
     }
 
-    /// Records a worker's outcome (`handled`: the handler returned normally) and lines up the
-    /// partition's next message.
+    /// Records a worker's outcome (`handled`: the handler returned normally), advances the
+    /// offset reached over the handled prefix, and starts what that unblocked.
     func complete(_ work: Work, handled: Bool) {
         let partition = work.message.topicPartition
-        let handoff = state.withLock { state -> (CheckedContinuation<Work?, Never>, Work)? in
+        let handoffs = state.withLock { state -> [(CheckedContinuation<Work?, Never>, Work)] in
             if let slot = state.slots[partition], slot.id == work.slotID {
-                slot.busy = false
-                if handled {
-                    slot.queue.removeFirst()
-                    slot.processed = work.message.offset + 1
-                }
-                return slot.queue.isEmpty ? nil : Self.schedule(slot, partition, &state)
+                // Not handled while still assigned: it waits again, ahead of its key's later messages.
+                finish(work, in: slot, as: handled ? .handled : .waiting)
+                return dispatch(slot, partition, &state)
             }
             if let slot = state.retiring[partition], slot.id == work.slotID {
-                slot.busy = false
-                if handled { slot.processed = work.message.offset + 1 }
-                if !state.retiring.values.contains(where: \.busy) {
+                finish(work, in: slot, as: handled ? .handled : .dropped)
+                if !state.retiring.values.contains(where: { $0.running > 0 }) {
                     state.retired?.signal()
                     state.retired = nil
                 }
             }
-            return nil
+            return []
         }
-        if let (worker, work) = handoff { worker.resume(returning: work) }
+        for (worker, work) in handoffs { worker.resume(returning: work) }
     }
 
-    /// Stops dispatching `partitions` and drops their queued messages, then BLOCKS the calling
-    /// thread (the poll thread) until their running handlers returned. Reports the offset each
-    /// partition reached (nil: nothing handled since it was assigned) and whether it was paused.
+    private func finish(_ work: Work, in slot: Slot, as progress: Progress) {
+        slot.running -= 1
+        slot.busyKeys.remove(work.message.key)
+        // Running messages lie near the front (within the lookahead), so a scan is short.
+        guard let index = slot.entries.firstIndex(where: { $0.message.offset == work.message.offset }) else { return }
+        slot.entries[index].progress = progress
+        if progress == .waiting { slot.waiting += 1 }
+        while let first = slot.entries.first, first.progress == .handled {
+            slot.processed = first.message.offset + 1
+            slot.entries.removeFirst()
+        }
+    }
+
+    /// Stops dispatching `partitions` and drops their waiting messages, then BLOCKS the calling
+    /// thread (the poll thread) until all their running handlers returned. Reports the offset
+    /// each partition reached (nil: nothing handled since it was assigned) and whether it was paused.
     func revoke(_ partitions: [KafkaTopicPartition]) -> [(KafkaTopicPartition, processed: Int64?, paused: Bool)] {
         let retired = DispatchSemaphore(value: 0)
         let (triggers, mustWait) = state.withLock { state -> ([ShutdownTrigger], Bool) in
@@ -151,11 +224,15 @@ final class PartitionScheduler: Sendable {
             for partition in partitions {
                 guard let slot = state.slots.removeValue(forKey: partition) else { continue }
                 if slot.inReadyList { state.ready.removeAll { $0 == partition } }
-                slot.queue = []
+                // Kept (not removed) so that a handled message behind them cannot move the offset past them.
+                for index in slot.entries.indices where slot.entries[index].progress == .waiting {
+                    slot.entries[index].progress = .dropped
+                }
+                slot.waiting = 0
                 triggers.append(slot.revoked)
                 state.retiring[partition] = slot
             }
-            let mustWait = state.retiring.values.contains(where: \.busy)
+            let mustWait = state.retiring.values.contains { $0.running > 0 }
             if mustWait { state.retired = retired }
             return (triggers, mustWait)
         }
@@ -179,11 +256,11 @@ final class PartitionScheduler: Sendable {
         }
     }
 
-    /// Paused partitions whose queue has drained enough to fetch again (now marked resumed).
+    /// Paused partitions whose held messages have drained enough to fetch again (now marked resumed).
     func partitionsToResume() -> [KafkaTopicPartition] {
         state.withLock { state in
             state.slots.compactMap { partition, slot in
-                guard slot.paused, slot.queue.count <= resumeAt else { return nil }
+                guard slot.paused, slot.entries.count <= resumeAt else { return nil }
                 slot.paused = false
                 return partition
             }

@@ -144,6 +144,118 @@ struct KafkaConsumerTests {
         let duplicates = handled.value.filter { $0.value > 1 }
         #expect(duplicates.isEmpty, "handled more than once: \(duplicates.keys.sorted().prefix(10))")
     }
+
+    // MARK: Several messages of a partition in flight.
+
+    /// Sends `keys[i]` as the i-th message of a one-partition topic, one after the other.
+    private func produceInOrder(_ keys: [String], to topic: String) async throws {
+        let producer = try KafkaProducer(configuration: try kafkaConfiguration(), logger: testLogger)
+        for key in keys { _ = try await producer.send(topic: topic, key: Array(key.utf8), value: []) }
+        await producer.shutdown()
+    }
+
+    @Test func sameKeyMessagesRunInOrderAndAloneWhileOtherKeysOfThePartitionRunTogether() async throws {
+        let topic = try await makeTopic(partitions: 1)
+        let keys = (0..<60).map { "k\($0 % 4)" }
+        try await produceInOrder(keys, to: topic)
+
+        struct Log {
+            var running: [String: Int64] = [:]
+            var overlaps: [String] = []
+            var handled: [String: [Int64]] = [:]
+            var othersSeenByFirst = false
+        }
+        let log = Locked(Log())
+        let consumer = Running(
+            try makeConsumer(topic: topic, group: TestEnvironment.uniqueName("g"), inFlight: 8) { message in
+                let key = String(decoding: message.key ?? [], as: UTF8.self)
+                log.withLock { log in
+                    if let other = log.running[key] { log.overlaps.append("\(key): \(other) and \(message.offset)") }
+                    log.running[key] = message.offset
+                }
+                if message.offset == 0 {
+                    // Holds the first message until another key of the partition started:
+                    // with one message at a time this never happens.
+                    let others = await eventually(timeout: .seconds(10)) { log.value.running.count > 1 }
+                    log.withLock { $0.othersSeenByFirst = others }
+                } else {
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+                log.withLock { log in
+                    log.running[key] = nil
+                    log.handled[key, default: []].append(message.offset)
+                }
+            })
+        let complete = await eventually { log.value.handled.values.reduce(0) { $0 + $1.count } >= keys.count }
+        try await consumer.stop()
+
+        #expect(complete)
+        #expect(log.value.othersSeenByFirst)
+        #expect(log.value.overlaps.isEmpty, "same key in flight twice: \(log.value.overlaps.prefix(5))")
+        for (key, offsets) in log.value.handled {
+            let expected = keys.indices.filter { keys[$0] == key }.map(Int64.init)
+            #expect(offsets == expected, "key \(key)")
+        }
+    }
+
+    @Test func theCommittedOffsetStopsAtAMessageNotYetHandled() async throws {
+        let topic = try await makeTopic(partitions: 1)
+        let group = TestEnvironment.uniqueName("g")
+        try await produceInOrder((0..<10).map { "k\($0)" }, to: topic)
+
+        // Offset 2 fails until the member stops; the later ones are handled meanwhile.
+        let handled = Locked<Set<Int64>>([])
+        let first = Running(
+            try makeConsumer(topic: topic, group: group, retryBackoff: .milliseconds(50), inFlight: 4) { message in
+                if message.offset == 2 { throw TestFailure() }
+                handled.withLock { _ = $0.insert(message.offset) }
+            })
+        let laterHandled = await eventually { handled.value == Set(0..<10).subtracting([2]) }
+        try await first.stop()
+        #expect(laterHandled)
+
+        let redelivered = Locked<[Int64]>([])
+        let second = Running(
+            try makeConsumer(topic: topic, group: group) { message in redelivered.withLock { $0.append(message.offset) } })
+        #expect(await eventually { redelivered.value.count >= 8 })
+        try await second.stop()
+        #expect(redelivered.value == Array(2..<10))
+    }
+
+    @Test func stoppingWaitsForEveryMessageInFlightAndCommitsThem() async throws {
+        let topic = try await makeTopic(partitions: 1)
+        let group = TestEnvironment.uniqueName("g")
+        try await produceInOrder((0..<10).map { "k\($0)" }, to: topic)
+
+        let gate = ShutdownTrigger()
+        let started = Locked(0)
+        let finished = Locked(0)
+        let first = Running(
+            try makeConsumer(topic: topic, group: group, inFlight: 4) { _ in
+                started.withLock { $0 += 1 }
+                await gate.wait()
+                finished.withLock { $0 += 1 }
+            })
+        #expect(await eventually { started.value == 4 })
+        let stopping = Task {
+            try await first.stop()
+            return (started.value, finished.value)
+        }
+        gate.fire()
+        // Every handler that started had returned when the member left (and queued messages
+        // may have started in between): what it handled is a prefix of the partition.
+        let (startedBeforeStop, finishedBeforeStop) = try await stopping.value
+        #expect(finishedBeforeStop == startedBeforeStop)
+        #expect(startedBeforeStop >= 4)
+
+        // The next member resumes right after that prefix: nothing handled twice, nothing lost.
+        let redelivered = Locked<[Int64]>([])
+        let second = Running(
+            try makeConsumer(topic: topic, group: group) { message in redelivered.withLock { $0.append(message.offset) } })
+        #expect(await eventually { redelivered.value.count >= 10 - startedBeforeStop })
+        try await second.stop()
+        #expect(redelivered.value == Array(Int64(startedBeforeStop)..<10))
+    }
 }
 
 struct TestFailure: Error {}

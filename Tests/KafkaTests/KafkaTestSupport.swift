@@ -25,7 +25,7 @@ func makeTopic(partitions: Int, brokers: String? = nil) async throws -> String {
 
 func makeConsumer(
     topic: String, group: String, concurrency: Int = 8, retryBackoff: Duration = .milliseconds(200),
-    buffered: Int = 1000, properties: [String: String] = [:],
+    buffered: Int = 1000, inFlight: Int = 1, properties: [String: String] = [:],
     handler: @escaping @Sendable (KafkaMessage) async throws -> Void
 ) throws -> KafkaConsumer {
     var configuration = KafkaConsumerConfiguration(
@@ -33,6 +33,7 @@ func makeConsumer(
         maxConcurrentPartitions: concurrency)
     configuration.retryBackoff = retryBackoff
     configuration.maxBufferedMessagesPerPartition = buffered
+    configuration.maxInFlightPerPartition = inFlight
     return try KafkaConsumer(configuration: configuration, logger: testLogger, handler: handler)
 }
 

@@ -38,11 +38,11 @@ public struct FulfillmentApplication: Sendable {
             AppStoreAPIClients(configuration: $0, lease: configuration.lease, logger: logger)
         }
         processor.consumption = ConsumptionResponder(pool: pool, clients: clients, logger: logger)
-        consumer = try KafkaConsumer(
-            configuration: KafkaConsumerConfiguration(
-                kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
-                topics: [configuration.pipeline.eventTopic], maxConcurrentPartitions: configuration.concurrency),
-            logger: logger, handler: processor.handle)
+        var consumerConfiguration = KafkaConsumerConfiguration(
+            kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
+            topics: [configuration.pipeline.eventTopic], maxConcurrentPartitions: configuration.concurrency)
+        consumerConfiguration.maxInFlightPerPartition = configuration.inFlightPerPartition
+        consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger, handler: processor.handle)
         consumer.onAssignmentChange { assigned in
             logger.info(
                 "partition assignment changed",

@@ -25,11 +25,15 @@ public struct FulfillmentConfiguration: Sendable {
     public var retryBase: Duration
     /// Longest retry delay (`FULFILLMENT_RETRY_MAX_MS`). Default 300000.
     public var retryMax: Duration
-    /// Partitions processed at once by this worker (`FULFILLMENT_CONCURRENCY`). Default 16: more
-    /// than a worker usually holds, so every assigned partition is handled at once. The events in
-    /// flight share claims and transactions (`FulfillmentBatches`), so more partitions at once make
-    /// bigger batches, not more connections.
+    /// Events processed at once by this worker, over all its partitions (`FULFILLMENT_CONCURRENCY`).
+    /// Default 64: the events in flight share claims and transactions (`FulfillmentBatches`), so
+    /// more at once make bigger batches, not more connections; with several events per partition
+    /// in flight, 64 lets a worker holding a dozen partitions keep ~5 of each going, and fills one
+    /// full batch (`FulfillmentBatches` caps a batch at 64 events).
     public var concurrency: Int
+    /// Events of one partition processed at once (`FULFILLMENT_IN_FLIGHT_PER_PARTITION`), never
+    /// two of one chain (the message key): chains stay in order. Default 16; 1 is strict offset order.
+    public var inFlightPerPartition: Int
     /// Port of `/healthz` and `/metrics` (`FULFILLMENT_HTTP_PORT`; 0 picks a free one). Default 8081.
     public var httpPort: Int
     /// Address of that endpoint (`FULFILLMENT_HTTP_HOST`). Default 0.0.0.0.
@@ -53,7 +57,8 @@ public struct FulfillmentConfiguration: Sendable {
         maxAttempts = reader.int("FULFILLMENT_MAX_ATTEMPTS", default: 8, range: 1...1000)
         retryBase = .milliseconds(reader.int("FULFILLMENT_RETRY_BASE_MS", default: 1000, range: 1...3_600_000))
         retryMax = .milliseconds(reader.int("FULFILLMENT_RETRY_MAX_MS", default: 300_000, range: 1...86_400_000))
-        concurrency = reader.int("FULFILLMENT_CONCURRENCY", default: 16, range: 1...256)
+        concurrency = reader.int("FULFILLMENT_CONCURRENCY", default: 64, range: 1...1024)
+        inFlightPerPartition = reader.int("FULFILLMENT_IN_FLIGHT_PER_PARTITION", default: 16, range: 1...1024)
         httpPort = reader.int("FULFILLMENT_HTTP_PORT", default: 8081, range: 0...65_535)
         httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
         schedulers = SchedulerConfiguration(reader: reader)
