@@ -366,6 +366,10 @@ public struct EventStore: Sendable {
     /// The claim commits asynchronously (no WAL flush of its own): losing it in a server crash only
     /// makes the event claimable again, and the worker's transaction that applies the event commits
     /// synchronously, flushing the claim with it. One flush per event instead of two.
+    ///
+    /// The status test is a CASE, not an OR of the partial indexes' predicates, so the primary key
+    /// is the only way in: with the OR, a plan made while few events waited read the whole RECEIVED
+    /// index and its heap pages at every claim, so each claim cost grew with the backlog.
     public func claim(_ envelopes: [EventEnvelope], owner: String, lease: Duration) async throws -> [ClaimedEvent?] {
         var claimed: [EventKind: [Int64: ClaimedEvent]] = [:]
         for (kind, table) in Self.tables {
@@ -379,9 +383,12 @@ public struct EventStore: Sendable {
                                lease_expires_at = now() + make_interval(secs => $2), updated_at = now()
                           FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
                          WHERE id = ANY($3)
-                           AND (process_status = 'RECEIVED'
-                                OR (process_status = 'RETRY_WAIT' AND next_retry_at <= now())
-                                OR (process_status = 'PROCESSING' AND lease_expires_at < now()))
+                           AND CASE process_status
+                                   WHEN 'RECEIVED' THEN true
+                                   WHEN 'RETRY_WAIT' THEN next_retry_at <= now()
+                                   WHEN 'PROCESSING' THEN lease_expires_at < now()
+                                   ELSE false
+                               END
                         RETURNING id, retry_count, routing_key, trace_id, signed_payload, payload_key_id, environment,
                                   \(Self.originColumns(for: kind))
                         """,
