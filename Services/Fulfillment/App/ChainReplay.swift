@@ -30,11 +30,10 @@ public enum ChainReplay {
               FROM user_subscription s
              WHERE \(environment)::text IS NULL OR s.environment = \(environment)
             """)
-        let decoder = FulfillmentStore.decoder()
         var mismatches: [Mismatch] = []
         for row in rows {
             let json: String = try row.decode("chain")
-            let chain = try decoder.decode(StoredChain.self, from: Data(json.utf8))
+            let chain = try FulfillmentStore.decode(StoredChain.self, json: json)
             var facts = ChainFacts()
             for transaction in chain.transactions ?? [] { facts.record(transaction) }
             if let renewal = chain.renewal { facts.record(renewal) }

@@ -16,7 +16,6 @@ struct ConsumptionResponder: Sendable {
     let pool: PostgresPool
     let clients: AppStoreAPIClients?
     let logger: Logger
-    private let decoder = FulfillmentStore.decoder()
 
     init(pool: PostgresPool, clients: AppStoreAPIClients?, logger: Logger) {
         self.pool = pool
@@ -59,7 +58,7 @@ struct ConsumptionResponder: Sendable {
             ) AS loaded
               FROM who
             """)
-        let loaded = try decoder.decode(Loaded.self, from: Data(try rows.first!.decode("loaded", as: String.self).utf8))
+        let loaded = try FulfillmentStore.decode(Loaded.self, json: try rows.first!.decode("loaded", as: String.self))
         if loaded.answered { return }
         guard let consent = loaded.consent else {
             return try await record(uuid, environment: environment, transactionID: fact.transactionID, user: loaded.userID, outcome: "CONSENT_UNKNOWN")
