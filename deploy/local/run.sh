@@ -62,6 +62,12 @@ start_service fulfillment "$BIN/fulfillment"
 base="http://127.0.0.1:$INGRESS_HTTP_PORT"
 for _ in $(seq 1 150); do curl -fsS "$base/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -fsS "$base/readyz" >/dev/null || { log "ingress did not become ready; see $LOG_DIR/ingress.log"; exit 1; }
+# A new worker needs a few seconds to join the consumer group: the demo's first upload would
+# otherwise outwait the ingress's bounded wait (FULFILLMENT_PENDING). Its log says when it is in.
+for _ in $(seq 1 150); do
+    grep -q 'partition assignment changed' "$LOG_DIR/fulfillment.log" 2>/dev/null && break
+    sleep 0.2
+done
 # The ingress has migrated the schema by now. Idempotent: an unchanged catalogue writes nothing.
 log "applying the demo catalogue"
 "$BIN/subsctl" catalog apply --operator deploy/local --reason "demo catalogue" "$LOCAL_DIR/catalog.json" >&2
