@@ -321,7 +321,7 @@ struct FulfillmentNotificationTests {
         let test = try await harness.notify(.test)
         #expect(try await harness.outcome(of: test) == .succeeded)
         #expect(try await harness.metric(
-            #"subs_fulfillment_unknown_notifications_total{type="SOMETHING_APPLE_ADDS_NEXT_YEAR"}"#) == 1)
+            #"subs_fulfillment_unknown_notifications_total{type="SOMETHING_APPLE_ADDS_NEXT_YEAR"}"#, reaching: 1) == 1)
         #expect(try await harness.count("SELECT count(*) FROM payment_order") == 1)
         #expect(try await harness.count("SELECT count(*) FROM processed_event") == 5)
         try await harness.checkInvariants()

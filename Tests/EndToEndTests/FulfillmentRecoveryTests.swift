@@ -26,7 +26,7 @@ struct FulfillmentRecoveryTests {
             "SELECT reason || ':' || product_id || ':' || app_account_token FROM unmatched_fact WHERE transaction_id = \(id)",
             as: String.self) == "UNMATCHED_PRODUCT:com.example.max.monthly:\(token.uuidString.lowercased())")
         #expect(try await harness.count("SELECT count(*) FROM apple_transaction") == 0)
-        #expect(try await harness.metric(#"subs_fulfillment_unmatched_total{reason="UNMATCHED_PRODUCT"}"#) == 1)
+        #expect(try await harness.metric(#"subs_fulfillment_unmatched_total{reason="UNMATCHED_PRODUCT"}"#, reaching: 1) == 1)
 
         let stranger = UUID()
         let orphan = Self.id()
@@ -130,7 +130,7 @@ struct FulfillmentRecoveryTests {
         let sandboxForAlice = try await harness.notify(
             .subscribed, .initialBuy, transaction: harness.transaction(Self.id(), token: alice))
         #expect(try await harness.outcome(of: sandboxForAlice) == .dead("SANDBOX_REFUSED"))
-        #expect(try await harness.metric(#"subs_fulfillment_dead_total{code="SANDBOX_REFUSED"}"#) == 1)
+        #expect(try await harness.metric(#"subs_fulfillment_dead_total{code="SANDBOX_REFUSED"}"#, reaching: 1) == 1)
         let sandboxForTess = try await harness.notify(
             .subscribed, .initialBuy, transaction: harness.transaction(Self.id(), token: tester))
         #expect(try await harness.outcome(of: sandboxForTess) == .succeeded)

@@ -153,7 +153,7 @@ struct FulfillmentSchedulerTests {
         #expect(try await pair.outcome(of: requests["alice"]!, timeout: 60) == .succeeded)
         #expect(puts() == 5)
         #expect(try await pair.count("SELECT count(*) FROM consumption_answer") == 3)
-        #expect(try await pair.metric(#"subs_consumption_answers_total{outcome="SENT"}"#) == 1)
+        #expect(try await pair.metric(#"subs_consumption_answers_total{outcome="SENT"}"#, reaching: 1) == 1)
         try await pair.checkInvariants()
     }
 
@@ -202,7 +202,7 @@ struct FulfillmentSchedulerTests {
         #expect(try await pair.value(
             "SELECT cause FROM status_history WHERE entity_key = \(upgrade.transactionId.map { "CHG-S-" + $0 }!) ORDER BY id DESC LIMIT 1",
             as: String.self) == "apple.STATUS_REQUERY")
-        #expect(try await pair.metric("subs_requery_flagged_total") == 1)
+        #expect(try await pair.metric("subs_requery_flagged_total", reaching: 1) == 1)
 
         // Bob's renewal notification was lost; an operator asks for a re-query.
         let bobToken = try await pair.user("bob")

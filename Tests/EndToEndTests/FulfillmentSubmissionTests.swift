@@ -169,7 +169,7 @@ struct FulfillmentSubmissionTests {
             publishGrace: .zero)
         #expect(try await harness.submissionOutcome(of: id) == .dead("ACCOUNT_CONFLICT"))
         #expect(try await harness.subscription(id)?.frozenReason == "ACCOUNT_CONFLICT")
-        #expect(try await harness.metric("subs_fulfillment_account_conflicts_total") == 1)
+        #expect(try await harness.metric("subs_fulfillment_account_conflicts_total", reaching: 1) == 1)
 
         // A renewal of the frozen chain: nothing moves until an operator clears it.
         let renewal = harness.transaction(Self.id(), original: id, purchase: now, token: alice, reason: .renewal)

@@ -175,6 +175,17 @@ struct WorkerHarness {
     }
 
     /// The value of a metric line (`name{labels}`) a worker exposes on `/metrics`; 0 when absent.
+    /// A worker's metric once it shows `expected` (or its value after 10 s): a worker counts an
+    /// event's outcome just after the commit a test reads it from, so a read at once can be early.
+    func metric(_ line: String, reaching expected: Double, worker: Int = 0) async throws -> Double {
+        var value = 0.0
+        _ = try await eventually(timeout: 10, every: .milliseconds(50)) {
+            value = try await metric(line, worker: worker)
+            return value == expected
+        }
+        return value
+    }
+
     func metric(_ line: String, worker: Int = 0) async throws -> Double {
         guard let port = workers[worker].httpPort else { throw MissingServiceError(variable: "the metrics port in \(workers[worker].name)'s log") }
         let text = try await TestHTTPClient(port: port).get("/metrics").text
