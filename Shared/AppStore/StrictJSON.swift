@@ -314,6 +314,11 @@ enum StrictJSON {
             guard let double = Double(String(decoding: text, as: UTF8.self)), double.isFinite else {
                 throw fail("number out of range")
             }
+            // An underflow is out of range too (17959E-79133003 is not 0): Foundation refuses it.
+            let mantissa = text.prefix { $0 != UInt8(ascii: "e") && $0 != UInt8(ascii: "E") }
+            if double.isSubnormal || (double == 0 && mantissa.contains(where: { (UInt8(ascii: "1")...UInt8(ascii: "9")).contains($0) })) {
+                throw fail("number out of range")
+            }
             return .double(double)
         }
 
