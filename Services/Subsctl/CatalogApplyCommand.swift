@@ -12,8 +12,7 @@ enum CatalogApplyCommand: SubsctlCommand {
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
-        let environment = ProcessInfo.processInfo.environment
-        let operatorName = arguments.option("operator") ?? environment["USER"] ?? "subsctl"
+        let operatorName = arguments.operatorName()
         let reason = arguments.option("reason")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.count == 1 else { return usageError("give exactly one FILE") }

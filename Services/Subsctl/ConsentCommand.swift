@@ -16,7 +16,7 @@ enum ConsentCommand: SubsctlCommand {
         let user = arguments.option("user-id")
         let choice = arguments.option("consumption-data")?.lowercased()
         let reason = arguments.option("reason") ?? "user choice"
-        let operatorName = FulfillmentTaskRequest.operatorName(arguments.option("operator"))
+        let operatorName = arguments.operatorName()
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user-id must be a user id of 1 to 128 characters") }

@@ -23,10 +23,6 @@ enum FulfillmentTaskRequest {
         return value
     }
 
-    static func operatorName(_ option: String?) -> String {
-        option ?? ProcessInfo.processInfo.environment["USER"] ?? "subsctl"
-    }
-
     /// `Production` or `Sandbox`, case-insensitively.
     static func environment(_ text: String?) -> String? {
         ["Production", "Sandbox"].first { $0.lowercased() == text?.lowercased() }

@@ -21,7 +21,7 @@ enum RecoverCommand: SubsctlCommand {
         let to = arguments.option("to").flatMap(RFC3339.date(from:))
         let environment = FulfillmentTaskRequest.environment(arguments.option("env"))
         let reason = arguments.option("reason") ?? "operator request"
-        let operatorName = FulfillmentTaskRequest.operatorName(arguments.option("operator"))
+        let operatorName = arguments.operatorName()
         let wait = FulfillmentTaskRequest.waitSeconds(arguments.option("wait"))
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }

@@ -15,7 +15,7 @@ enum RequeryCommand: SubsctlCommand {
         let original = arguments.option("original-transaction-id")
         let environment = FulfillmentTaskRequest.environment(arguments.option("env"))
         let reason = arguments.option("reason") ?? "operator request"
-        let operatorName = FulfillmentTaskRequest.operatorName(arguments.option("operator"))
+        let operatorName = arguments.operatorName()
         let wait = FulfillmentTaskRequest.waitSeconds(arguments.option("wait"))
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }

@@ -119,6 +119,11 @@ struct ParsedArguments {
         return options[name]
     }
 
+    /// `--operator`, else the login name: who an audit row names.
+    mutating func operatorName() -> String {
+        option("operator") ?? ProcessInfo.processInfo.environment["USER"] ?? "subsctl"
+    }
+
     /// Fails on options the command did not ask for (typos must not be ignored silently).
     func checkAllOptionsUsed() throws(UsageError) {
         let unknown = Set(options.keys).subtracting(consumed)
