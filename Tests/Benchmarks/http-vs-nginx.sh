@@ -67,7 +67,7 @@ pids+=($!)
 wait_for "http://127.0.0.1:$OURS_PORT/bench"
 wait_for "http://127.0.0.1:$NGINX_PORT/bench"
 
-source Tests/Benchmarks/wrk-figures.sh
+source Tests/Benchmarks/bench-helpers.sh
 
 measure() {  # name port
     wrk -t2 -c"$CONNECTIONS" -d2s "http://127.0.0.1:$2/bench" >/dev/null  # warm-up

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source deploy/local/env.sh
-source Tests/Benchmarks/wrk-figures.sh
+source Tests/Benchmarks/bench-helpers.sh
 command -v swift >/dev/null 2>&1 || export PATH="/opt/swift/usr/bin:$PATH"
 
 NOTIFICATIONS=${BENCH_NOTIFICATIONS:-120000}
@@ -31,24 +31,7 @@ BUNDLE_ID=com.example.subscriptions
 NOTIFICATION_PATH=/api/v1/iap/apple/notifications/sandbox
 base="http://127.0.0.1:$PORT"
 
-work=$(mktemp -d)
-ingress_pid=""
-database="bench_ingress_$(date +%s)_$$"
-topic="bench.events.$database"
-bench_url="${DATABASE_URL%/*}/$database"
-cleanup() {
-    if [ -n "$ingress_pid" ]; then kill "$ingress_pid" 2>/dev/null || true; wait "$ingress_pid" 2>/dev/null || true; fi
-    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $database" >/dev/null 2>&1 || true
-    "$(tansu_bin)" topic delete --broker "tcp://$KAFKA_BROKERS" "$topic" >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-# Services already running (another checkout's, say) are used as they are: start.sh from a
-# worktree would otherwise set up a second cluster on the same port.
-if ! pg_isready -q -d "$DATABASE_URL" || ! (exec 3<>"/dev/tcp/${KAFKA_BROKERS%:*}/${KAFKA_BROKERS##*:}") 2>/dev/null; then
-    bash deploy/local/start.sh >/dev/null
-fi
+bench_scratch ingress
 echo "building ingress and subsctl (release)..."
 for product in ingress subsctl; do
     swift build -c release --product "$product" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }

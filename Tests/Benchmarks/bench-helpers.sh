@@ -1,0 +1,42 @@
+# Helpers shared by the benchmark scripts that run an ingress under wrk; sourced, not run.
+
+# milliseconds, from a wrk latency such as 812.00us, 1.53ms or 1.02s
+to_ms() {
+    awk -v v="$1" 'BEGIN {
+        n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+        if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+        printf "%.3f", n }'
+}
+
+# wrk_figure FILE rps|p50|p99|errors: one figure of a `wrk --latency` report
+wrk_figure() {
+    case "$2" in
+        rps) awk '/^Requests\/sec:/ {print $2}' "$1" ;;
+        p50) to_ms "$(awk '$1 == "50%" {print $2}' "$1")" ;;
+        p99) to_ms "$(awk '$1 == "99%" {print $2}' "$1")" ;;
+        errors) awk '/Non-2xx|Socket errors/ {print}' "$1" | tr '\n' ' ' ;;
+    esac
+}
+
+# bench_scratch NAME: this run's own database and topic ($database, $bench_url, $topic) and work
+# folder ($work), removed on exit together with the ingress whose pid the script sets in
+# $ingress_pid. Services already running (another checkout's, say) are used as they are: start.sh
+# from a worktree would otherwise set up a second cluster on the same port.
+bench_scratch() {
+    work=$(mktemp -d)
+    ingress_pid=""
+    database="bench_$1_$(date +%s)_$$"
+    topic="bench.events.$database"
+    bench_url="${DATABASE_URL%/*}/$database"
+    trap bench_cleanup EXIT
+    if ! pg_isready -q -d "$DATABASE_URL" || ! (exec 3<>"/dev/tcp/${KAFKA_BROKERS%:*}/${KAFKA_BROKERS##*:}") 2>/dev/null; then
+        bash deploy/local/start.sh >/dev/null
+    fi
+}
+
+bench_cleanup() {
+    if [ -n "$ingress_pid" ]; then kill "$ingress_pid" 2>/dev/null || true; wait "$ingress_pid" 2>/dev/null || true; fi
+    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $database" >/dev/null 2>&1 || true
+    "$(tansu_bin)" topic delete --broker "tcp://$KAFKA_BROKERS" "$topic" >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
