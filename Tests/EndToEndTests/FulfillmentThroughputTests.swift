@@ -170,6 +170,7 @@ struct FulfillmentThroughputTests {
         }
         let client = harness.client
         let path = "/api/v1/iap/apple/notifications/sandbox"
+        let cpuBefore = try await Self.latencyRunCPU(harness)
         let interval = Duration.seconds(1) / rate
         let started = ContinuousClock.now
         let results = try await withThrowingTaskGroup(of: (status: Int, latency: Duration?).self) { group in
@@ -204,6 +205,10 @@ struct FulfillmentThroughputTests {
             try await harness.count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == total
         }
         #expect(drained)
+        let cpuAfter = try await Self.latencyRunCPU(harness)
+        let cpuPerEvent = zip(cpuBefore, cpuAfter).map { before, after in
+            "\(after.name)=\(String(format: "%.2f", (after.seconds - before.seconds) * 1000 / Double(total)))"
+        }
         let latencies = results.compactMap(\.latency).map(Self.seconds).sorted()
         let rejected = results.filter { $0.status != 200 }.count
         #expect(rejected == 0, "\(rejected) notifications were not answered 200")
@@ -227,6 +232,9 @@ struct FulfillmentThroughputTests {
                 + " stored_to_committed_ms_p50=\(Int(try stored.decode("p50", as: Double.self) * 1000))"
                 + " p99=\(Int(try stored.decode("p99", as: Double.self) * 1000))"
                 + " all_answered_within_s=\(String(format: "%.1f", sendSeconds)) worker_peak_rss_mib=\(String(format: "%.1f", rss))")
+        // Where the two cores went: the test driver's URLSession traffic (the posts and the samples'
+        // polls, mostly kernel and FoundationNetworking time) competes with the system it measures.
+        print("fulfillment_latency_cpu_ms_per_event \(cpuPerEvent.joined(separator: " "))")
         #expect(try await harness.count("SELECT count(*) FROM credit_grant") == total)
     }
 
@@ -270,6 +278,20 @@ struct FulfillmentThroughputTests {
             let tps = Double(line.dropFirst("tps = ".count).prefix { $0 != " " })
         else { throw MissingServiceError(variable: "pgbench's tps (output: \(text.suffix(2000)))") }
         return tps
+    }
+
+    /// CPU seconds so far of each part of a latency run: the test driver (this process), the
+    /// ingress, the workers, and the PostgreSQL backends serving this database (the broker's
+    /// share is the rest of the machine's).
+    static func latencyRunCPU(_ harness: WorkerHarness) async throws -> [(name: String, seconds: Double)] {
+        let backends = try await harness.pool.query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).map { try $0.decode("pid", as: Int32.self) }
+        return [
+            ("driver", cpuSeconds(pid: getpid())), ("ingress", cpuSeconds(pid: harness.ingress.process.pid)),
+            ("workers", harness.workers.map { cpuSeconds(pid: $0.pid) }.reduce(0, +)),
+            ("postgres", backends.map { cpuSeconds(pid: $0) }.reduce(0, +)),
+        ]
     }
 
     /// Transactions committed in this database so far (claims, applications, notifications, sweeps).
