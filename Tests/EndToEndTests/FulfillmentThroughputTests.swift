@@ -123,8 +123,23 @@ struct FulfillmentThroughputTests {
         #expect(try await ChainReplay.mismatches(pool: pool, now: Date()).isEmpty)
         if workers == 2 {
             // The ceiling in the same run, on the same tables, with the workers gone.
-            let tps = try Self.pgbenchFulfillmentShaped(url: harness.databaseURL, chains: chains, prefix: "4")
-            print("fulfillment_pgbench_ceiling clients=8 tps=\(Int(tps))")
+            // Its backends' CPU is sampled while it runs (they exit with it), to compare what one of
+            // its transactions costs PostgreSQL with what one event costs it.
+            let url = harness.databaseURL
+            let bench = Task.detached { try Self.pgbenchFulfillmentShaped(url: url, chains: chains, prefix: "4") }
+            var backendCPU: [Int32: Double] = [:]
+            while true {
+                let pids = try await pool.query(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'pgbench'"
+                ).map { try $0.decode("pid", as: Int32.self) }
+                for pid in pids { backendCPU[pid] = max(backendCPU[pid] ?? 0, Self.cpuSeconds(pid: pid)) }
+                if pids.isEmpty, !backendCPU.isEmpty { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let tps = try await bench.value
+            print(
+                "fulfillment_pgbench_ceiling clients=8 tps=\(Int(tps))"
+                    + " postgres_cpu_ms_per_transaction=\(String(format: "%.3f", backendCPU.values.reduce(0, +) * 1000 / Double(Self.pgbenchTransactions)))")
         }
         await pool.shutdown()
         await producer.shutdown()
@@ -238,8 +253,11 @@ struct FulfillmentThroughputTests {
         #expect(try await harness.count("SELECT count(*) FROM credit_grant") == total)
     }
 
+    /// Transactions of one pgbench ceiling run (8 clients, an equal share each).
+    static let pgbenchTransactions = 16_000
+
     /// PostgreSQL's fulfillment-shaped transaction (insert the transaction, lock and update the
-    /// subscription, insert the grant, update the balance) with pgbench, 8 clients × 2,000, on the
+    /// subscription, insert the grant, update the balance) with pgbench, 8 clients, on the
     /// chains a drain left behind; its transactions per second.
     static func pgbenchFulfillmentShaped(url: String, chains: Int, prefix: String) throws -> Double {
         let script = FileManager.default.temporaryDirectory.appendingPathComponent(TestEnvironment.uniqueName("pgbench") + ".sql")
@@ -268,7 +286,9 @@ struct FulfillmentThroughputTests {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         // A count, not `-T`: pgbench ends a timed run with SIGALRM, which the test process's threads
         // block and a spawned child inherits blocked (a timed run never ends).
-        process.arguments = ["pgbench", "-n", "-M", "prepared", "-c", "8", "-j", "2", "-t", "2000", "-f", script.path, url]
+        process.arguments = [
+            "pgbench", "-n", "-M", "prepared", "-c", "8", "-j", "2", "-t", "\(pgbenchTransactions / 8)", "-f", script.path, url,
+        ]
         process.standardOutput = output
         process.standardError = output
         try process.run()
