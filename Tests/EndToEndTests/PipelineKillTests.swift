@@ -45,6 +45,36 @@ struct PipelineKillTests {
         await stream.shutdown()
     }
 
+    /// SIGTERM while events flow: the worker finishes the transactions it started, commits its
+    /// offsets, leaves the group and exits 0, holding no lease an event would have to wait out.
+    @Test func aWorkerStoppedBySIGTERMMidStreamFinishesItsWorkAndHandsOver() async throws {
+        let stream = try await RenewalStream.make(total: 2_000, chains: 300, prefix: "8")
+        let first = try stream.harness.startWorker("worker-a")
+        let second = try stream.harness.startWorker("worker-b")
+        defer {
+            first.kill()
+            second.kill()
+        }
+        #expect(await first.waitForOutput("partition assignment changed", timeout: 60), "\(first.output)")
+        #expect(await second.waitForOutput("partition assignment changed", timeout: 60), "\(second.output)")
+        let feeding = Task { try await stream.feed() }
+
+        let busy = try await eventually(timeout: 60) {
+            try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-a'") >= 100
+        }
+        #expect(busy, "worker-a applied nothing: \(first.output.suffix(2000))")
+        #expect(first.terminate(timeout: 30) == 0, "\(first.output.suffix(2000))")
+        #expect(try await stream.count("SELECT count(*) FROM processed_event") < stream.total, "the stop must land mid-stream")
+        #expect(
+            try await stream.count(
+                "SELECT count(*) FROM apple_notification_event WHERE process_status = 'PROCESSING' AND lease_owner = 'worker-a'") == 0,
+            "worker-a left leased events behind")
+        try await feeding.value
+
+        try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: [second])
+        await stream.shutdown()
+    }
+
     /// Issue 5: three workers under a stream of 5,000 events while workers are killed with
     /// `kill -9` at random moments and restarted (under a new worker id, as a new process would be).
     @Test func threeWorkersKilledAtRandomMomentsApplyEveryEventExactlyOnce() async throws {
