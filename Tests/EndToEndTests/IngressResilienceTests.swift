@@ -98,6 +98,64 @@ struct IngressResilienceTests {
         #expect(seen.count == 1000, "one message per stored notification")
     }
 
+    /// The ingress stopped (SIGTERM) or killed (SIGKILL) while notifications stream in: every one
+    /// it answered 200 is stored, and a restarted ingress publishes each stored one.
+    @Test(arguments: [SIGTERM, SIGKILL]) func stoppedUnderAStreamEveryAcknowledgedNotificationSurvives(signal: Int32) async throws {
+        let harness = try await IngressHarness.start(extra: [
+            "INGRESS_NOTIFICATION_RATE_PER_SECOND": "100000", "INGRESS_NOTIFICATION_RATE_BURST": "100000",
+        ])
+        defer { Task { await harness.stop() } }
+        let payloads = try (0..<800).map { _ in try signed(harness) }
+        let next = Locked(0)
+        let acknowledged = Locked<Set<String>>([])
+        let senders = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<16 {
+                    group.addTask {
+                        while true {
+                            let index = next.withLock { value in
+                                defer { value += 1 }
+                                return value
+                            }
+                            guard index < payloads.count else { return }
+                            // A refused or cut connection is Apple's cue to retry later: not acknowledged.
+                            guard let response = try? await harness.client.post(path, json: ["signedPayload": payloads[index]]),
+                                response.status == 200, let uuid = try? response.json()["notificationUUID"] as? String
+                            else { continue }
+                            acknowledged.withLock { _ = $0.insert(uuid) }
+                        }
+                    }
+                }
+            }
+        }
+        let midStream = await eventually(timeout: 60) { acknowledged.value.count >= 200 }
+        #expect(midStream)
+        if signal == SIGTERM {
+            #expect(harness.process.terminate(timeout: 30) == 0, "\(harness.process.output.suffix(2000))")
+        } else {
+            harness.process.kill()
+        }
+        await senders.value
+        let answered = acknowledged.value
+        #expect(answered.count < payloads.count, "the stop must land mid-stream")
+
+        let stored = Set(
+            try await harness.pool.query("SELECT notification_uuid FROM apple_notification_event").map {
+                try $0.decode("notification_uuid", as: String.self)
+            })
+        #expect(answered.isSubset(of: stored), "answered 200 but not stored: \(answered.subtracting(stored).prefix(5))")
+
+        let second = try await IngressHarness.launch(harness.environment)
+        defer { second.kill() }
+        let drained = try await eventually(timeout: 60, every: .milliseconds(500)) {
+            try await harness.count("SELECT count(*) FROM event_outbox") == 0
+        }
+        #expect(drained, "the restarted ingress publishes what was left: \(second.output.suffix(2000))")
+        let seen = try await Self.publishedEventIDs(
+            brokers: try TestEnvironment.kafkaBrokers(), topic: harness.pipeline.topic, expected: stored.count)
+        #expect(seen.count == stored.count, "published \(seen.count) of \(stored.count) stored")
+    }
+
     /// Reads the event topic from the start and returns the distinct event ids it carries.
     static func publishedEventIDs(brokers: String, topic: String, expected: Int) async throws -> Set<Int64> {
         let seen = Locked<Set<Int64>>([])
