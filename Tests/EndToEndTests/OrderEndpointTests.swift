@@ -51,6 +51,9 @@ struct OrderEndpointTests {
         #expect(order["productId"] as? String == Self.monthly)
         let token = try #require(order["appAccountToken"] as? String)
         #expect(UUID(uuidString: token) != nil)
+        for key in ["transactionId", "originalTransactionId", "environment", "failureCode"] {
+            #expect(order[key] is NSNull, "\(key): present and null until the order is linked")
+        }
 
         let retried = try await createOrder(harness, user: "alice", requestID: "click-1")
         #expect(retried.status == 200)
@@ -62,6 +65,26 @@ struct OrderEndpointTests {
         #expect(try second.json()["code"] as? String == "ORDER_CONFLICT")
         let unknown = try await createOrder(harness, user: "alice", product: "com.example.nope")
         #expect(try unknown.json()["code"] as? String == "PRODUCT_UNAVAILABLE")
+
+        // An Idempotency-Key header with another value than requestId: requestId is the key.
+        let keyed = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "click-9"],
+            headers: ["Authorization": "Bearer \(harness.userToken("erin"))", "Idempotency-Key": "attempt-1"])
+        #expect(keyed.status == 201, "\(keyed.text)")
+        let rekeyed = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "click-9"],
+            headers: ["Authorization": "Bearer \(harness.userToken("erin"))", "Idempotency-Key": "attempt-2"])
+        #expect(rekeyed.status == 200, "\(rekeyed.text)")
+        #expect(try rekeyed.json()["orderNo"] as? String == (try keyed.json()["orderNo"] as? String))
+        // The header alone is the key when the body has no requestId.
+        let headerOnly = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly],
+            headers: ["Authorization": "Bearer \(harness.userToken("frank"))", "Idempotency-Key": "click-h"])
+        #expect(headerOnly.status == 201, "\(headerOnly.text)")
+        let headerAgain = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "click-h"],
+            headers: ["Authorization": "Bearer \(harness.userToken("frank"))"])
+        #expect(headerAgain.status == 200, "\(headerAgain.text)")
 
         let bob = try await createOrder(harness, user: "bob")
         #expect(bob.status == 201)
@@ -100,7 +123,13 @@ struct OrderEndpointTests {
         for _ in 0..<3 {
             let response = try await harness.client.post(path, json: ["signedTransaction": jws], headers: auth)
             #expect(response.status == 202, "\(response.text)")
-            #expect(try response.json()["code"] as? String == "FULFILLMENT_PENDING")
+            let pending = try response.json()
+            #expect(pending["code"] as? String == "FULFILLMENT_PENDING")
+            // Readable as a result too: the order is not FULFILLED yet.
+            #expect(pending["orderNo"] as? String == orderNo)
+            #expect(pending["orderStatus"] as? String == "CREATED")
+            #expect(pending["transactionId"] as? String == transaction.transactionId)
+            #expect(pending["fulfilled"] as? Bool == false)
         }
         #expect(try await harness.count("SELECT count(*) FROM transaction_submission") == 1)
 
