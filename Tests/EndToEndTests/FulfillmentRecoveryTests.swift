@@ -125,7 +125,15 @@ struct FulfillmentRecoveryTests {
         let harness = try await WorkerHarness.start(environment: .production)
         defer { harness.stop() }
         let alice = try await harness.user("alice")
-        let tester = try await harness.user("tess", isTestUser: true)
+        let tester = try await harness.user("tess")
+        // The operator flags the tester (domain.md: through subsctl), with an audit row.
+        let flag = try ServiceProcess(
+            executable: "subsctl", name: "subsctl", environment: ["DATABASE_URL": harness.ingress.environment["DATABASE_URL"]!],
+            arguments: ["test-user", "--user-id", "tess", "--enable", "true", "--operator", "e2e", "--reason", "TestFlight tester"])
+        #expect(await flag.waitForExit(timeout: 60) == 0, "\(flag.output)")
+        #expect(flag.output.contains("user=tess testUser=true (was false)"), "\(flag.output)")
+        #expect(try await harness.count(
+            "SELECT count(*) FROM audit_log WHERE action = 'TEST_USER_FLAGGED' AND operator = 'e2e' AND after ->> 'isTestUser' = 'true'") == 1)
 
         let sandboxForAlice = try await harness.notify(
             .subscribed, .initialBuy, transaction: harness.transaction(Self.id(), token: alice))
