@@ -107,6 +107,20 @@ struct OrderEndpointTests {
             "SELECT count(*) FROM status_history WHERE entity_type = 'ORDER' AND current_status = 'CANCELLED'") == 1)
     }
 
+    /// domain.md: older open orders are EXPIRED after a configurable time (`INGRESS_OPEN_ORDER_MINUTES`).
+    @Test func aNewPurchaseSupersedesAnOpenOrderOlderThanTheConfiguredWindow() async throws {
+        let harness = try await IngressHarness.start(extra: ["INGRESS_OPEN_ORDER_MINUTES": "0"])
+        defer { Task { await harness.stop() } }
+        try await Self.seedCatalogue(harness)
+        let first = try await createOrder(harness, user: "gina", requestID: "click-1")
+        #expect(first.status == 201, "\(first.text)")
+        let firstNo = try #require(try first.json()["orderNo"] as? String)
+        let second = try await createOrder(harness, user: "gina", requestID: "click-2")
+        #expect(second.status == 201, "\(second.text)")
+        let read = try await harness.client.get("/api/v1/subscriptions/orders/\(firstNo)", headers: harness.authorized("gina"))
+        #expect(try read.json()["status"] as? String == "EXPIRED")
+    }
+
     @Test func submissionsAreVerifiedStoredOnceAndAnsweredPendingWithoutAWorker() async throws {
         let harness = try await IngressHarness.start(extra: ["INGRESS_FULFILLMENT_WAIT_MS": "300"])
         defer { Task { await harness.stop() } }

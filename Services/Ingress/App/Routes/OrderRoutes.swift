@@ -12,8 +12,6 @@ import ServiceRuntime
 /// reads it, `POST …/{orderNo}/cancel` records the client's report that the user cancelled.
 struct OrderRoutes: Sendable {
     let context: IngressContext
-    /// Open initial orders older than this are EXPIRED when the user starts another purchase.
-    static let openOrderTTL: TimeInterval = 15 * 60
 
     func register(in router: inout Router) {
         router.post("/api/v1/subscriptions/orders") { request in try await create(request) }
@@ -130,7 +128,7 @@ struct OrderRoutes: Sendable {
                     if status == OrderStatus.pending.rawValue {
                         throw APIError.purchasePending("a purchase in this group is waiting for approval")
                     }
-                    if context.clock.now().timeIntervalSince(created) < Self.openOrderTTL {
+                    if context.clock.now().timeIntervalSince(created) < context.configuration.openOrderWindow {
                         throw APIError.orderConflict("another purchase in this group is open: finish or cancel it first")
                     }
                     let orderNo: String = try row.decode("order_no")
