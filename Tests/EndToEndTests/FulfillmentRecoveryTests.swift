@@ -36,7 +36,11 @@ struct FulfillmentRecoveryTests {
         #expect(try await harness.outcome(of: noToken) == .dead("UNMATCHED_ACCOUNT"))
 
         try await harness.addProduct("com.example.max.monthly", level: 1, credits: 5000)
-        #expect(try await harness.value("SELECT replay_dead_events('UNMATCHED_PRODUCT')", as: Int.self) == 1)
+        let replay = try await harness.subsctl(["replay", "--error-code", "UNMATCHED_PRODUCT", "--operator", "e2e", "--reason", "product added"])
+        #expect(replay.status == 0, "\(replay.output)")
+        #expect(replay.output.contains("replayed=1 errorCode=UNMATCHED_PRODUCT"), "\(replay.output)")
+        #expect(try await harness.count(
+            "SELECT count(*) FROM audit_log WHERE action = 'DEAD_EVENTS_REPLAYED' AND operator = 'e2e' AND after ->> 'replayed' = '1'") == 1)
         #expect(try await harness.outcome(of: uuid, timeout: 30) == .succeeded)
         #expect(try await harness.subscription(id)?.status == "ACTIVE")
         #expect(try await harness.balance("alice") == 5000)
@@ -125,7 +129,14 @@ struct FulfillmentRecoveryTests {
         let harness = try await WorkerHarness.start(environment: .production)
         defer { harness.stop() }
         let alice = try await harness.user("alice")
-        let tester = try await harness.user("tess", isTestUser: true)
+        let tester = try await harness.user("tess")
+        // The operator flags the tester (domain.md: through subsctl), with an audit row.
+        let flag = try await harness.subsctl(
+            ["test-user", "--user-id", "tess", "--enable", "true", "--operator", "e2e", "--reason", "TestFlight tester"])
+        #expect(flag.status == 0, "\(flag.output)")
+        #expect(flag.output.contains("user=tess testUser=true (was false)"), "\(flag.output)")
+        #expect(try await harness.count(
+            "SELECT count(*) FROM audit_log WHERE action = 'TEST_USER_FLAGGED' AND operator = 'e2e' AND after ->> 'isTestUser' = 'true'") == 1)
 
         let sandboxForAlice = try await harness.notify(
             .subscribed, .initialBuy, transaction: harness.transaction(Self.id(), token: alice))

@@ -47,13 +47,7 @@ struct SchedulerHarness {
     }
 
     /// Runs `subsctl` against the slice's database; its exit status and output.
-    func subsctl(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
-        let process = try ServiceProcess(
-            executable: "subsctl", name: "subsctl", environment: ["DATABASE_URL": pair.ingress.environment["DATABASE_URL"]!],
-            arguments: arguments)
-        let status = await process.waitForExit(timeout: 120)
-        return (status, process.output)
-    }
+    func subsctl(_ arguments: [String]) async throws -> (status: Int32?, output: String) { try await pair.subsctl(arguments) }
 
     /// A notification as Apple keeps it in its history (signed, with its delivery attempts).
     func historyNotification(

@@ -32,6 +32,9 @@ struct FulfillmentSubmissionTests {
         #expect(body["subscriptionStatus"] as? String == "ACTIVE")
         #expect(body["activeProductId"] as? String == WorkerHarness.starter)
         #expect(body["creditsBalance"] as? Int == 1000)
+        #expect(body["transactionId"] as? String == id)
+        #expect(body["expiresAt"] is String)
+        #expect(body["fulfilled"] as? Bool == true)
         #expect(try await harness.submissionOutcome(of: id) == .succeeded)
 
         // 5 and 7: the same JWS again, and a fresh signature of the same transaction: same answer.

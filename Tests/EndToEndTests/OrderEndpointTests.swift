@@ -51,6 +51,9 @@ struct OrderEndpointTests {
         #expect(order["productId"] as? String == Self.monthly)
         let token = try #require(order["appAccountToken"] as? String)
         #expect(UUID(uuidString: token) != nil)
+        for key in ["transactionId", "originalTransactionId", "environment", "failureCode"] {
+            #expect(order[key] is NSNull, "\(key): present and null until the order is linked")
+        }
 
         let retried = try await createOrder(harness, user: "alice", requestID: "click-1")
         #expect(retried.status == 200)
@@ -62,6 +65,26 @@ struct OrderEndpointTests {
         #expect(try second.json()["code"] as? String == "ORDER_CONFLICT")
         let unknown = try await createOrder(harness, user: "alice", product: "com.example.nope")
         #expect(try unknown.json()["code"] as? String == "PRODUCT_UNAVAILABLE")
+
+        // An Idempotency-Key header with another value than requestId: requestId is the key.
+        let keyed = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "click-9"],
+            headers: ["Authorization": "Bearer \(harness.userToken("erin"))", "Idempotency-Key": "attempt-1"])
+        #expect(keyed.status == 201, "\(keyed.text)")
+        let rekeyed = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "click-9"],
+            headers: ["Authorization": "Bearer \(harness.userToken("erin"))", "Idempotency-Key": "attempt-2"])
+        #expect(rekeyed.status == 200, "\(rekeyed.text)")
+        #expect(try rekeyed.json()["orderNo"] as? String == (try keyed.json()["orderNo"] as? String))
+        // The header alone is the key when the body has no requestId.
+        let headerOnly = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly],
+            headers: ["Authorization": "Bearer \(harness.userToken("frank"))", "Idempotency-Key": "click-h"])
+        #expect(headerOnly.status == 201, "\(headerOnly.text)")
+        let headerAgain = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "click-h"],
+            headers: ["Authorization": "Bearer \(harness.userToken("frank"))"])
+        #expect(headerAgain.status == 200, "\(headerAgain.text)")
 
         let bob = try await createOrder(harness, user: "bob")
         #expect(bob.status == 201)
@@ -84,6 +107,20 @@ struct OrderEndpointTests {
             "SELECT count(*) FROM status_history WHERE entity_type = 'ORDER' AND current_status = 'CANCELLED'") == 1)
     }
 
+    /// domain.md: older open orders are EXPIRED after a configurable time (`INGRESS_OPEN_ORDER_MINUTES`).
+    @Test func aNewPurchaseSupersedesAnOpenOrderOlderThanTheConfiguredWindow() async throws {
+        let harness = try await IngressHarness.start(extra: ["INGRESS_OPEN_ORDER_MINUTES": "0"])
+        defer { Task { await harness.stop() } }
+        try await Self.seedCatalogue(harness)
+        let first = try await createOrder(harness, user: "gina", requestID: "click-1")
+        #expect(first.status == 201, "\(first.text)")
+        let firstNo = try #require(try first.json()["orderNo"] as? String)
+        let second = try await createOrder(harness, user: "gina", requestID: "click-2")
+        #expect(second.status == 201, "\(second.text)")
+        let read = try await harness.client.get("/api/v1/subscriptions/orders/\(firstNo)", headers: harness.authorized("gina"))
+        #expect(try read.json()["status"] as? String == "EXPIRED")
+    }
+
     @Test func submissionsAreVerifiedStoredOnceAndAnsweredPendingWithoutAWorker() async throws {
         let harness = try await IngressHarness.start(extra: ["INGRESS_FULFILLMENT_WAIT_MS": "300"])
         defer { Task { await harness.stop() } }
@@ -100,7 +137,13 @@ struct OrderEndpointTests {
         for _ in 0..<3 {
             let response = try await harness.client.post(path, json: ["signedTransaction": jws], headers: auth)
             #expect(response.status == 202, "\(response.text)")
-            #expect(try response.json()["code"] as? String == "FULFILLMENT_PENDING")
+            let pending = try response.json()
+            #expect(pending["code"] as? String == "FULFILLMENT_PENDING")
+            // Readable as a result too: the order is not FULFILLED yet.
+            #expect(pending["orderNo"] as? String == orderNo)
+            #expect(pending["orderStatus"] as? String == "CREATED")
+            #expect(pending["transactionId"] as? String == transaction.transactionId)
+            #expect(pending["fulfilled"] as? Bool == false)
         }
         #expect(try await harness.count("SELECT count(*) FROM transaction_submission") == 1)
 

@@ -68,7 +68,11 @@ struct ReadEndpointTests {
         #expect(products?.count == 3)
         #expect(products?.allSatisfy { $0["relation"] as? String == "NEW" } == true)
         #expect(try await harness.read("/api/v1/subscriptions/current", as: "nobody")["subscriptions"] as? [Any] != nil)
-        #expect((try await harness.read("/api/v1/subscriptions/current", as: "nobody")["subscriptions"] as? [Any])?.isEmpty == true)
+        let none = try await harness.read("/api/v1/subscriptions/current", as: "nobody")
+        #expect((none["subscriptions"] as? [Any])?.isEmpty == true)
+        for key in ["status", "activeProductId", "pendingProductId", "autoRenewEnabled", "expiresAt", "graceExpiresAt", "environment"] {
+            #expect(none[key] is NSNull, "\(key): present and null without a subscription")
+        }
         let balance = try await harness.read("/api/v1/credits/balance", as: "nobody")
         #expect(balance["creditsBalance"] as? Int == 0)
         #expect(balance["microCredits"] as? Int == 0)
@@ -162,11 +166,32 @@ struct ReadEndpointTests {
         #expect(byChain["3000"]?["status"] as? String == "GRACE", "an ACTIVE row past its expiry within grace")
         #expect(byChain["3000"]?["graceExpiresAt"] as? String == RFC3339.string(from: graceEnd))
         #expect(byChain["4000"]?["status"] as? String == "BILLING_RETRY", "a GRACE row whose grace is over")
-        #expect(byChain["4000"]?["graceExpiresAt"] == nil)
+        #expect(byChain["4000"]?["graceExpiresAt"] is NSNull, "written out as null, not left out")
+        #expect(byChain["2000"]?["pendingProductId"] is NSNull, "written out as null, not left out")
         #expect(byChain["5000"]?["status"] as? String == "REVOKED")
         #expect(byChain["5000"]?["environment"] as? String == "Production")
         #expect(byChain["5000"]?["isFamilyShared"] as? Bool == true)
         #expect((byChain["1000"]?["expiresAt"] as? String)?.hasSuffix("Z") == true)
+
+        // Beside the list, the chain that counts now (the first with service) at the top level.
+        let current = try await harness.read("/api/v1/subscriptions/current", as: "u1")
+        #expect(current["originalTransactionId"] as? String == "1000")
+        #expect(current["status"] as? String == "ACTIVE")
+        #expect(current["activeProductId"] as? String == "com.example.pro.monthly")
+        #expect(current["pendingProductId"] as? String == "com.example.starter.monthly")
+        #expect(current["autoRenewEnabled"] as? Bool == false)
+        #expect(current["expiresAt"] as? String == RFC3339.string(from: future))
+        #expect(current["graceExpiresAt"] is NSNull)
+        #expect(current["environment"] as? String == "Sandbox")
+        // Without service anywhere, the latest chain.
+        try await harness.addSubscription(
+            user: "lapsed", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: past, originalTransactionID: "6000")
+        try await harness.addSubscription(
+            user: "lapsed", product: "com.example.pro.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-90 * 86_400),
+            originalTransactionID: "7000")
+        let lapsed = try await harness.read("/api/v1/subscriptions/current", as: "lapsed")
+        #expect(lapsed["originalTransactionId"] as? String == "6000")
+        #expect(lapsed["status"] as? String == "EXPIRED")
     }
 
     @Test func balanceAddsThePoolsInWholeCredits() async throws {
@@ -254,7 +279,7 @@ struct ReadEndpointTests {
         #expect(spread["grantKey"] as? String == "spread:15")
         #expect(spread["amount"] as? String == "1.5")
         #expect(spread["revokedAmount"] as? String == "0.25")
-        #expect(spread["transactionId"] == nil)
+        #expect(spread["transactionId"] is NSNull, "written out as null, not left out")
 
         for bad in ["0", "-1", "abc", "1.5", "99999999999999999999"] {
             let response = try await harness.client.get("/api/v1/credits/grants?limit=\(bad)", headers: harness.authorized("u1"))
@@ -284,7 +309,7 @@ struct ReadEndpointTests {
         let open = try #require(pages.first?.first)
         #expect(open["day"] as? String == "2026-03-01")
         #expect(open["totalCost"] as? String == "0.0001")
-        #expect(open["closedAt"] == nil)
+        #expect(open["closedAt"] is NSNull, "written out as null, not left out")
         let closed = try #require(pages.last?.last)
         #expect(closed["day"] as? String == "2026-01-01")
         #expect(closed["totalCost"] as? String == "2.25")

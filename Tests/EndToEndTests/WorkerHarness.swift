@@ -77,6 +77,15 @@ struct WorkerHarness {
             """)
     }
 
+    /// Runs `subsctl` against the harness's database; its exit status and output.
+    func subsctl(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
+        let process = try ServiceProcess(
+            executable: "subsctl", name: "subsctl", environment: ["DATABASE_URL": ingress.environment["DATABASE_URL"]!],
+            arguments: arguments)
+        let status = await process.waitForExit(timeout: 120)
+        return (status, process.output)
+    }
+
     /// A business user with a random appAccountToken, as the order endpoint would create it.
     @discardableResult
     func user(_ id: String, isTestUser: Bool = false) async throws -> UUID {

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// `subsctl requery`, `recover` and `consent` refuse bad input before touching any database
+/// `subsctl requery`, `recover`, `consent`, `test-user` and `replay` refuse bad input before touching any database
 /// (what they do with one is tested end to end, against running workers).
 @Suite struct FulfillmentTaskCommandTests {
     @Test(arguments: [
@@ -15,6 +15,10 @@ import Testing
         (["recover", "--from", "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z", "--env", "Production"], "180 days"),
         (["consent", "--user-id", "u1", "--consumption-data", "maybe"], "granted, denied or unknown"),
         (["consent", "--consumption-data", "granted"], "--user-id"),
+        (["test-user", "--user-id", "u1", "--enable", "maybe"], "--enable must be true or false"),
+        (["test-user", "--enable", "true"], "--user-id"),
+        (["replay", "--error-code", "unmatched product"], "--error-code must be an error code"),
+        (["replay"], "--error-code must be an error code"),
         (["requery", "--original-transaction-id", "1000", "--env", "Sandbox", "--typo", "x"], "unknown option --typo"),
     ])
     func badInputIsAUsageError(arguments: [String], complaint: String) throws {
@@ -31,7 +35,7 @@ import Testing
 
     @Test func theCommandsAreListed() throws {
         let run = try Subsctl.run(["help"], environment: [:])
-        for usage in ["subsctl requery --original-transaction-id", "subsctl recover --from", "subsctl consent --user-id"] {
+        for usage in ["subsctl requery --original-transaction-id", "subsctl recover --from", "subsctl consent --user-id", "subsctl test-user --user-id", "subsctl replay --error-code"] {
             #expect(run.stdout.contains(usage), "\(run.stdout)")
         }
     }

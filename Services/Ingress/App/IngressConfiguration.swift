@@ -24,6 +24,10 @@ public struct IngressConfiguration: Sendable {
     /// (`INGRESS_NOTIFICATION_RATE_PER_SECOND`, default 200) and burst (`INGRESS_NOTIFICATION_RATE_BURST`, default 400).
     public var notificationRatePerSecond: Int
     public var notificationRateBurst: Int
+    /// How long a CREATED purchase order blocks another purchase in its subscription group; an
+    /// older one is EXPIRED when the user starts a new purchase (`INGRESS_OPEN_ORDER_MINUTES`, 0: at
+    /// once). Default 15. A PENDING one (Ask to Buy) blocks until it completes or expires.
+    public var openOrderWindow: TimeInterval
     /// `CURSOR_SIGNING_KEY`: HMAC key of the opaque page cursors (at least 32 bytes). Required.
     public var cursorSigningKey: [UInt8]
     /// `USER_TOKEN_HS256_SECRET` or `USER_TOKEN_PUBLIC_KEY_PATH`: how client bearer tokens are verified.
@@ -42,6 +46,7 @@ public struct IngressConfiguration: Sendable {
         fulfillmentWait = .milliseconds(reader.int("INGRESS_FULFILLMENT_WAIT_MS", default: 3000, range: 0...60_000))
         notificationRatePerSecond = reader.int("INGRESS_NOTIFICATION_RATE_PER_SECOND", default: 200, range: 1...1_000_000)
         notificationRateBurst = reader.int("INGRESS_NOTIFICATION_RATE_BURST", default: 400, range: 1...1_000_000)
+        openOrderWindow = TimeInterval(60 * reader.int("INGRESS_OPEN_ORDER_MINUTES", default: 15, range: 0...(60 * 24 * 7)))
         cursorSigningKey = Self.secretBytes(reader, "CURSOR_SIGNING_KEY")
         userTokens = UserTokenSettings(reader: reader)
         serviceTokens = ServiceTokenSettings(reader: reader)

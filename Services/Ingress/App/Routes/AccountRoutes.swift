@@ -63,21 +63,44 @@ struct AccountRoutes: Sendable {
 
     // MARK: - Current subscriptions
 
+    /// One chain as clients see it; fields without a value are written as null.
     struct SubscriptionView: Encodable, Sendable {
         let status: SubscriptionStatus
         let activeProductId: String
-        let pendingProductId: String?
-        let subscriptionGroupId: String?
+        @ExplicitNull var pendingProductId: String?
+        @ExplicitNull var subscriptionGroupId: String?
         let autoRenewEnabled: Bool
-        let expiresAt: Date?
-        let graceExpiresAt: Date?
+        @ExplicitNull var expiresAt: Date?
+        @ExplicitNull var graceExpiresAt: Date?
         let environment: String
         let originalTransactionId: String
         let isFamilyShared: Bool
     }
 
+    /// Every chain of the user (`subscriptions`, the latest expiry first) and, at the top level,
+    /// the fields of the one that counts now: the first with service, else the latest. domain.md
+    /// names the current subscription's fields, not a list, so a client reading them directly
+    /// finds them there; all null for a user without any subscription.
     struct CurrentSubscriptions: Encodable, Sendable {
         let subscriptions: [SubscriptionView]
+
+        private enum CodingKeys: String, CodingKey, CaseIterable {
+            case subscriptions
+            case status, activeProductId, pendingProductId, subscriptionGroupId, autoRenewEnabled, expiresAt
+            case graceExpiresAt, environment, originalTransactionId, isFamilyShared
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            if let current = subscriptions.first(where: { $0.status.hasService }) ?? subscriptions.first {
+                // The same keyed container: the current chain's fields beside the list.
+                try current.encode(to: encoder)
+            } else {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                for key in CodingKeys.allCases where key != .subscriptions { try container.encodeNil(forKey: key) }
+            }
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(subscriptions, forKey: .subscriptions)
+        }
     }
 
     func current(_ request: HTTPRequest) async throws -> HTTPResponse {
@@ -122,7 +145,7 @@ struct AccountRoutes: Sendable {
         let amount: String
         let revokedAmount: String
         let reason: String
-        let transactionId: String?
+        @ExplicitNull var transactionId: String?
         let createdAt: Date
     }
 
@@ -181,7 +204,7 @@ struct AccountRoutes: Sendable {
         let rounding: String
         let settled: String
         let shortfall: String
-        let closedAt: Date?
+        @ExplicitNull var closedAt: Date?
     }
 
     private struct DailyBillRow {

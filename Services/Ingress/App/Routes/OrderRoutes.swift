@@ -12,8 +12,6 @@ import ServiceRuntime
 /// reads it, `POST …/{orderNo}/cancel` records the client's report that the user cancelled.
 struct OrderRoutes: Sendable {
     let context: IngressContext
-    /// Open initial orders older than this are EXPIRED when the user starts another purchase.
-    static let openOrderTTL: TimeInterval = 15 * 60
 
     func register(in router: inout Router) {
         router.post("/api/v1/subscriptions/orders") { request in try await create(request) }
@@ -26,17 +24,17 @@ struct OrderRoutes: Sendable {
         let requestId: String?
     }
 
-    /// An order as clients see it.
+    /// An order as clients see it; fields without a value are written as null.
     struct OrderView: Encodable {
         let orderNo: String
         let productId: String
-        let appAccountToken: String?
+        @ExplicitNull var appAccountToken: String?
         let status: String
         let orderType: String
-        let transactionId: String?
-        let originalTransactionId: String?
-        let environment: String?
-        let failureCode: String?
+        @ExplicitNull var transactionId: String?
+        @ExplicitNull var originalTransactionId: String?
+        @ExplicitNull var environment: String?
+        @ExplicitNull var failureCode: String?
         let createdAt: Date
         let updatedAt: Date
     }
@@ -60,11 +58,12 @@ struct OrderRoutes: Sendable {
     func create(_ request: HTTPRequest) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
         let body = try request.decodeJSON(CreateBody.self)
-        let headerKey = request.header("idempotency-key")
-        if let headerKey, let bodyKey = body.requestId, headerKey != bodyKey {
-            throw APIError.invalidRequest("Idempotency-Key and requestId differ")
-        }
-        guard let requestID = body.requestId ?? headerKey, Self.isAcceptableIdentifier(requestID, maxLength: 128) else {
+        // requestId is the idempotency key of the contract; the Idempotency-Key header stands in
+        // when it is missing. A client may send both with different values (one per click each):
+        // requestId then wins rather than refusing the purchase.
+        guard let requestID = body.requestId ?? request.header("idempotency-key"),
+            Self.isAcceptableIdentifier(requestID, maxLength: 128)
+        else {
             throw APIError.invalidRequest("requestId (or an Idempotency-Key header) of at most 128 characters is required")
         }
         guard Self.isAcceptableIdentifier(body.productId, maxLength: 255) else {
@@ -129,7 +128,7 @@ struct OrderRoutes: Sendable {
                     if status == OrderStatus.pending.rawValue {
                         throw APIError.purchasePending("a purchase in this group is waiting for approval")
                     }
-                    if context.clock.now().timeIntervalSince(created) < Self.openOrderTTL {
+                    if context.clock.now().timeIntervalSince(created) < context.configuration.openOrderWindow {
                         throw APIError.orderConflict("another purchase in this group is open: finish or cancel it first")
                     }
                     let orderNo: String = try row.decode("order_no")

@@ -30,15 +30,30 @@ struct SubmissionRoutes: Sendable {
         let signedTransaction: String
     }
 
-    /// The fulfilled result of a submission (domain.md's REST contract).
+    /// The fulfilled result of a submission (domain.md's REST contract); fields without a value
+    /// are written as null.
     struct Result: Encodable {
-        let orderNo: String?
-        let orderStatus: String?
+        @ExplicitNull var orderNo: String?
+        @ExplicitNull var orderStatus: String?
         let transactionId: String
-        let subscriptionStatus: String?
-        let activeProductId: String?
-        let expiresAt: Date?
+        @ExplicitNull var subscriptionStatus: String?
+        @ExplicitNull var activeProductId: String?
+        @ExplicitNull var expiresAt: Date?
         let creditsBalance: Int64
+        /// Whether the order is FULFILLED: what the StoreKit client checks before `finish()`.
+        let fulfilled: Bool
+    }
+
+    /// `202 FULFILLMENT_PENDING`: the error shape every endpoint uses, plus what is known of the
+    /// submission, so a client decoding it as a result sees an order that is not FULFILLED yet.
+    struct Pending: Encodable {
+        let code: String
+        let message: String
+        let traceId: String
+        @ExplicitNull var orderNo: String?
+        @ExplicitNull var orderStatus: String?
+        let transactionId: String
+        let fulfilled = false
     }
 
     func submit(_ request: HTTPRequest, orderNo: String?) async throws -> HTTPResponse {
@@ -77,7 +92,9 @@ struct SubmissionRoutes: Sendable {
             } else {
                 _ = await waiter.wait(key, ticket: ticket, timeout: context.configuration.fulfillmentWait)
             }
-            return try await answer(submissionID: stored.eventID, transactionID: transactionID, environment: environment, orderNo: orderNo, user: user)
+            return try await answer(
+                submissionID: stored.eventID, transactionID: transactionID, environment: environment, orderNo: orderNo, user: user,
+                traceID: request.traceID)
         }
     }
 
@@ -148,7 +165,9 @@ struct SubmissionRoutes: Sendable {
         return try await result(transactionID: transactionID, environment: environment, orderNo: linkedOrder, user: user)
     }
 
-    private func answer(submissionID: Int64, transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> HTTPResponse {
+    private func answer(
+        submissionID: Int64, transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser, traceID: String
+    ) async throws -> HTTPResponse {
         let state = try await context.store.status(of: .submission, id: submissionID)
         if state?.status == "DEAD" {
             switch state?.errorCode {
@@ -167,7 +186,16 @@ struct SubmissionRoutes: Sendable {
         let resolvedOrder = try order.map { try $0.decode("order_no", as: String.self) } ?? orderNo
         let orderStatus = try order?.decode("status", as: String.self)
         if state?.status != "SUCCEEDED" || orderStatus != "FULFILLED" {
-            throw APIError.fulfillmentPending("the purchase is being processed; query the order for its result")
+            let pending = APIError.fulfillmentPending("the purchase is being processed; query the order for its result")
+            // Not linked to the transaction yet: the uploaded-for order's own status (CREATED, PENDING…).
+            let status = order != nil || orderNo == nil ? orderStatus : try await context.pool.query(
+                "SELECT status FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
+            ).first?.decode("status", as: String.self)
+            return .json(
+                Pending(
+                    code: pending.code, message: pending.message, traceId: traceID, orderNo: resolvedOrder,
+                    orderStatus: status, transactionId: transactionID),
+                status: pending.status)
         }
         return .json(try await result(transactionID: transactionID, environment: environment, orderNo: resolvedOrder, user: user))
     }
@@ -188,7 +216,8 @@ struct SubmissionRoutes: Sendable {
             transactionId: transactionID, subscriptionStatus: try row.decode("subscription_status", as: String?.self),
             activeProductId: try row.decode("active_product_id", as: String?.self),
             expiresAt: try row.decode("expires_at", as: Date?.self),
-            creditsBalance: Credits.whole(try row.decode("balance", as: Int64.self)))
+            creditsBalance: Credits.whole(try row.decode("balance", as: Int64.self)),
+            fulfilled: try row.decode("order_status", as: String?.self) == OrderStatus.fulfilled.rawValue)
     }
 
     /// The `environment` a JWS payload claims, read WITHOUT verifying it: it only chooses which

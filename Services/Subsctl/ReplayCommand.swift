@@ -1,0 +1,38 @@
+import Foundation
+import Postgres
+
+/// `subsctl replay`: puts every DEAD event with an error code back to processing after the cause
+/// was fixed (a product added for `UNMATCHED_PRODUCT`, a user for `UNMATCHED_ACCOUNT`, a frozen
+/// chain cleared), with an audit row. The sweeper re-publishes them; applying is idempotent.
+enum ReplayCommand: SubsctlCommand {
+    static let path = ["replay"]
+    static let usage = "replay --error-code CODE [--reason TEXT] [--operator NAME]"
+    static let summary = "Replay the DEAD events with this error code (e.g. UNMATCHED_PRODUCT after adding the product); print how many."
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let code = arguments.option("error-code")
+        let reason = arguments.option("reason") ?? "cause fixed"
+        let operatorName = arguments.operatorName()
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
+        guard let code, (1...64).contains(code.utf8.count),
+            code.utf8.allSatisfy({ (0x41...0x5A).contains($0) || (0x30...0x39).contains($0) || $0 == UInt8(ascii: "_") })
+        else { return usageError("--error-code must be an error code such as UNMATCHED_PRODUCT") }
+        return await Subsctl.withDatabase { pool in
+            let replayed = try await pool.transaction { db in
+                let replayed: Int = try await db.query("SELECT replay_dead_events(\(code)) AS replayed").first!.decode("replayed")
+                try await db.query(
+                    """
+                    INSERT INTO audit_log (operator, action, reason, before, after)
+                    VALUES (\(operatorName), 'DEAD_EVENTS_REPLAYED', \(reason),
+                            jsonb_build_object('errorCode', \(code)::text, 'dead', \(replayed)::integer),
+                            jsonb_build_object('errorCode', \(code)::text, 'replayed', \(replayed)::integer))
+                    """)
+                return replayed
+            }
+            Subsctl.printOutput("replayed=\(replayed) errorCode=\(code)")
+            return ExitStatus.success
+        }
+    }
+}

@@ -1,0 +1,51 @@
+import Foundation
+import Postgres
+
+/// `subsctl test-user`: flags (or unflags) a business user as a test user, with an audit row.
+///
+/// On a Production deployment a Sandbox fact (TestFlight, App Review, a tester's Sandbox account)
+/// only touches flagged users; any other is refused as `SANDBOX_REFUSED` (domain.md). A user not
+/// seen yet is created, so a tester can be flagged before their first purchase.
+enum TestUserCommand: SubsctlCommand {
+    static let path = ["test-user"]
+    static let usage = "test-user --user-id ID --enable true|false [--reason TEXT] [--operator NAME]"
+    static let summary =
+        "Flag a user as a test user (their Sandbox purchases count on a Production deployment) or clear the flag; print before and after."
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let user = arguments.option("user-id")
+        let choice = arguments.option("enable")?.lowercased()
+        let reason = arguments.option("reason") ?? "test user"
+        let operatorName = arguments.operatorName()
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
+        guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user-id must be a user id of 1 to 128 characters") }
+        let enable: Bool
+        switch choice {
+        case "true", "yes", "on": enable = true
+        case "false", "no", "off": enable = false
+        default: return usageError("--enable must be true or false")
+        }
+        return await Subsctl.withDatabase { pool in
+            let before = try await pool.transaction { db in
+                try await db.query("INSERT INTO app_user (user_id) VALUES (\(user)) ON CONFLICT DO NOTHING")
+                // The row lock orders concurrent changes of one user: the audit trail reads in commit order.
+                let before: Bool = try await db.query(
+                    "SELECT is_test_user FROM app_user WHERE user_id = \(user) FOR UPDATE"
+                ).first!.decode("is_test_user")
+                try await db.query("UPDATE app_user SET is_test_user = \(enable) WHERE user_id = \(user)")
+                try await db.query(
+                    """
+                    INSERT INTO audit_log (operator, action, reason, before, after)
+                    VALUES (\(operatorName), 'TEST_USER_FLAGGED', \(reason),
+                            jsonb_build_object('userId', \(user)::text, 'isTestUser', \(before)::boolean),
+                            jsonb_build_object('userId', \(user)::text, 'isTestUser', \(enable)::boolean))
+                    """)
+                return before
+            }
+            Subsctl.printOutput("user=\(user) testUser=\(enable) (was \(before))")
+            return ExitStatus.success
+        }
+    }
+}
