@@ -21,7 +21,9 @@ public struct IngressConfiguration: Sendable {
     /// How long a transaction upload waits for its fulfillment (`INGRESS_FULFILLMENT_WAIT_MS`). Default 3000.
     public var fulfillmentWait: Duration
     /// Apple endpoints: sustained requests per second per source address
-    /// (`INGRESS_NOTIFICATION_RATE_PER_SECOND`, default 200) and burst (`INGRESS_NOTIFICATION_RATE_BURST`, default 400).
+    /// (`INGRESS_NOTIFICATION_RATE_PER_SECOND`, default 1000) and burst (`INGRESS_NOTIFICATION_RATE_BURST`, default 2000).
+    /// Well above what Apple sends one instance at peak renewal hours: a 429 makes Apple retry
+    /// only after an hour, and behind a load balancer every notification shares one source address.
     public var notificationRatePerSecond: Int
     public var notificationRateBurst: Int
     /// How long a CREATED purchase order blocks another purchase in its subscription group; an
@@ -44,8 +46,8 @@ public struct IngressConfiguration: Sendable {
         httpThreads = reader.int("INGRESS_HTTP_THREADS", default: 4, range: 1...256)
         maxBodyBytes = reader.int("INGRESS_MAX_BODY_BYTES", default: 256 * 1024, range: 1024...64 * 1024 * 1024)
         fulfillmentWait = .milliseconds(reader.int("INGRESS_FULFILLMENT_WAIT_MS", default: 3000, range: 0...60_000))
-        notificationRatePerSecond = reader.int("INGRESS_NOTIFICATION_RATE_PER_SECOND", default: 200, range: 1...1_000_000)
-        notificationRateBurst = reader.int("INGRESS_NOTIFICATION_RATE_BURST", default: 400, range: 1...1_000_000)
+        notificationRatePerSecond = reader.int("INGRESS_NOTIFICATION_RATE_PER_SECOND", default: 1000, range: 1...1_000_000)
+        notificationRateBurst = reader.int("INGRESS_NOTIFICATION_RATE_BURST", default: 2000, range: 1...1_000_000)
         openOrderWindow = TimeInterval(60 * reader.int("INGRESS_OPEN_ORDER_MINUTES", default: 15, range: 0...(60 * 24 * 7)))
         cursorSigningKey = Self.secretBytes(reader, "CURSOR_SIGNING_KEY")
         userTokens = UserTokenSettings(reader: reader)
