@@ -25,8 +25,12 @@ struct PipelineHarness {
     let appleSettings: [String: String]
     let logger = Logger(label: "e2e", level: .warning)
 
-    static func make(partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox) async throws -> PipelineHarness {
-        let baseURL = try TestEnvironment.databaseURL()
+    /// - Parameter server: the PostgreSQL server the slice's database is created on (default: the
+    ///   local services'; a private one for tests that stop it).
+    static func make(
+        partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox, server: String? = nil
+    ) async throws -> PipelineHarness {
+        let baseURL = try server ?? TestEnvironment.databaseURL()
         _ = try TestEnvironment.kafkaBrokers()
         let database = TestEnvironment.uniqueName("e2e")
         let admin = PostgresPool(configuration: PostgresConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "e2e"))
