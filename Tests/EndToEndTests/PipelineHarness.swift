@@ -15,6 +15,7 @@ import TestSupport
 /// consumer group, so tests never see each other's events.
 struct PipelineHarness {
     let databaseURL: String
+    let brokers: String
     let topic: String
     let groupID: String
     let partitions: Int
@@ -25,13 +26,15 @@ struct PipelineHarness {
     let appleSettings: [String: String]
     let logger = Logger(label: "e2e", level: .warning)
 
-    /// - Parameter server: the PostgreSQL server the slice's database is created on (default: the
-    ///   local services'; a private one for tests that stop it).
+    /// - Parameters:
+    ///   - server: the PostgreSQL server the slice's database is created on (default: the local
+    ///     services'; a private one for tests that stop it).
+    ///   - brokers: the Kafka brokers of the slice (default: the local services').
     static func make(
-        partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox, server: String? = nil
+        partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox, server: String? = nil, brokers: String? = nil
     ) async throws -> PipelineHarness {
         let baseURL = try server ?? TestEnvironment.databaseURL()
-        _ = try TestEnvironment.kafkaBrokers()
+        let brokers = try brokers ?? TestEnvironment.kafkaBrokers()
         let database = TestEnvironment.uniqueName("e2e")
         let admin = PostgresPool(configuration: PostgresConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "e2e"))
         // The name is generated above, never input: safe to splice into DDL.
@@ -43,7 +46,7 @@ struct PipelineHarness {
             appAppleId: appleEnvironment == .production ? 1_234_567_890 : nil)
         appleSettings["PAYLOAD_ENCRYPTION_KEYS"] = "k1:" + Data(SecureRandom.bytes(32)).base64EncodedString()
         return PipelineHarness(
-            databaseURL: Self.replacingDatabase(in: baseURL, with: database), topic: TestEnvironment.uniqueName("events"),
+            databaseURL: Self.replacingDatabase(in: baseURL, with: database), brokers: brokers, topic: TestEnvironment.uniqueName("events"),
             groupID: TestEnvironment.uniqueName("group"), partitions: partitions, signer: signer,
             appleSettings: appleSettings)
     }
@@ -58,6 +61,7 @@ struct PipelineHarness {
     var serviceEnvironment: [String: String] {
         [
             "DATABASE_URL": databaseURL,
+            "KAFKA_BROKERS": brokers,
             "EVENT_TOPIC": topic,
             "EVENT_TOPIC_PARTITIONS": String(partitions),
             "FULFILLMENT_GROUP_ID": groupID,

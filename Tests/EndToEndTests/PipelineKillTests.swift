@@ -102,6 +102,31 @@ struct PipelineKillTests {
         await stream.shutdown()
     }
 
+    /// The broker restarted (the local one keeps nothing in memory: topic, messages and offsets
+    /// are gone) while two workers apply a backlog: the sweepers re-create the topic and
+    /// re-publish what was not applied, and every event is applied exactly once.
+    @Test func brokerRestartedMidStreamLosesAndDoublesNothing() async throws {
+        let broker = try await PrivateBroker.start()
+        defer { Task { await broker.kill() } }
+        let stream = try await RenewalStream.make(total: 3_000, chains: 300, prefix: "2", brokers: broker.brokers)
+        let workers = [try stream.harness.startWorker("worker-a"), try stream.harness.startWorker("worker-b")]
+        defer { for worker in workers { worker.kill() } }
+        for worker in workers {
+            #expect(await worker.waitForOutput("partition assignment changed", timeout: 60), "\(worker.output)")
+        }
+        try await stream.feed()
+        let busy = try await eventually(timeout: 60) {
+            try await stream.count("SELECT count(*) FROM processed_event") >= 300
+        }
+        #expect(busy, "nothing applied: \(workers.map { $0.output.suffix(2000) })")
+        try await broker.restart()
+        #expect(try await stream.count("SELECT count(*) FROM processed_event") < stream.total, "the restart must land mid-stream")
+
+        try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: workers)
+        #expect(workers.allSatisfy { $0.isRunning }, "a worker died with the broker")
+        await stream.shutdown()
+    }
+
     /// Issue 5: three workers under a stream of 5,000 events while workers are killed with
     /// `kill -9` at random moments and restarted (under a new worker id, as a new process would be).
     @Test func threeWorkersKilledAtRandomMomentsApplyEveryEventExactlyOnce() async throws {
@@ -149,8 +174,10 @@ struct RenewalStream {
     var total: Int { events.count }
 
     /// `prefix` keeps the original transaction ids of different tests apart.
-    static func make(total: Int, chains: Int, prefix: String, server: String? = nil) async throws -> RenewalStream {
-        let harness = try await PipelineHarness.make(server: server)
+    static func make(
+        total: Int, chains: Int, prefix: String, server: String? = nil, brokers: String? = nil
+    ) async throws -> RenewalStream {
+        let harness = try await PipelineHarness.make(server: server, brokers: brokers)
         let configuration = try harness.configuration
         let pool = PostgresPool(configuration: configuration.postgres, logger: harness.logger)
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: harness.logger)
