@@ -30,7 +30,10 @@ let package = Package(
         .systemLibrary(
             name: "CMicroHTTPD", path: "Shared/System/CMicroHTTPD", pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]),
-        .target(name: "CShims", dependencies: ["CMicroHTTPD"], path: "Shared/System/CShims"),
+        .systemLibrary(
+            name: "CCurl", path: "Shared/System/CCurl", pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]),
+        .target(name: "CShims", dependencies: ["CMicroHTTPD", "CCurl"], path: "Shared/System/CShims"),
 
         // Runtime: configuration, logging, metrics, service lifecycle. Pure Swift.
         .target(name: "ServiceRuntime", path: "Shared/ServiceRuntime", swiftSettings: swiftSettings),
@@ -117,7 +120,7 @@ let package = Package(
 
         // Helpers for tests: the local services, process control, HTTP client, throwaway migrated databases.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Storage"],
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Storage", "CCurl", "CShims"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.

@@ -16,3 +16,19 @@ const union MHD_ConnectionInfo *cshims_mhd_get_connection_info(struct MHD_Connec
                                                                enum MHD_ConnectionInfoType type) {
     return MHD_get_connection_info(connection, type);
 }
+
+CURLcode cshims_curl_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+CURLcode cshims_curl_setopt_pointer(CURL *handle, CURLoption option, const void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+CURLcode cshims_curl_setopt_write_function(CURL *handle, curl_write_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, callback);
+}
+
+CURLcode cshims_curl_getinfo_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}

@@ -4,6 +4,7 @@
 // Nothing else belongs here: every other C call goes straight through the system modules.
 #include <stdint.h>
 #include <microhttpd.h>
+#include <curl/curl.h>
 
 /// MHD_start_daemon with its options passed as an MHD_OPTION_ARRAY (terminated by MHD_OPTION_END).
 struct MHD_Daemon *cshims_mhd_start_daemon(unsigned int flags, uint16_t port,
@@ -18,5 +19,17 @@ const union MHD_DaemonInfo *cshims_mhd_get_daemon_info(struct MHD_Daemon *daemon
 /// (e.g. MHD_CONNECTION_INFO_CLIENT_ADDRESS).
 const union MHD_ConnectionInfo *cshims_mhd_get_connection_info(struct MHD_Connection *connection,
                                                                enum MHD_ConnectionInfoType type);
+
+/// curl_easy_setopt for options that take a long.
+CURLcode cshims_curl_setopt_long(CURL *handle, CURLoption option, long value);
+
+/// curl_easy_setopt for options that take a pointer (strings, lists, user data, callbacks).
+CURLcode cshims_curl_setopt_pointer(CURL *handle, CURLoption option, const void *value);
+
+/// curl_easy_setopt for the write callback.
+CURLcode cshims_curl_setopt_write_function(CURL *handle, curl_write_callback callback);
+
+/// curl_easy_getinfo for infos that answer a long (e.g. CURLINFO_RESPONSE_CODE).
+CURLcode cshims_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
 
 #endif
