@@ -74,7 +74,15 @@ struct FulfillmentSubmissionTests {
         // 3: Ask to Buy: the order waits (PENDING); the approved purchase is observed by the app and
         // notified by Apple; the order completes once, granted once.
         let (pending, bobToken) = try await harness.order("bob")
-        try await harness.pool.query("UPDATE payment_order SET status = 'PENDING' WHERE order_no = \(pending)")
+        let bob = ["Authorization": "Bearer \(harness.ingress.userToken("bob"))"]
+        let reported = try await harness.client.request("POST", "/api/v1/subscriptions/orders/\(pending)/pending", headers: bob)
+        #expect(reported.status == 200, "\(reported.text)")
+        #expect(try reported.json()["status"] as? String == "PENDING")
+        // The client must not buy again while Apple waits for the approval.
+        let again = try await harness.client.post(
+            "/api/v1/subscriptions/orders", json: ["productId": WorkerHarness.starter, "requestId": UUID().uuidString], headers: bob)
+        #expect(again.status == 409, "\(again.text)")
+        #expect(try again.json()["code"] as? String == "PURCHASE_PENDING")
         let approved = harness.transaction(Self.id(), token: bobToken)
         let observed = try await harness.submit(try harness.signer.sign(approved), orderNo: nil, as: "bob")
         #expect(observed.status == 200, "\(observed.text)")

@@ -105,6 +105,25 @@ struct OrderEndpointTests {
         #expect(again.status == 201, "a cancelled order no longer blocks a new purchase")
         #expect(try await harness.count(
             "SELECT count(*) FROM status_history WHERE entity_type = 'ORDER' AND current_status = 'CANCELLED'") == 1)
+
+        // StoreKit's `.pending` reported: the order waits, a repeat answers it unchanged, a cancelled
+        // order cannot become pending, and only its owner can report it.
+        let waitingNo = try #require(try again.json()["orderNo"] as? String)
+        let pendingPath = "/api/v1/subscriptions/orders/\(waitingNo)/pending"
+        #expect(try await harness.client.request("POST", pendingPath, headers: ["Authorization": "Bearer \(harness.userToken("bob"))"]).status == 404)
+        for _ in 0..<2 {
+            let pending = try await harness.client.request("POST", pendingPath, headers: auth)
+            #expect(pending.status == 200, "\(pending.text)")
+            #expect(try pending.json()["status"] as? String == "PENDING")
+        }
+        #expect(try await harness.count(
+            "SELECT count(*) FROM status_history WHERE entity_key = '\(waitingNo)' AND current_status = 'PENDING' AND cause = 'client.pending'") == 1)
+        let blocked = try await createOrder(harness, user: "alice", requestID: "click-4")
+        #expect(blocked.status == 409)
+        #expect(try blocked.json()["code"] as? String == "PURCHASE_PENDING")
+        let late = try await harness.client.request("POST", "/api/v1/subscriptions/orders/\(orderNo)/pending", headers: auth)
+        #expect(late.status == 409)
+        #expect(try late.json()["code"] as? String == "ORDER_CONFLICT")
     }
 
     /// domain.md: older open orders are EXPIRED after a configurable time (`INGRESS_OPEN_ORDER_MINUTES`).

@@ -9,14 +9,22 @@ import ServiceRuntime
 /// Purchase orders: the business intent behind a StoreKit purchase.
 ///
 /// `POST /api/v1/subscriptions/orders` creates one (idempotent per user and requestId), `GET …/{orderNo}`
-/// reads it, `POST …/{orderNo}/cancel` records the client's report that the user cancelled.
+/// reads it, `POST …/{orderNo}/cancel` records the client's report that the user cancelled, and
+/// `POST …/{orderNo}/pending` its report that StoreKit answered `.pending` (Ask to Buy, payment to
+/// fix): the order then waits for the charge and a second purchase in its group is refused with
+/// PURCHASE_PENDING.
 struct OrderRoutes: Sendable {
     let context: IngressContext
 
     func register(in router: inout Router) {
         router.post("/api/v1/subscriptions/orders") { request in try await create(request) }
         router.get("/api/v1/subscriptions/orders/{orderNo}") { request in try await read(request) }
-        router.post("/api/v1/subscriptions/orders/{orderNo}/cancel") { request in try await cancel(request) }
+        router.post("/api/v1/subscriptions/orders/{orderNo}/cancel") { request in
+            try await clientReport(request, moving: .cancelled, cause: "client.cancel")
+        }
+        router.post("/api/v1/subscriptions/orders/{orderNo}/pending") { request in
+            try await clientReport(request, moving: .pending, cause: "client.pending")
+        }
     }
 
     struct CreateBody: Decodable {
@@ -173,7 +181,9 @@ struct OrderRoutes: Sendable {
         }
     }
 
-    func cancel(_ request: HTTPRequest) async throws -> HTTPResponse {
+    /// Moves the user's order to what the client reports (intent only: a charge Apple confirms
+    /// later still wins); repeating a report answers the order as it is.
+    func clientReport(_ request: HTTPRequest, moving target: OrderStatus, cause: String) async throws -> HTTPResponse {
         let user = try context.authenticator.authenticate(request)
         let orderNo = request.pathParameter("orderNo") ?? ""
         return try await APIError.databaseCall {
@@ -185,12 +195,13 @@ struct OrderRoutes: Sendable {
                     """
                 ).first else { throw APIError.notFound("no such order") }
                 let order = try Self.view(row)
-                if order.status == OrderStatus.cancelled.rawValue { return .json(order) }
-                guard let status = OrderStatus(rawValue: order.status), status.canMove(to: .cancelled) else {
-                    throw APIError.orderConflict("an order in status \(order.status) cannot be cancelled")
+                if order.status == target.rawValue { return .json(order) }
+                guard let status = OrderStatus(rawValue: order.status), status.canMove(to: target) else {
+                    throw APIError.orderConflict("an order in status \(order.status) cannot become \(target.rawValue)")
                 }
-                try await db.query("UPDATE payment_order SET status = 'CANCELLED', updated_at = now() WHERE order_no = \(orderNo)")
-                try await Self.history(db, orderNo: orderNo, from: order.status, to: "CANCELLED", cause: "client.cancel")
+                try await db.query(
+                    "UPDATE payment_order SET status = \(target.rawValue), updated_at = now() WHERE order_no = \(orderNo)")
+                try await Self.history(db, orderNo: orderNo, from: order.status, to: target.rawValue, cause: cause)
                 let updated = try await db.query(
                     "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.order_no = \(orderNo)")
                 return .json(try Self.view(updated.first!))
