@@ -16,8 +16,11 @@ import TestSupport
 /// intake, applied by worker processes under leases, while workers die by `kill -9` mid-stream.
 @Suite(.timeLimit(.minutes(5)))
 struct PipelineKillTests {
-    @Test func everyEventIsAppliedExactlyOnceWhenAWorkerIsKilledMidStream() async throws {
-        let stream = try await RenewalStream.make(total: 2_000, chains: 300, prefix: "3")
+    /// A worker stopped while events flow. Killed (SIGKILL): its leases expire and the survivor
+    /// applies every event exactly once. Stopped (SIGTERM): it finishes the transactions it started,
+    /// commits its offsets, leaves the group and exits 0, holding no lease an event would wait out.
+    @Test(arguments: [SIGKILL, SIGTERM]) func aWorkerStoppedMidStreamLeavesEveryEventAppliedOnce(signal: Int32) async throws {
+        let stream = try await RenewalStream.make(total: 2_000, chains: 300, prefix: signal == SIGKILL ? "3" : "8")
         let first = try stream.harness.startWorker("worker-a")
         let second = try stream.harness.startWorker("worker-b")
         defer {
@@ -28,60 +31,51 @@ struct PipelineKillTests {
         #expect(await second.waitForOutput("partition assignment changed", timeout: 60), "\(second.output)")
         let feeding = Task { try await stream.feed() }
 
-        // Kill one worker while the stream is flowing, after it has applied some events.
-        let killedMidStream = try await eventually(timeout: 60) {
-            try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-a'") >= 100
-        }
-        #expect(killedMidStream, "worker-a applied nothing: \(first.output.suffix(2000))")
-        first.kill()
-        let doneAtKill = try await stream.count("SELECT count(*) FROM processed_event")
-        #expect(doneAtKill < stream.total, "the kill must land mid-stream")
-        try await feeding.value
-
-        try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: [second])
-        #expect(try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-b'") > 0)
-        // A graceful stop leaves the group and exits cleanly.
-        #expect(second.terminate(timeout: 30) == 0, "\(second.output.suffix(2000))")
-        await stream.shutdown()
-    }
-
-    /// SIGTERM while events flow: the worker finishes the transactions it started, commits its
-    /// offsets, leaves the group and exits 0, holding no lease an event would have to wait out.
-    @Test func aWorkerStoppedBySIGTERMMidStreamFinishesItsWorkAndHandsOver() async throws {
-        let stream = try await RenewalStream.make(total: 2_000, chains: 300, prefix: "8")
-        let first = try stream.harness.startWorker("worker-a")
-        let second = try stream.harness.startWorker("worker-b")
-        defer {
-            first.kill()
-            second.kill()
-        }
-        #expect(await first.waitForOutput("partition assignment changed", timeout: 60), "\(first.output)")
-        #expect(await second.waitForOutput("partition assignment changed", timeout: 60), "\(second.output)")
-        let feeding = Task { try await stream.feed() }
-
+        // Stop one worker while the stream is flowing, after it has applied some events.
         let busy = try await eventually(timeout: 60) {
             try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-a'") >= 100
         }
         #expect(busy, "worker-a applied nothing: \(first.output.suffix(2000))")
-        #expect(first.terminate(timeout: 30) == 0, "\(first.output.suffix(2000))")
+        if signal == SIGKILL {
+            first.kill()
+        } else {
+            #expect(first.terminate(timeout: 30) == 0, "\(first.output.suffix(2000))")
+        }
         #expect(try await stream.count("SELECT count(*) FROM processed_event") < stream.total, "the stop must land mid-stream")
-        #expect(
-            try await stream.count(
-                "SELECT count(*) FROM apple_notification_event WHERE process_status = 'PROCESSING' AND lease_owner = 'worker-a'") == 0,
-            "worker-a left leased events behind")
+        if signal == SIGTERM {
+            #expect(
+                try await stream.count(
+                    "SELECT count(*) FROM apple_notification_event WHERE process_status = 'PROCESSING' AND lease_owner = 'worker-a'") == 0,
+                "worker-a left leased events behind")
+        }
         try await feeding.value
 
         try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: [second])
+        #expect(try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-b'") > 0)
+        // A graceful stop of an idle worker leaves the group and exits cleanly too.
+        #expect(second.terminate(timeout: 30) == 0, "\(second.output.suffix(2000))")
         await stream.shutdown()
     }
 
-    /// PostgreSQL restarted while two workers apply a backlog: they ride it out (failed batches
-    /// retried, expired leases swept) and every event is applied exactly once.
-    @Test func postgresRestartedMidStreamLosesAndDoublesNothing() async throws {
-        let postgres = try await PrivatePostgres.create()
-        try await postgres.start()
-        defer { Task { await postgres.destroy() } }
-        let stream = try await RenewalStream.make(total: 3_000, chains: 300, prefix: "9", server: postgres.url)
+    /// The services a stream outlives a restart of.
+    enum Restarted: String, CaseIterable, Sendable { case postgres, broker }
+
+    /// PostgreSQL restarted, or the broker restarted with nothing (the local one keeps topic,
+    /// messages and offsets in memory), while two workers apply a backlog: they ride it out (failed
+    /// batches retried, expired leases swept; the topic re-created, what was not applied
+    /// re-published, the group joined again) and every event is applied exactly once.
+    @Test(arguments: Restarted.allCases) func aServiceRestartedMidStreamLosesAndDoublesNothing(_ restarted: Restarted) async throws {
+        let postgres = restarted == .postgres ? try await PrivatePostgres.create() : nil
+        try await postgres?.start()
+        let broker = restarted == .broker ? try await PrivateBroker.start() : nil
+        defer {
+            Task {
+                await postgres?.destroy()
+                await broker?.kill()
+            }
+        }
+        let stream = try await RenewalStream.make(
+            total: 3_000, chains: 300, prefix: restarted == .postgres ? "9" : "2", server: postgres?.url, brokers: broker?.brokers)
         let workers = [try stream.harness.startWorker("worker-a"), try stream.harness.startWorker("worker-b")]
         defer { for worker in workers { worker.kill() } }
         for worker in workers {
@@ -92,38 +86,16 @@ struct PipelineKillTests {
             try await stream.count("SELECT count(*) FROM processed_event") >= 300
         }
         #expect(busy, "nothing applied: \(workers.map { $0.output.suffix(2000) })")
-        try await postgres.stop()
-        try await Task.sleep(for: .seconds(2))
-        try await postgres.start()
+        if let postgres {
+            try await postgres.stop()
+            try await Task.sleep(for: .seconds(2))
+            try await postgres.start()
+        }
+        try await broker?.restart()
         #expect(try await stream.count("SELECT count(*) FROM processed_event") < stream.total, "the restart must land mid-stream")
 
         try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: workers)
-        #expect(workers.allSatisfy { $0.isRunning }, "a worker died with the database")
-        await stream.shutdown()
-    }
-
-    /// The broker restarted (the local one keeps nothing in memory: topic, messages and offsets
-    /// are gone) while two workers apply a backlog: the sweepers re-create the topic and
-    /// re-publish what was not applied, and every event is applied exactly once.
-    @Test func brokerRestartedMidStreamLosesAndDoublesNothing() async throws {
-        let broker = try await PrivateBroker.start()
-        defer { Task { await broker.kill() } }
-        let stream = try await RenewalStream.make(total: 3_000, chains: 300, prefix: "2", brokers: broker.brokers)
-        let workers = [try stream.harness.startWorker("worker-a"), try stream.harness.startWorker("worker-b")]
-        defer { for worker in workers { worker.kill() } }
-        for worker in workers {
-            #expect(await worker.waitForOutput("partition assignment changed", timeout: 60), "\(worker.output)")
-        }
-        try await stream.feed()
-        let busy = try await eventually(timeout: 60) {
-            try await stream.count("SELECT count(*) FROM processed_event") >= 300
-        }
-        #expect(busy, "nothing applied: \(workers.map { $0.output.suffix(2000) })")
-        try await broker.restart()
-        #expect(try await stream.count("SELECT count(*) FROM processed_event") < stream.total, "the restart must land mid-stream")
-
-        try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: workers)
-        #expect(workers.allSatisfy { $0.isRunning }, "a worker died with the broker")
+        #expect(workers.allSatisfy { $0.isRunning }, "a worker died with the \(restarted.rawValue)")
         await stream.shutdown()
     }
 
