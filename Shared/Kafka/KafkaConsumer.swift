@@ -252,7 +252,7 @@ final class ConsumerCore: Sendable {
                 state.rejoin = nil
                 return false
             }
-            state.rejoin = (now + rejoin.backoff, min(rejoin.backoff * 2, .seconds(30)), rejoin.until)
+            state.rejoin = (now + Self.jittered(rejoin.backoff), min(rejoin.backoff * 2, .seconds(30)), rejoin.until)
             return true
         }
         guard due else { return }
@@ -262,6 +262,12 @@ final class ConsumerCore: Sendable {
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.error("kafka re-subscribe failed", ["error": .string(KafkaError(err).description)])
         }
+    }
+
+    /// Half to one and a half times `delay`: members that lost their partitions together must not
+    /// rejoin together (Tansu then hands every one of them the same stale empty assignment again).
+    static func jittered(_ delay: Duration) -> Duration {
+        delay * Double.random(in: 0.5...1.5)
     }
 
     private func consume(_ message: UnsafeMutablePointer<rd_kafka_message_t>, _ rk: OpaquePointer) {
@@ -348,7 +354,7 @@ final class ConsumerCore: Sendable {
             if lost {
                 logger.warning("kafka partitions lost; handled offsets not yet committed are dropped")
                 let now = ContinuousClock.now
-                state.withLock { $0.rejoin = (now + .seconds(5), .seconds(5), now + .seconds(120)) }
+                state.withLock { $0.rejoin = (now + Self.jittered(.seconds(4)), .seconds(4), now + .seconds(120)) }
             }
             release(rk, partitions, commit: !lost)
             if cooperative {
