@@ -47,8 +47,8 @@ public final class KafkaConsumer: Service, Sendable {
             // fetch every 50 ms.
             "fetch.wait.max.ms": "50",
             // A topic that comes back (re-created after a broker lost its storage, as Tansu in memory
-            // does on restart) joins the assignment at the next metadata refresh: the library's 5 min
-            // default left every event waiting that long.
+            // does on restart) or gains partitions joins the assignment at the next metadata
+            // refresh: the library's default is 5 min.
             "topic.metadata.refresh.interval.ms": "10000",
         ]
         let context = ClientContext(
@@ -119,9 +119,6 @@ final class ConsumerCore: Sendable {
         var fatal: KafkaError?
         var assignment: [KafkaTopicPartition] = []
         var assignmentCallbacks: [@Sendable ([KafkaTopicPartition]) -> Void] = []
-        /// Set while this member lost its partitions and has not been given any back: when to
-        /// rejoin, and until when it keeps trying (see `rejoinIfStillEmptyHanded`).
-        var rejoin: (at: ContinuousClock.Instant, backoff: Duration, until: ContinuousClock.Instant)?
     }
 
     let configuration: KafkaConsumerConfiguration
@@ -200,7 +197,9 @@ final class ConsumerCore: Sendable {
     func pollLoop(_ client: RdKafkaClient) throws {
         defer { scheduler.close() }
         let rk = client.handle
-        let subscribed = subscribe(rk)
+        let subscribed = withPartitionList(configuration.topics.map { (KafkaTopicPartition(topic: $0, partition: RD_KAFKA_PARTITION_UA), 0) }) {
+            rd_kafka_subscribe(rk, $0)
+        }
         guard subscribed == RD_KAFKA_RESP_ERR_NO_ERROR else {
             rd_kafka_consumer_close(rk)
             throw KafkaError(subscribed)
@@ -216,7 +215,6 @@ final class ConsumerCore: Sendable {
             if ContinuousClock.now - lastUpkeep >= .milliseconds(50) {
                 lastUpkeep = .now
                 upkeep(rk)
-                rejoinIfStillEmptyHanded(rk)
             }
         }
 
@@ -230,44 +228,6 @@ final class ConsumerCore: Sendable {
         }
         logger.info("kafka consumer stopped")
         if let fatal { throw fatal }
-    }
-
-    private func subscribe(_ rk: OpaquePointer) -> rd_kafka_resp_err_t {
-        withPartitionList(configuration.topics.map { (KafkaTopicPartition(topic: $0, partition: RD_KAFKA_PARTITION_UA), 0) }) {
-            rd_kafka_subscribe(rk, $0)
-        }
-    }
-
-    /// A member that lost its partitions (the coordinator forgot the group: a broker restarted
-    /// without its storage, as Tansu in memory does) and was then given none, while the broker
-    /// may hand out a stale empty assignment again at every join of the same generation (Tansu
-    /// does), leaves and joins again with backoff for two minutes, until it holds partitions.
-    /// Membership changes make the coordinator start a new generation and assign afresh; a group
-    /// that simply has more members than partitions only sees a few extra rebalances.
-    private func rejoinIfStillEmptyHanded(_ rk: OpaquePointer) {
-        let now = ContinuousClock.now
-        let due = state.withLock { state -> Bool in
-            guard let rejoin = state.rejoin, now >= rejoin.at else { return false }
-            guard state.assignment.isEmpty, now < rejoin.until else {
-                state.rejoin = nil
-                return false
-            }
-            state.rejoin = (now + Self.jittered(rejoin.backoff), min(rejoin.backoff * 2, .seconds(30)), rejoin.until)
-            return true
-        }
-        guard due else { return }
-        logger.warning("kafka group gave this member no partitions after losing them; leaving and joining again")
-        _ = rd_kafka_unsubscribe(rk)
-        let err = subscribe(rk)
-        if err != RD_KAFKA_RESP_ERR_NO_ERROR {
-            logger.error("kafka re-subscribe failed", ["error": .string(KafkaError(err).description)])
-        }
-    }
-
-    /// Half to one and a half times `delay`: members that lost their partitions together must not
-    /// rejoin together (Tansu then hands every one of them the same stale empty assignment again).
-    static func jittered(_ delay: Duration) -> Duration {
-        delay * Double.random(in: 0.5...1.5)
     }
 
     private func consume(_ message: UnsafeMutablePointer<rd_kafka_message_t>, _ rk: OpaquePointer) {
@@ -351,11 +311,7 @@ final class ConsumerCore: Sendable {
             }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
             let lost = rd_kafka_assignment_lost(rk) != 0
-            if lost {
-                logger.warning("kafka partitions lost; handled offsets not yet committed are dropped")
-                let now = ContinuousClock.now
-                state.withLock { $0.rejoin = (now + Self.jittered(.seconds(4)), .seconds(4), now + .seconds(120)) }
-            }
+            if lost { logger.warning("kafka partitions lost; handled offsets not yet committed are dropped") }
             release(rk, partitions, commit: !lost)
             if cooperative {
                 failure = rd_kafka_incremental_unassign(rk, list).map(KafkaError.init(consuming:))
