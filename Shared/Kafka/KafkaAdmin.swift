@@ -14,9 +14,10 @@ public struct KafkaAdmin: Sendable {
 
     /// Creates the topic with `partitions` partitions; an existing topic is fine (idempotent).
     /// Returns the partition count the broker reports, which differs from `partitions` when the
-    /// topic already existed with another count.
+    /// topic already existed with another count. The 30 s default covers a busy broker: a cold
+    /// local Tansu serving a whole test suite's start-up took more than 10 s to answer.
     public func createTopic(
-        _ name: String, partitions: Int, replicationFactor: Int = 1, timeout: Duration = .seconds(10)
+        _ name: String, partitions: Int, replicationFactor: Int = 1, timeout: Duration = .seconds(30)
     ) async throws -> Int {
         let milliseconds = Self.milliseconds(timeout)
         return try await withClient { client in
