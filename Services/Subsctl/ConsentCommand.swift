@@ -20,12 +20,8 @@ enum ConsentCommand: SubsctlCommand {
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user-id must be a user id of 1 to 128 characters") }
-        let consent: ConsumptionConsent
-        switch choice {
-        case "granted": consent = .granted
-        case "denied": consent = .denied
-        case "unknown": consent = .unknown
-        default: return usageError("--consumption-data must be granted, denied or unknown")
+        guard let consent = choice.flatMap({ ConsumptionConsent(rawValue: $0.uppercased()) }) else {
+            return usageError("--consumption-data must be granted, denied or unknown")
         }
         return await Subsctl.withDatabase { pool in
             guard let outcome = try await ConsentStore.record(consent, userID: user, createUser: false, recordedBy: operatorName, reason: reason, pool: pool)

@@ -353,15 +353,9 @@ public struct EventStore: Sendable {
         }
     }
 
-    /// Claims an event for `owner` until the lease runs out, if it is claimable now: new, due for a
-    /// retry, or abandoned by a worker whose lease expired. Nil means someone else has it or it is done.
-    public func claim(_ envelope: EventEnvelope, owner: String, lease: Duration) async throws -> ClaimedEvent? {
-        try await claim([envelope], owner: owner, lease: lease)[0]
-    }
-
     /// Claims many events at once, one statement per event table (the worker's group commit of
     /// claims); returns one result per envelope, in order. An event named twice is claimed for its
-    /// first envelope only, as two single claims would have done.
+    /// first envelope only, as two claims one after the other would have done.
     ///
     /// The claim commits asynchronously (no WAL flush of its own): losing it in a server crash only
     /// makes the event claimable again, and the worker's transaction that applies the event commits
@@ -425,45 +419,6 @@ public struct EventStore: Sendable {
     static func originColumns(for kind: EventKind) -> String {
         kind == .submission
             ? "submission_kind, user_id, order_no, payload_hash" : "notification_uuid, notification_type, subtype"
-    }
-
-    /// Inside the worker's transaction, before any effect: locks the event row and checks that the
-    /// lease is still ours, so a worker whose lease ran out can never commit effects twice.
-    public func lockLease(of event: ClaimedEvent, owner: String, on connection: PostgresConnection) async throws
-        -> Bool
-    {
-        let table = Self.table(for: event.kind)!
-        let rows = try await connection.query(
-            PostgresQuery(
-                unsafeSQL: """
-                    SELECT id FROM \(table)
-                     WHERE id = $1 AND process_status = 'PROCESSING' AND lease_owner = $2
-                     FOR UPDATE
-                    """,
-                binds: [event.id.postgresData, owner.postgresData]))
-        return rows.count == 1
-    }
-
-    /// Marks the event done and records that its effects were applied, in the worker's transaction.
-    public func complete(_ event: ClaimedEvent, owner: String, on connection: PostgresConnection) async throws {
-        let table = Self.table(for: event.kind)!
-        try await connection.query(
-            PostgresQuery(
-                unsafeSQL: """
-                    WITH done AS (
-                        UPDATE \(table)
-                           SET process_status = 'SUCCEEDED', processed_at = now(), lease_owner = NULL,
-                               lease_expires_at = NULL, error_code = NULL, error_message = NULL, updated_at = now()
-                         WHERE id = $1
-                        RETURNING id
-                    )
-                    INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
-                    SELECT $2, id, $3, $4 FROM done
-                    """,
-                binds: [
-                    event.id.postgresData, event.kind.rawValue.postgresData, owner.postgresData,
-                    (event.retryCount + 1).postgresData,
-                ]))
     }
 
     /// Gives the event back for a later attempt (`RETRY_WAIT`), or buries it (`DEAD`) when `retryAt` is nil.

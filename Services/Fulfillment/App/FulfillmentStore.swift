@@ -153,11 +153,6 @@ struct FulfillmentStore: Sendable {
         return Set(try rows.map { Int(try $0.decode("position", as: Int64.self)) - 1 })
     }
 
-    /// The event table of a kind, as SQL text that can never come from input.
-    static func table(_ kind: EventKind) -> StaticString {
-        kind == .submission ? "transaction_submission" : "apple_notification_event"
-    }
-
     /// The facts and the row as JSON whose keys are the domain types' properties and whose dates
     /// are Apple's milliseconds, so they decode into exactly the values that were written.
     /// Milliseconds are computed inline rather than with the schema's `epoch_ms`: an IMMUTABLE SQL
