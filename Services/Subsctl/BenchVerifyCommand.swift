@@ -47,8 +47,9 @@ enum BenchVerifyCommand: SubsctlCommand {
             return ExitStatus.refused
         }
         let elapsed = clock.now - start
-        let elapsedSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        Subsctl.printOutput("""
+        let elapsedSeconds = elapsed.inSeconds
+        Subsctl.printOutput(
+            """
             kind=\(kind.rawValue)
             payloads=\(tokens.count)
             verifications=\(count)

@@ -29,7 +29,8 @@ enum CatalogApplyCommand: SubsctlCommand {
         return await Subsctl.withDatabase { pool in
             let result = try await CatalogueStore(pool: pool).apply(
                 file, operator: operatorName, reason: reason ?? "subsctl catalog apply \(URL(fileURLWithPath: path).lastPathComponent)")
-            let lines = result.inserted.map { "inserted \($0)" } + result.updated.map { "updated \($0)" }
+            let lines =
+                result.inserted.map { "inserted \($0)" } + result.updated.map { "updated \($0)" }
                 + result.unchanged.map { "unchanged \($0)" }
             Subsctl.printOutput(
                 (lines + ["inserted=\(result.inserted.count) updated=\(result.updated.count) unchanged=\(result.unchanged.count)"])

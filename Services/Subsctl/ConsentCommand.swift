@@ -24,7 +24,9 @@ enum ConsentCommand: SubsctlCommand {
             return usageError("--consumption-data must be granted, denied or unknown")
         }
         return await Subsctl.withDatabase { pool in
-            guard let outcome = try await ConsentStore.record(consent, userID: user, createUser: false, recordedBy: operatorName, reason: reason, pool: pool)
+            guard
+                let outcome = try await ConsentStore.record(
+                    consent, userID: user, createUser: false, recordedBy: operatorName, reason: reason, pool: pool)
             else {
                 Subsctl.printError("no user \(user)")
                 return ExitStatus.refused

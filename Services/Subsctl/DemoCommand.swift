@@ -87,7 +87,8 @@ struct DemoStory {
 
         // 1. Purchase: the app's order, StoreKit's transaction uploaded by the app, Apple's notification.
         step("1. Purchase: the user buys \(Self.starter) in the app")
-        let created = try await client.send("POST", "/api/v1/subscriptions/orders",
+        let created = try await client.send(
+            "POST", "/api/v1/subscriptions/orders",
             json: ["productId": Self.starter, "requestId": UUID().uuidString], bearer: bearer)
         guard created.status == 201 || created.status == 200, let orderNo = created.json["orderNo"] as? String,
             let token = (created.json["appAccountToken"] as? String).flatMap(UUID.init(uuidString:))
@@ -99,19 +100,25 @@ struct DemoStory {
             }
             throw DemoFailure.refused("creating the order", created)
         }
-        say("app    POST /api/v1/subscriptions/orders -> \(created.status): order \(orderNo) \(created.string("status")), appAccountToken \(token.uuidString.lowercased())")
+        say(
+            "app    POST /api/v1/subscriptions/orders -> \(created.status): order \(orderNo) \(created.string("status")), appAccountToken \(token.uuidString.lowercased())"
+        )
         let now = Date()
         let purchase = TestPayloads.transaction(
             bundleId: bundleId, environment: .sandbox, productId: Self.starter, purchaseDate: now,
             expiresDate: now + Self.month, appAccountToken: token)
         let chain = purchase.originalTransactionId!
         say("Apple  StoreKit purchase: transaction \(purchase.transactionId!), expires \(Self.day(purchase.expiresDate))")
-        let uploaded = try await client.send("POST", "/api/v1/subscriptions/orders/\(orderNo)/apple-transaction",
+        let uploaded = try await client.send(
+            "POST", "/api/v1/subscriptions/orders/\(orderNo)/apple-transaction",
             json: ["signedTransaction": try sign(purchase)], bearer: bearer)
         guard uploaded.status == 200 || uploaded.status == 202 else { throw DemoFailure.refused("uploading the transaction", uploaded) }
-        say("app    POST .../orders/\(orderNo)/apple-transaction -> \(uploaded.status) "
-            + (uploaded.status == 202 ? "FULFILLMENT_PENDING (the worker had not finished within the ingress's wait)"
-                : "order \(uploaded.string("orderStatus")), subscription \(uploaded.string("subscriptionStatus")), credits \(uploaded.string("creditsBalance"))"))
+        say(
+            "app    POST .../orders/\(orderNo)/apple-transaction -> \(uploaded.status) "
+                + (uploaded.status == 202
+                    ? "FULFILLMENT_PENDING (the worker had not finished within the ingress's wait)"
+                    : "order \(uploaded.string("orderStatus")), subscription \(uploaded.string("subscriptionStatus")), credits \(uploaded.string("creditsBalance"))")
+        )
         try await notify(.subscribed, .initialBuy, purchase, renewal(purchase, autoRenewProduct: Self.starter))
         try await showEvidence(orderNo: orderNo, chain: chain, transaction: purchase) { evidence in
             evidence.order?["status"] as? String == "FULFILLED"
@@ -245,13 +252,17 @@ struct DemoStory {
         }
         let elapsed = ContinuousClock.now - start
         let transactionID = transaction.transactionId!
-        say("evidence" + (applied(evidence)
-            ? " (applied by the worker, seen after \(Self.seconds(elapsed)))"
-            : evidence.subscriptionsServed
-                ? " (the worker has not applied this step within \(Self.seconds(wait)): as the API shows it now)"
-                : " (this ingress does not serve /api/v1/subscriptions/current: as far as the API shows)"))
+        say(
+            "evidence"
+                + (applied(evidence)
+                    ? " (applied by the worker, seen after \(Self.seconds(elapsed)))"
+                    : evidence.subscriptionsServed
+                        ? " (the worker has not applied this step within \(Self.seconds(wait)): as the API shows it now)"
+                        : " (this ingress does not serve /api/v1/subscriptions/current: as far as the API shows)"))
         if let order = evidence.order {
-            say("  order         \(orderNo) \(order["status"] as? String ?? "?") (\(order["orderType"] as? String ?? "?")), transaction \(order["transactionId"] as? String ?? "none yet")")
+            say(
+                "  order         \(orderNo) \(order["status"] as? String ?? "?") (\(order["orderType"] as? String ?? "?")), transaction \(order["transactionId"] as? String ?? "none yet")"
+            )
         }
         say("  transaction   \(transactionID) of chain \(chain)" + (transaction.revocationDate == nil ? "" : ", revoked"))
         if let subscription = evidence.subscription {
@@ -305,7 +316,7 @@ struct DemoStory {
     static func day(_ date: Date?) -> String { date.map { RFC3339.string(from: $0) } ?? "never" }
 
     static func seconds(_ duration: Duration) -> String {
-        String(format: "%.1f s", Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
+        String(format: "%.1f s", duration.inSeconds)
     }
 
     /// API times are whole seconds; Apple's carry milliseconds.

@@ -68,8 +68,9 @@ enum RequeryCommand: SubsctlCommand {
                 """)
             {
                 let code: String = try row.decode("error_code")
-                Subsctl.printOutput("event=\(try row.decode("id", as: Int64.self)) status=\(try row.decode("process_status", as: String.self))"
-                    + (code.isEmpty ? "" : " error=\(code)"))
+                Subsctl.printOutput(
+                    "event=\(try row.decode("id", as: Int64.self)) status=\(try row.decode("process_status", as: String.self))"
+                        + (code.isEmpty ? "" : " error=\(code)"))
             }
             if let row = try await pool.query(
                 """

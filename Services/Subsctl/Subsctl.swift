@@ -38,7 +38,8 @@ enum Subsctl {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
-            ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self, CreditsAdjustCommand.self,
+            ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
+            CreditsAdjustCommand.self,
         ]
     }
 

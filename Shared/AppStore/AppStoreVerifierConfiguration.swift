@@ -58,7 +58,9 @@ public struct AppStoreVerifierConfiguration: Sendable {
         var environment = AppStoreEnvironment.sandbox
         if let raw = reader.optionalString("APPLE_IAP_ENV") {
             let match = names.first { $0.lowercased() == raw.lowercased() }
-            if let match { environment = AppStoreEnvironment(rawValue: match)! } else {
+            if let match {
+                environment = AppStoreEnvironment(rawValue: match)!
+            } else {
                 reader.report("APPLE_IAP_ENV", raw, "one of " + names.joined(separator: ", "))
             }
         } else {

@@ -46,9 +46,11 @@ final class RevocationChecker: Sendable {
     /// Asks the responder about `certificate` (issued by `issuer`) unless a fresh answer is cached.
     func check(_ certificate: X509Certificate, issuer: X509Certificate) async throws(VerificationError) {
         if isKnownGood(certificate.sha256Fingerprint, now: clock.now()) { return }
-        guard let url = certificate.ocspResponderURLs.lazy.compactMap(URL.init(string:)).first(where: {
-            ["http", "https"].contains($0.scheme?.lowercased() ?? "")
-        }) else {
+        guard
+            let url = certificate.ocspResponderURLs.lazy.compactMap(URL.init(string:)).first(where: {
+                ["http", "https"].contains($0.scheme?.lowercased() ?? "")
+            })
+        else {
             throw VerificationError(.invalidChain, "\(certificate.subject) names no OCSP responder, so online checks cannot pass")
         }
         let request: OCSPRequest

@@ -52,13 +52,16 @@ public final class SignedDataVerifier: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.metrics = VerifierMetrics(registry: metrics)
-        revocation = configuration.onlineChecks
+        revocation =
+            configuration.onlineChecks
             ? RevocationChecker(trust: chainVerifier, timeout: onlineCheckTimeout, clock: clock, logger: logger) : nil
         for root in configuration.testRoots {
             logger.warning(
                 "TEST ROOT CERTIFICATE TRUSTED: data signed by a non-Apple chain will verify; never use this in production",
-                ["appstore.root_subject": .string(root.subject),
-                 "appstore.root_sha256": .string(Hex.encode(root.sha256Fingerprint))])
+                [
+                    "appstore.root_subject": .string(root.subject),
+                    "appstore.root_sha256": .string(Hex.encode(root.sha256Fingerprint)),
+                ])
         }
     }
 
@@ -71,20 +74,24 @@ public final class SignedDataVerifier: Sendable {
     {
         try await verify(signedPayload, expectedEnvironment) { (payload: ResponseBodyV2DecodedPayload) in
             if let data = payload.data {
-                return Claims(signedDate: payload.signedDate, environment: data.rawEnvironment,
-                              bundleId: data.bundleId, appAppleId: data.appAppleId, checksApp: true)
+                return Claims(
+                    signedDate: payload.signedDate, environment: data.rawEnvironment,
+                    bundleId: data.bundleId, appAppleId: data.appAppleId, checksApp: true)
             }
             if let summary = payload.summary {
-                return Claims(signedDate: payload.signedDate, environment: summary.rawEnvironment,
-                              bundleId: summary.bundleId, appAppleId: summary.appAppleId, checksApp: true)
+                return Claims(
+                    signedDate: payload.signedDate, environment: summary.rawEnvironment,
+                    bundleId: summary.bundleId, appAppleId: summary.appAppleId, checksApp: true)
             }
             if let token = payload.externalPurchaseToken {
-                return Claims(signedDate: payload.signedDate, environment: token.environment.rawValue,
-                              bundleId: token.bundleId, appAppleId: token.appAppleId, checksApp: true)
+                return Claims(
+                    signedDate: payload.signedDate, environment: token.environment.rawValue,
+                    bundleId: token.bundleId, appAppleId: token.appAppleId, checksApp: true)
             }
             if let app = payload.appData {
-                return Claims(signedDate: payload.signedDate, environment: app.rawEnvironment,
-                              bundleId: app.bundleId, appAppleId: app.appAppleId, checksApp: true)
+                return Claims(
+                    signedDate: payload.signedDate, environment: app.rawEnvironment,
+                    bundleId: app.bundleId, appAppleId: app.appAppleId, checksApp: true)
             }
             return Claims(signedDate: payload.signedDate, environment: nil, bundleId: nil, appAppleId: nil, checksApp: true)
         }
@@ -95,8 +102,9 @@ public final class SignedDataVerifier: Sendable {
         async throws(VerificationError) -> JWSTransactionDecodedPayload
     {
         try await verify(signedTransaction, expectedEnvironment) { (payload: JWSTransactionDecodedPayload) in
-            Claims(signedDate: payload.signedDate, environment: payload.rawEnvironment,
-                   bundleId: payload.bundleId, appAppleId: nil, checksApp: true, checksAppAppleId: false)
+            Claims(
+                signedDate: payload.signedDate, environment: payload.rawEnvironment,
+                bundleId: payload.bundleId, appAppleId: nil, checksApp: true, checksAppAppleId: false)
         }
     }
 
@@ -105,8 +113,9 @@ public final class SignedDataVerifier: Sendable {
         async throws(VerificationError) -> JWSRenewalInfoDecodedPayload
     {
         try await verify(signedRenewalInfo, expectedEnvironment) { (payload: JWSRenewalInfoDecodedPayload) in
-            Claims(signedDate: payload.signedDate, environment: payload.rawEnvironment,
-                   bundleId: nil, appAppleId: nil, checksApp: false)
+            Claims(
+                signedDate: payload.signedDate, environment: payload.rawEnvironment,
+                bundleId: nil, appAppleId: nil, checksApp: false)
         }
     }
 
@@ -116,8 +125,9 @@ public final class SignedDataVerifier: Sendable {
         async throws(VerificationError) -> AppTransaction
     {
         try await verify(signedAppTransaction, expectedEnvironment) { (payload: AppTransaction) in
-            Claims(signedDate: payload.receiptCreationDate, environment: payload.rawReceiptType,
-                   bundleId: payload.bundleId, appAppleId: payload.appAppleId, checksApp: true)
+            Claims(
+                signedDate: payload.receiptCreationDate, environment: payload.rawReceiptType,
+                bundleId: payload.bundleId, appAppleId: payload.appAppleId, checksApp: true)
         }
     }
 
@@ -231,7 +241,8 @@ public final class SignedDataVerifier: Sendable {
             guard configuration.allowXcode, environment == expected else {
                 throw VerificationError(
                     .invalidEnvironment,
-                    "\(environment.rawValue)-signed data is refused (APPLE_IAP_ALLOW_XCODE is \(configuration.allowXcode), expected \(expected.rawValue))")
+                    "\(environment.rawValue)-signed data is refused (APPLE_IAP_ALLOW_XCODE is \(configuration.allowXcode), expected \(expected.rawValue))"
+                )
             }
         } else {
             let now = clock.now()
@@ -251,7 +262,8 @@ public final class SignedDataVerifier: Sendable {
             }
             // A known header's bytes (and the dot after them) are already absorbed: only the
             // payload is hashed, about two thirds of a notification's signing input.
-            let digest = known.map { $0.signingPrefix.hash(appending: UnsafeRawBufferPointer(jws.payload)) }
+            let digest =
+                known.map { $0.signingPrefix.hash(appending: UnsafeRawBufferPointer(jws.payload)) }
                 ?? SHA256.hash(UnsafeRawBufferPointer(jws.signingInput))
             guard entry.leafKey.isValidSignature(signature, digest: digest) else {
                 throw VerificationError(.invalidSignature, "the signature does not verify with the leaf certificate's key")
@@ -279,10 +291,11 @@ public final class SignedDataVerifier: Sendable {
     /// Store environments; anything else serves Sandbox (plus local data when allowed).
     private func acceptedEnvironment(_ requested: AppStoreEnvironment?) throws(VerificationError) -> AppStoreEnvironment {
         let expected = requested ?? configuration.environment
-        let accepted: Bool = switch configuration.environment {
-        case .production: expected == .production || expected == .sandbox
-        case .sandbox, .xcode, .localTesting: expected == .sandbox || (expected.isLocal && configuration.allowXcode)
-        }
+        let accepted: Bool =
+            switch configuration.environment {
+            case .production: expected == .production || expected == .sandbox
+            case .sandbox, .xcode, .localTesting: expected == .sandbox || (expected.isLocal && configuration.allowXcode)
+            }
         guard accepted else {
             throw VerificationError(
                 .invalidEnvironment, "a \(configuration.environment.rawValue) deployment does not accept \(expected.rawValue) data")
@@ -314,7 +327,8 @@ public final class SignedDataVerifier: Sendable {
     }
 
     private func verifyChain(_ der: [[UInt8]], at date: Date, now: Date) throws(VerificationError) -> ChainCache.Entry {
-        let leaf: X509Certificate, intermediate: X509Certificate
+        let leaf: X509Certificate
+        let intermediate: X509Certificate
         do throws(CryptoError) {
             leaf = try X509Certificate(der: der[0])
             intermediate = try X509Certificate(der: der[1])
@@ -422,11 +436,13 @@ private struct VerifierMetrics: Sendable {
     let cacheMisses: Counter
 
     init(registry: MetricsRegistry) {
-        let name = "appstore_jws_verifications_total", help = "App Store JWS verifications by result"
+        let name = "appstore_jws_verifications_total"
+        let help = "App Store JWS verifications by result"
         accepted = registry.counter(name, help: help, labels: ["result": "OK"])
-        refused = Dictionary(uniqueKeysWithValues: VerificationError.Code.allCases.map {
-            ($0, registry.counter(name, help: help, labels: ["result": $0.rawValue]))
-        })
+        refused = Dictionary(
+            uniqueKeysWithValues: VerificationError.Code.allCases.map {
+                ($0, registry.counter(name, help: help, labels: ["result": $0.rawValue]))
+            })
         cacheMisses = registry.counter(
             "appstore_chain_cache_misses_total", help: "Certificate chains verified with OpenSSL (not from the cache)")
     }

@@ -89,9 +89,15 @@ enum StrictJSON {
             case UInt8(ascii: "{"): return try object(depth: depth + 1)
             case UInt8(ascii: "["): return try array(depth: depth + 1)
             case UInt8(ascii: "\""): return .string(try string())
-            case UInt8(ascii: "t"): try literal("true"); return .bool(true)
-            case UInt8(ascii: "f"): try literal("false"); return .bool(false)
-            case UInt8(ascii: "n"): try literal("null"); return .null
+            case UInt8(ascii: "t"):
+                try literal("true")
+                return .bool(true)
+            case UInt8(ascii: "f"):
+                try literal("false")
+                return .bool(false)
+            case UInt8(ascii: "n"):
+                try literal("null")
+                return .null
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
             default: throw fail("unexpected character")
             }
@@ -167,7 +173,8 @@ enum StrictJSON {
         /// Whether none of the eight bytes is a quote, backslash, control character or non-ASCII
         /// (may answer false for a plain word; then the byte loop decides).
         @inline(__always) private static func plain(_ word: UInt64) -> Bool {
-            let quote = word ^ (ones &* 0x22), backslash = word ^ (ones &* 0x5C)
+            let quote = word ^ (ones &* 0x22)
+            let backslash = word ^ (ones &* 0x5C)
             let flags = word | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((word &- ones &* 0x20) & ~word)
             return flags & highs == 0
         }

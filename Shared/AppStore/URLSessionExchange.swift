@@ -28,7 +28,7 @@ final class URLSessionExchange: @unchecked Sendable {
     /// truncates timeouts to whole seconds (so 0.5 s would fire at once); the exchange's own
     /// timer enforces the exact limit.
     static func wholeSeconds(_ duration: Duration) -> TimeInterval {
-        max(1, (Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18).rounded(.up))
+        max(1, (duration.inSeconds).rounded(.up))
     }
 
     static func perform(_ request: URLRequest, on session: URLSession, limit: Duration) async
@@ -54,7 +54,7 @@ final class URLSessionExchange: @unchecked Sendable {
         }
         task.resume()
         if cancelledAlready { task.cancel() }
-        let seconds = max(0, Double(limit.components.seconds) + Double(limit.components.attoseconds) / 1e18)
+        let seconds = max(0, limit.inSeconds)
         DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [weak self] in self?.cancel(timedOut: true) }
     }
 

@@ -140,13 +140,15 @@ public struct CreditJobs: Sendable {
             for pool in CreditPool.allCases {
                 guard let amount = drawn[pool], amount > 0 else { continue }
                 pools[pool, default: 0] -= amount
-                entries.append(user: user, pool: pool, delta: -amount, after: pools[pool]!, type: "DAILY_SETTLEMENT",
-                               reference: "daily:\(user):\(day.text)")
+                entries.append(
+                    user: user, pool: pool, delta: -amount, after: pools[pool]!, type: "DAILY_SETTLEMENT",
+                    reference: "daily:\(user):\(day.text)")
                 changed.insert(Pair(user: user, pool: pool))
             }
             balances[user] = pools
-            closes.append(id: try row.decode("id"), charged: charged, rounding: rounding, settled: settled,
-                          shortfall: rounding - settled)
+            closes.append(
+                id: try row.decode("id"), charged: charged, rounding: rounding, settled: settled,
+                shortfall: rounding - settled)
         }
         let accounts = changed.sorted { ($0.user, $0.pool.rawValue) < ($1.user, $1.pool.rawValue) }
         try await db.query(
@@ -247,12 +249,14 @@ public struct CreditJobs: Sendable {
             var amount: MicroCredits = 0
             if !entitled, !clearedUsers.contains(user), let balance = balances[user], balance > 0 {
                 amount = balance
-                entries.append(user: user, pool: .subscription, delta: -balance, after: 0, type: "EXPIRY_CLEARING",
-                               reference: "expiry:\(environment):\(original):\(last)")
+                entries.append(
+                    user: user, pool: .subscription, delta: -balance, after: 0, type: "EXPIRY_CLEARING",
+                    reference: "expiry:\(environment):\(original):\(last)")
             }
             if !entitled { clearedUsers.insert(user) }
-            handled.append(environment: environment, original: original, last: last, status: try row.decode("status"),
-                           user: user, amount: amount)
+            handled.append(
+                environment: environment, original: original, last: last, status: try row.decode("status"),
+                user: user, amount: amount)
         }
         let emptied = entries.users
         try await db.query(

@@ -14,7 +14,9 @@ public struct CreditsConfiguration: Sendable {
     /// `CREDITS_BATCH_SIZE`: rows per job transaction. Default 1000.
     public var batchSize: Int
 
-    public init(welcomeCredits: Int64 = 0, schedulerInterval: Duration? = .seconds(60), invariantInterval: Duration = .seconds(600), batchSize: Int = 1000) {
+    public init(
+        welcomeCredits: Int64 = 0, schedulerInterval: Duration? = .seconds(60), invariantInterval: Duration = .seconds(600), batchSize: Int = 1000
+    ) {
         self.welcomeCredits = welcomeCredits
         self.schedulerInterval = schedulerInterval
         self.invariantInterval = invariantInterval

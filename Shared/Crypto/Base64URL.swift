@@ -71,9 +71,14 @@ public enum Base64URL {
         // One spare byte: each quad is stored as four bytes, the fourth overwritten by the next quad.
         let out = [UInt8](unsafeUninitializedCapacity: outputCount + 1) { out, initialized in
             quadTables.withUnsafeBufferPointer { tables in
-                let t0 = tables.baseAddress!, t1 = t0 + 256, t2 = t0 + 512, t3 = t0 + 768
-                let source = input.baseAddress!, target = UnsafeMutableRawPointer(out.baseAddress!)
-                var read = 0, write = 0
+                let t0 = tables.baseAddress!
+                let t1 = t0 + 256
+                let t2 = t0 + 512
+                let t3 = t0 + 768
+                let source = input.baseAddress!
+                let target = UnsafeMutableRawPointer(out.baseAddress!)
+                var read = 0
+                var write = 0
                 var bad: UInt32 = 0
                 // Two quads per step, stored as one 8-byte write (6 bytes used, 2 overwritten
                 // next); needs 2 spare bytes, so it stops while a quad is still left.
@@ -103,11 +108,14 @@ public enum Base64URL {
                 values.withUnsafeBufferPointer { table in
                     switch remainder {
                     case 2:
-                        let a = table[Int(input[read])], b = table[Int(input[read + 1])]
+                        let a = table[Int(input[read])]
+                        let b = table[Int(input[read + 1])]
                         valid = (a | b) & 0xC0 == 0 && b & 0x0F == 0
                         out[write] = a << 2 | b >> 4
                     case 3:
-                        let a = table[Int(input[read])], b = table[Int(input[read + 1])], c = table[Int(input[read + 2])]
+                        let a = table[Int(input[read])]
+                        let b = table[Int(input[read + 1])]
+                        let c = table[Int(input[read + 2])]
                         valid = (a | b | c) & 0xC0 == 0 && c & 0x03 == 0
                         out[write] = a << 2 | b >> 4
                         out[write + 1] = b << 4 | c >> 2

@@ -52,7 +52,8 @@ public final class SHA256Prefix: @unchecked Sendable {
         defer { EVP_MD_CTX_free(copy) }
         var digest = [UInt8](repeating: 0, count: SHA256.byteCount)
         var length: UInt32 = 0
-        let ok = EVP_MD_CTX_copy_ex(copy, context) == 1 && EVP_DigestUpdate(copy, suffix.baseAddress, suffix.count) == 1
+        let ok =
+            EVP_MD_CTX_copy_ex(copy, context) == 1 && EVP_DigestUpdate(copy, suffix.baseAddress, suffix.count) == 1
             && digest.withUnsafeMutableBufferPointer { EVP_DigestFinal_ex(copy, $0.baseAddress, &length) } == 1
         // Only an allocation failure makes SHA-256 fail.
         guard ok, length == UInt32(SHA256.byteCount) else { fatalError("SHA-256 continuation failed") }

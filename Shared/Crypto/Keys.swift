@@ -105,8 +105,10 @@ enum ECDSASignatureEncoding {
             while start < bytes.endIndex - 1 && bytes[start] == 0 { start += 1 }
             return bytes[start...]
         }
-        let r = integer(raw[0..<32]), s = integer(raw[32..<64])
-        let rPad = r.first! & 0x80 != 0 ? 1 : 0, sPad = s.first! & 0x80 != 0 ? 1 : 0
+        let r = integer(raw[0..<32])
+        let s = integer(raw[32..<64])
+        let rPad = r.first! & 0x80 != 0 ? 1 : 0
+        let sPad = s.first! & 0x80 != 0 ? 1 : 0
         var der = [UInt8]()
         der.reserveCapacity(72)
         der += [0x30, UInt8(4 + r.count + rPad + s.count + sPad), 0x02, UInt8(r.count + rPad)]

@@ -92,7 +92,8 @@ public final class OCSPRequest: @unchecked Sendable {
             throw .openSSL(.chainVerificationFailed, "OCSP response signature or responder authorisation does not verify")
         }
 
-        var status: Int32 = -1, reason: Int32 = -1
+        var status: Int32 = -1
+        var reason: Int32 = -1
         var revoked: UnsafeMutablePointer<ASN1_GENERALIZEDTIME>?
         var thisUpdate: UnsafeMutablePointer<ASN1_GENERALIZEDTIME>?
         var nextUpdate: UnsafeMutablePointer<ASN1_GENERALIZEDTIME>?
@@ -108,11 +109,12 @@ public final class OCSPRequest: @unchecked Sendable {
             guard nextDate >= thisDate else { throw CryptoError(.invalidInput, "OCSP response nextUpdate precedes thisUpdate") }
             guard nextDate + Self.clockSkew >= now else { throw CryptoError(.invalidInput, "OCSP response expired at \(nextDate)") }
         }
-        let result: OCSPCertificateStatus = switch status {
-        case V_OCSP_CERTSTATUS_GOOD: .good
-        case V_OCSP_CERTSTATUS_REVOKED: .revoked(at: revoked.flatMap { asn1Date($0) })
-        default: .unknown
-        }
+        let result: OCSPCertificateStatus =
+            switch status {
+            case V_OCSP_CERTSTATUS_GOOD: .good
+            case V_OCSP_CERTSTATUS_REVOKED: .revoked(at: revoked.flatMap { asn1Date($0) })
+            default: .unknown
+            }
         return OCSPResult(status: result, thisUpdate: thisDate, nextUpdate: nextDate)
     }
 

@@ -159,15 +159,17 @@ public enum TestOCSPResponder {
             next = made
         }
         defer { if let next { ASN1_TIME_free(next) } }
-        let code: Int32 = switch status {
-        case .good: V_OCSP_CERTSTATUS_GOOD
-        case .revoked: V_OCSP_CERTSTATUS_REVOKED
-        case .unknown: V_OCSP_CERTSTATUS_UNKNOWN
-        }
+        let code: Int32 =
+            switch status {
+            case .good: V_OCSP_CERTSTATUS_GOOD
+            case .revoked: V_OCSP_CERTSTATUS_REVOKED
+            case .unknown: V_OCSP_CERTSTATUS_UNKNOWN
+            }
         for index in 0..<OCSP_request_onereq_count(request) {
             guard let one = OCSP_request_onereq_get0(request, index), let id = OCSP_onereq_get0_id(one),
-                OCSP_basic_add1_status(basic, id, code, status == .revoked ? OCSP_REVOKED_STATUS_KEYCOMPROMISE : -1,
-                                       status == .revoked ? this : nil, this, next) != nil
+                OCSP_basic_add1_status(
+                    basic, id, code, status == .revoked ? OCSP_REVOKED_STATUS_KEYCOMPROMISE : -1,
+                    status == .revoked ? this : nil, this, next) != nil
             else { throw .openSSL(.internalFailure, "cannot add an OCSP single response") }
         }
         guard OCSP_basic_sign(basic, issuer.handle, issuerKey.key.handle, FetchedAlgorithms.shared.sha256, nil, 0) == 1 else {

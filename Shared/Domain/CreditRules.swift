@@ -78,8 +78,9 @@ public enum CreditRules {
         let anchor = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: purchase)
         return (0..<12).compactMap { index -> Date? in
             if index == 0 { return purchase }
-            guard let firstOfMonth = calendar.date(
-                from: DateComponents(year: anchor.year, month: anchor.month! + index, day: 1))
+            guard
+                let firstOfMonth = calendar.date(
+                    from: DateComponents(year: anchor.year, month: anchor.month! + index, day: 1))
             else { return nil }
             let days = calendar.range(of: .day, in: .month, for: firstOfMonth)!.count
             var components = calendar.dateComponents([.year, .month], from: firstOfMonth)

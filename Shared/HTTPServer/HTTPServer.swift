@@ -168,11 +168,14 @@ final class ServerCore: @unchecked Sendable {
         }
         // MHD calls back with this pointer; the retain is balanced after MHD_stop_daemon.
         let cls = Unmanaged.passRetained(self).toOpaque()
-        var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
+        var flags =
+            MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_EPOLL.rawValue
             | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue
         if address.isIPv6 { flags |= MHD_USE_IPv6.rawValue }
-        let idleSeconds = max(1, Int((Double(config.idleTimeout.components.seconds)
-            + Double(config.idleTimeout.components.attoseconds) / 1e18).rounded(.up)))
+        let idleSeconds = max(
+            1,
+            Int(
+                (config.idleTimeout.inSeconds).rounded(.up)))
         let daemon = address.withSockaddr { sockaddr in
             var options = [
                 // First, so that MHD reports even problems with the options after it through us.
@@ -207,7 +210,10 @@ final class ServerCore: @unchecked Sendable {
     }
 
     func shutdown() async {
-        enum Step { case stop(OpaquePointer), wait, done }
+        enum Step {
+            case stop(OpaquePointer)
+            case wait, done
+        }
         let step = state.withLock { s -> Step in
             switch s.phase {
             case .idle:
@@ -311,8 +317,9 @@ final class ServerCore: @unchecked Sendable {
                 guard context.body.count + count <= configuration.maxBodyBytes else {
                     // MHD accepts no response in the middle of a body: drop the connection.
                     rejectedTooLarge.increment()
-                    logger.debug("http request body over the limit, connection dropped",
-                                 ["trace.id": .string(context.head.traceID)])
+                    logger.debug(
+                        "http request body over the limit, connection dropped",
+                        ["trace.id": .string(context.head.traceID)])
                     return .NO
                 }
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
@@ -342,8 +349,10 @@ final class ServerCore: @unchecked Sendable {
         }
         guard admitted else {
             rejectedShuttingDown.increment()
-            return queue(.error(status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
-                                traceID: context.head.traceID), for: context, route: .unmatched)
+            return queue(
+                .error(
+                    status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
+                    traceID: context.head.traceID), for: context, route: .unmatched)
         }
         context.phase = .handling
         activeRequests.add(1)
@@ -395,20 +404,22 @@ final class ServerCore: @unchecked Sendable {
         route.observe(status: response.status, since: context.started)
         if logger.level <= .debug {
             let elapsed = ContinuousClock.now - context.started
-            logger.debug("http request", [
-                "http.method": .string(context.head.method), "http.path": .string(context.head.path),
-                "http.route": .string(route.route), "http.status": .int(Int64(response.status)),
-                "http.duration_ms": .double(Double(elapsed.components.attoseconds) / 1e15
-                    + Double(elapsed.components.seconds) * 1000),
-                "net.peer.address": .string(context.head.remoteAddress), "trace.id": .string(context.head.traceID),
-            ])
+            logger.debug(
+                "http request",
+                [
+                    "http.method": .string(context.head.method), "http.path": .string(context.head.path),
+                    "http.route": .string(route.route), "http.status": .int(Int64(response.status)),
+                    "http.duration_ms": .double(elapsed.inSeconds * 1000),
+                    "net.peer.address": .string(context.head.remoteAddress), "trace.id": .string(context.head.traceID),
+                ])
         }
         return result
     }
 
     private func tooLarge(_ context: RequestContext) -> HTTPResponse {
-        .error(status: 413, code: "PAYLOAD_TOO_LARGE",
-               message: "the request body exceeds \(configuration.maxBodyBytes) bytes", traceID: context.head.traceID)
+        .error(
+            status: 413, code: "PAYLOAD_TOO_LARGE",
+            message: "the request body exceeds \(configuration.maxBodyBytes) bytes", traceID: context.head.traceID)
     }
 
     private func readHead(_ connection: OpaquePointer, url: String, method: String) -> HTTPRequestHead {
@@ -417,7 +428,8 @@ final class ServerCore: @unchecked Sendable {
             _ = MHD_get_connection_values(connection, .HEADER_KIND, collectField, pointer)
             _ = MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, collectField, pointer)
         }
-        let peer = cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
+        let peer =
+            cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
             .flatMap { $0.pointee.client_addr }.map(SocketAddress.describe) ?? ""
         return HTTPRequestHead(
             method: method, path: url, query: fields.query, headers: fields.headers, remoteAddress: peer,
@@ -508,8 +520,9 @@ private let accessHandler: MHD_AccessHandlerCallback = {
         let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
         return core.proceed(context, uploadData: uploadData, uploadSize: uploadSize)
     }
-    let context = core.begin(connection, url: url.map { String(cString: $0) } ?? "/",
-                             method: method.map { String(cString: $0) } ?? "")
+    let context = core.begin(
+        connection, url: url.map { String(cString: $0) } ?? "/",
+        method: method.map { String(cString: $0) } ?? "")
     contextPointer.pointee = Unmanaged.passRetained(context).toOpaque()
     return context.early == nil ? .YES : core.respondEarly(context)
 }

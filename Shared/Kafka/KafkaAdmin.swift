@@ -48,7 +48,7 @@ public struct KafkaAdmin: Sendable {
     }
 
     private static func milliseconds(_ duration: Duration) -> Int32 {
-        Int32(clamping: duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+        Int32(clamping: duration.inMilliseconds)
     }
 
     private static func create(

@@ -73,10 +73,12 @@ public final class KafkaConsumer: Service, Sendable {
     /// Joins the group and consumes until `shutdown()` (or cancellation); then finishes running
     /// handlers, commits, and leaves the group. Throws on a fatal consumer error.
     public func run() async throws {
-        guard core.state.withLock({ state in
-            defer { state.started = true }
-            return !state.started
-        }) else {
+        guard
+            core.state.withLock({ state in
+                defer { state.started = true }
+                return !state.started
+            })
+        else {
             throw KafkaError(code: .invalidState, reason: "a consumer runs only once")
         }
         defer { core.finished.fire() }
@@ -244,7 +246,10 @@ final class ConsumerCore: Sendable {
             let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
             logger.warning(
                 "kafka consumer error",
-                ["kafka.topic": .string(topic), "error": .string(KafkaError(err, reason: String(cString: rd_kafka_message_errstr(message))).description)])
+                [
+                    "kafka.topic": .string(topic),
+                    "error": .string(KafkaError(err, reason: String(cString: rd_kafka_message_errstr(message))).description),
+                ])
         }
     }
 
@@ -359,7 +364,7 @@ final class ConsumerCore: Sendable {
             [
                 "kafka.partitions": .string(reached.map(\.0).sorted().map(\.description).joined(separator: ",")),
                 "kafka.committed": .int(Int64(commit ? offsets.count : 0)),
-                "duration_ms": .int(waited.components.seconds * 1000 + waited.components.attoseconds / 1_000_000_000_000_000),
+                "duration_ms": .int(waited.inMilliseconds),
             ])
     }
 

@@ -7,8 +7,10 @@ import ServiceRuntime
 /// Sendable: every property is immutable and the closures are `@Sendable`.
 final class ClientContext: Sendable {
     typealias RebalanceHook =
-        @Sendable (_ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
-            _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void
+        @Sendable (
+            _ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
+            _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+        ) -> Void
 
     let logger: Logger
     let onError: (@Sendable (KafkaError) -> Void)?
@@ -155,11 +157,12 @@ private let deliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_k
     ClientContext.from(opaque)?.onDelivery?(outcome)
 }
 
-private let rebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?) -> Void = {
-    rk, err, partitions, opaque in
-    guard let rk, let partitions, let context = ClientContext.from(opaque) else { return }
-    context.onRebalance?(rk, err, partitions)
-}
+private let rebalanceCallback:
+    @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?) -> Void = {
+        rk, err, partitions, opaque in
+        guard let rk, let partitions, let context = ClientContext.from(opaque) else { return }
+        context.onRebalance?(rk, err, partitions)
+    }
 
 // MARK: Topic partition lists.
 

@@ -44,7 +44,8 @@ extension NewNotificationEvent {
                 value.utf8.allSatisfy({ byte in
                     switch byte {
                     case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                        UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"): true
+                        UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                        true
                     default: false
                     }
                 })

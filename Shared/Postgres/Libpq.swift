@@ -17,8 +17,10 @@ struct ConnectionSettings: Sendable {
     /// libpq lets later keywords override earlier ones: the keep-alive defaults come before the
     /// URL (which may tune them), the pool's own settings after it (they always apply).
     var keywords: [(String, String)] {
-        let seconds = max(2, Int((Double(connectTimeout.components.seconds)
-            + Double(connectTimeout.components.attoseconds) / 1e18).rounded(.up)))
+        let seconds = max(
+            2,
+            Int(
+                (connectTimeout.inSeconds).rounded(.up)))
         return [
             // Detects a vanished server within about a minute, even on an idle or LISTEN socket.
             ("keepalives", "1"), ("keepalives_idle", "30"), ("keepalives_interval", "10"), ("keepalives_count", "3"),

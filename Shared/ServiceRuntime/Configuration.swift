@@ -103,8 +103,11 @@ public final class ConfigurationReader {
                 report(name, value, expected)
                 return nil
             }
-            result.append((String(item[..<colon]).trimmingCharacters(in: .whitespaces),
-                           String(item[item.index(after: colon)...]).trimmingCharacters(in: .whitespaces)))
+            result.append(
+                (
+                    String(item[..<colon]).trimmingCharacters(in: .whitespaces),
+                    String(item[item.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+                ))
         }
         return result
     }

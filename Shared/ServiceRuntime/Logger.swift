@@ -90,7 +90,10 @@ public final class LogSink: Sendable {
     public static let defaultLevel: LogLevel =
         ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap { LogLevel(rawValue: $0.lowercased()) } ?? .info
 
-    private enum Target { case descriptor(Int32), memory([String]) }
+    private enum Target {
+        case descriptor(Int32)
+        case memory([String])
+    }
     private let target: Mutex<Target>
 
     public init(fileDescriptor: Int32) { target = Mutex(.descriptor(fileDescriptor)) }
@@ -159,7 +162,8 @@ enum JSONText {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             case _ where scalar.value < 0x20:
-                out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+                out +=
+                    "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
                     + String(scalar.value, radix: 16)
             default: out.unicodeScalars.append(scalar)
             }

@@ -161,7 +161,7 @@ public final class Histogram: PrometheusRenderable {
     /// Observes the seconds elapsed since `start`.
     public func observe(since start: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - start
-        observe(Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+        observe(elapsed.inSeconds)
     }
 
     public var count: Int { state.withLock { $0.count } }

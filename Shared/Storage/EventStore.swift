@@ -496,6 +496,6 @@ public struct EventStore: Sendable {
     static func table(for kind: EventKind) -> String? { tables.first { $0.0 == kind }?.1 }
 
     static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        duration.inSeconds
     }
 }

@@ -136,7 +136,9 @@ public final class MockAppStoreServerAPI: Sendable {
     }
 
     /// A notification for Get Notification History.
-    public func addNotification(signedPayload: String, attempts: [SendAttemptItem] = [SendAttemptItem(attemptDate: Date(), sendAttemptResult: "SUCCESS")]) {
+    public func addNotification(
+        signedPayload: String, attempts: [SendAttemptItem] = [SendAttemptItem(attemptDate: Date(), sendAttemptResult: "SUCCESS")]
+    ) {
         state.withLock { $0.notifications.append(NotificationHistoryResponseItem(signedPayload: signedPayload, sendAttempts: attempts)) }
     }
 
@@ -164,15 +166,17 @@ public final class MockAppStoreServerAPI: Sendable {
         let token = request.header("authorization").flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }
         let problem = token.map(tokenProblem) ?? "no bearer token"
         let fault = state.withLock { state -> Fault? in
-            state.requests.append(RecordedRequest(
-                method: request.method, path: request.path, query: request.head.query, body: request.body, token: token,
-                authorized: problem == nil, authorizationProblem: problem))
+            state.requests.append(
+                RecordedRequest(
+                    method: request.method, path: request.path, query: request.head.query, body: request.body, token: token,
+                    authorized: problem == nil, authorizationProblem: problem))
             guard let index = state.faults.firstIndex(where: { $0.pathPrefix.map(request.path.hasPrefix) ?? true }) else { return nil }
             return state.faults.remove(at: index)
         }
         if let fault {
             if let delay = fault.delay { try? await Task.sleep(for: delay) }
-            var response = fault.errorCode.map { Self.json(AppleErrorBody(errorCode: $0, errorMessage: "scripted fault"), status: fault.status) }
+            var response =
+                fault.errorCode.map { Self.json(AppleErrorBody(errorCode: $0, errorMessage: "scripted fault"), status: fault.status) }
                 ?? HTTPResponse(status: fault.status)
             if let retryAfter = fault.retryAfter { response.headers.append(("Retry-After", retryAfter)) }
             return response
@@ -249,13 +253,17 @@ public final class MockAppStoreServerAPI: Sendable {
         let latest = purchase.max { ($0.payload.purchaseDate ?? .distantPast) < ($1.payload.purchaseDate ?? .distantPast) }!
         var items: [LastTransactionsItem] = []
         if wanted == nil || wanted == latest.status.rawValue {
-            items.append(LastTransactionsItem(
-                status: latest.status, originalTransactionId: latest.payload.originalTransactionId,
-                signedTransactionInfo: latest.signed, signedRenewalInfo: latest.signedRenewalInfo))
+            items.append(
+                LastTransactionsItem(
+                    status: latest.status, originalTransactionId: latest.payload.originalTransactionId,
+                    signedTransactionInfo: latest.signed, signedRenewalInfo: latest.signedRenewalInfo))
         }
-        return Self.json(StatusResponse(
-            environment: environment, bundleId: credentials.bundleId, appAppleId: nil,
-            data: [SubscriptionGroupIdentifierItem(subscriptionGroupIdentifier: latest.payload.subscriptionGroupIdentifier, lastTransactions: items)]))
+        return Self.json(
+            StatusResponse(
+                environment: environment, bundleId: credentials.bundleId, appAppleId: nil,
+                data: [
+                    SubscriptionGroupIdentifierItem(subscriptionGroupIdentifier: latest.payload.subscriptionGroupIdentifier, lastTransactions: items)
+                ]))
     }
 
     private func transactionInfo(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -265,7 +273,8 @@ public final class MockAppStoreServerAPI: Sendable {
     }
 
     /// The page starting at the offset a paging token names ("<prefix><offset>").
-    private func page<Item>(_ items: [Item], token: String?, prefix: String, invalid: Failure) throws -> (items: [Item], next: String, hasMore: Bool) {
+    private func page<Item>(_ items: [Item], token: String?, prefix: String, invalid: Failure) throws -> (items: [Item], next: String, hasMore: Bool)
+    {
         var offset = 0
         if let token {
             guard token.hasPrefix(prefix), let parsed = Int(token.dropFirst(prefix.count)), (0...items.count).contains(parsed) else { throw invalid }
@@ -284,9 +293,10 @@ public final class MockAppStoreServerAPI: Sendable {
         let page = try page(
             ordered.map(\.signed), token: request.query("revision"), prefix: "rev-",
             invalid: Failure(status: 400, errorCode: 4_000_005, message: "Invalid request revision."))
-        return Self.json(HistoryResponse(
-            revision: page.next, hasMore: page.hasMore, bundleId: credentials.bundleId, appAppleId: nil, environment: environment,
-            signedTransactions: page.items))
+        return Self.json(
+            HistoryResponse(
+                revision: page.next, hasMore: page.hasMore, bundleId: credentials.bundleId, appAppleId: nil, environment: environment,
+                signedTransactions: page.items))
     }
 
     private func notificationHistory(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -299,8 +309,9 @@ public final class MockAppStoreServerAPI: Sendable {
         let page = try page(
             state.withLock { $0.notifications }, token: request.query("paginationToken"), prefix: "page-",
             invalid: Failure(status: 400, errorCode: 4_000_014, message: "Invalid pagination token."))
-        return Self.json(NotificationHistoryResponse(
-            paginationToken: page.next, hasMore: page.hasMore, notificationHistory: page.items))
+        return Self.json(
+            NotificationHistoryResponse(
+                paginationToken: page.next, hasMore: page.hasMore, notificationHistory: page.items))
     }
 
     private func requestTest(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -333,11 +344,13 @@ public final class MockAppStoreServerAPI: Sendable {
         guard let body = try? AppStoreJSON.decoder().decode(ConsumptionRequest.self, from: Data(request.body)) else {
             throw Failure(status: 400, errorCode: 4_000_000, message: "Bad request.")
         }
-        guard state.withLock({ state in
-            guard state.transactions.contains(where: { $0.payload.transactionId == id }) else { return false }
-            state.consumption[id] = body
-            return true
-        }) else { throw Self.notFound }
+        guard
+            state.withLock({ state in
+                guard state.transactions.contains(where: { $0.payload.transactionId == id }) else { return false }
+                state.consumption[id] = body
+                return true
+            })
+        else { throw Self.notFound }
         return HTTPResponse(status: 202)
     }
 
@@ -351,9 +364,10 @@ public final class MockAppStoreServerAPI: Sendable {
         guard let latest = purchase.last else {
             throw Failure(status: 404, errorCode: 4_040_005, message: "Original transaction id not found.")
         }
-        return Self.json(ExtendRenewalDateResponse(
-            originalTransactionId: latest.payload.originalTransactionId, webOrderLineItemId: latest.payload.webOrderLineItemId,
-            success: true, effectiveDate: (latest.payload.expiresDate ?? Date()) + TimeInterval(days) * 86400))
+        return Self.json(
+            ExtendRenewalDateResponse(
+                originalTransactionId: latest.payload.originalTransactionId, webOrderLineItemId: latest.payload.webOrderLineItemId,
+                success: true, effectiveDate: (latest.payload.expiresDate ?? Date()) + TimeInterval(days) * 86400))
     }
 
     private func refunds(_ request: HTTPRequest) throws -> HTTPResponse {
@@ -370,11 +384,13 @@ public final class MockAppStoreServerAPI: Sendable {
         guard let body = try? AppStoreJSON.decoder().decode(UpdateAppAccountTokenRequest.self, from: Data(request.body)) else {
             throw Failure(status: 400, errorCode: 4_000_033, message: "Invalid app account token.")
         }
-        guard state.withLock({ state in
-            guard state.transactions.contains(where: { $0.payload.originalTransactionId == id }) else { return false }
-            state.appAccountTokens[id] = body.appAccountToken
-            return true
-        }) else { throw Failure(status: 404, errorCode: 4_040_005, message: "Original transaction id not found.") }
+        guard
+            state.withLock({ state in
+                guard state.transactions.contains(where: { $0.payload.originalTransactionId == id }) else { return false }
+                state.appAccountTokens[id] = body.appAccountToken
+                return true
+            })
+        else { throw Failure(status: 404, errorCode: 4_040_005, message: "Original transaction id not found.") }
         return HTTPResponse(status: 200)
     }
 }

@@ -10,9 +10,12 @@ extension TestAppleSigner {
     /// The files of a saved signer, PEM each: certificates readable by anyone who can enter the
     /// directory, keys by the owner only.
     enum StoredFile: String, CaseIterable {
-        case root = "root.pem", rootKey = "root-key.pem"
-        case intermediate = "intermediate.pem", intermediateKey = "intermediate-key.pem"
-        case leaf = "leaf.pem", leafKey = "leaf-key.pem"
+        case root = "root.pem"
+        case rootKey = "root-key.pem"
+        case intermediate = "intermediate.pem"
+        case intermediateKey = "intermediate-key.pem"
+        case leaf = "leaf.pem"
+        case leafKey = "leaf-key.pem"
 
         var isPrivateKey: Bool { rawValue.hasSuffix("-key.pem") }
     }

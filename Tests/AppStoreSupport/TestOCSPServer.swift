@@ -3,7 +3,6 @@ import Foundation
 import HTTPServer
 import ServiceRuntime
 
-
 /// OCSP responders for a `TestAppleSigner` chain on 127.0.0.1 (a free port): `POST /intermediate`
 /// answers for the leaf (signed by the intermediate CA), `POST /root` for the intermediate
 /// (signed by the root). Each answers as scripted and counts its requests.
@@ -99,17 +98,19 @@ public final class TestOCSPServer: Sendable {
         case .garbage: return ocsp(Array("not an OCSP response".utf8))
         case .wrongSigner:
             key = P256PrivateKey.generate()
-            guard let impostor = try? TestCertificateIssuer.selfSigned(
-                TestCertificateSpec(commonName: issuer.subject, notBefore: Date() - 60, notAfter: Date() + 86400, isCA: true), key: key)
+            guard
+                let impostor = try? TestCertificateIssuer.selfSigned(
+                    TestCertificateSpec(commonName: issuer.subject, notBefore: Date() - 60, notAfter: Date() + 86400, isCA: true), key: key)
             else { return HTTPResponse(status: 500) }
             issuer = impostor
         case .delayed(let delay): try? await Task.sleep(for: delay)
         }
         let now = clock.now()
         do {
-            return ocsp(try TestOCSPResponder.response(
-                to: request.body, issuer: issuer, issuerKey: key, status: status, thisUpdate: now,
-                nextUpdate: validity.map { now + $0 }))
+            return ocsp(
+                try TestOCSPResponder.response(
+                    to: request.body, issuer: issuer, issuerKey: key, status: status, thisUpdate: now,
+                    nextUpdate: validity.map { now + $0 }))
         } catch {
             return HTTPResponse(status: 400)
         }

@@ -60,7 +60,8 @@ struct AppleVectorTests {
             let parent = try #require(entry.parent.flatMap(AppleVectors.entry))
             let notification = try await Self.verifier(for: parent, roots: [g3], clock: Self.clock(at: parent))
                 .verifyNotification(try AppleVectors.text(parent.file))
-            let field = entry.file.hasSuffix(".signedTransactionInfo.jws")
+            let field =
+                entry.file.hasSuffix(".signedTransactionInfo.jws")
                 ? notification.data?.signedTransactionInfo : notification.data?.signedRenewalInfo
             #expect(field == (try AppleVectors.text(entry.file)), "\(entry.file)")
         }

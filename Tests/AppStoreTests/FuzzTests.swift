@@ -105,7 +105,8 @@ import Testing
         case 14..<17: segment = 2
         case 17..<19: segment = 0
         default:
-            let a = Int.random(in: 0..<3, using: &rng), b = Int.random(in: 0..<3, using: &rng)
+            let a = Int.random(in: 0..<3, using: &rng)
+            let b = Int.random(in: 0..<3, using: &rng)
             segments.swapAt(a, b)
             if Bool.random(using: &rng) { segments.append(segments[a]) }
             return segments.joined(separator: ".")

@@ -54,14 +54,18 @@ import Testing
     }
 
     @Test func renewalInfoAndAppTransactionDecode() async throws {
-        let r = try decode(JWSRenewalInfoDecodedPayload.self, """
+        let r = try decode(
+            JWSRenewalInfoDecodedPayload.self,
+            """
             {"expirationIntent":3,"autoRenewStatus":0,"priceIncreaseStatus":1,"isInBillingRetryPeriod":true,
              "gracePeriodExpiresDate":1700000000000,"renewalPrice":4990,"eligibleWinBackOfferIds":["a","b"],"environment":"Sandbox"}
             """)
         #expect(r.expirationIntent == .customerDidNotConsentToPriceIncrease && r.autoRenewStatus == .off)
         #expect(r.priceIncreaseStatus == .customerConsentedOrWasNotifiedWithoutNeedingConsent)
         #expect(r.isInBillingRetryPeriod == true && r.renewalPrice == 4990 && r.eligibleWinBackOfferIds == ["a", "b"])
-        let a = try decode(AppTransaction.self, """
+        let a = try decode(
+            AppTransaction.self,
+            """
             {"receiptType":"Sandbox","appAppleId":1,"bundleId":"b","receiptCreationDate":1700000000000,
              "originalPlatform":"visionOS","deviceVerificationNonce":"48c8b92d-ce0d-4229-bedf-e61b4f9cfc92","newThing":null}
             """)
@@ -69,12 +73,16 @@ import Testing
     }
 
     @Test func summaryAndExternalPurchaseTokenCarryTheirEnvironment() async throws {
-        let summary = try decode(ResponseBodyV2DecodedPayload.self, """
+        let summary = try decode(
+            ResponseBodyV2DecodedPayload.self,
+            """
             {"notificationType":"RENEWAL_EXTENSION","subtype":"SUMMARY","summary":{"environment":"Production","appAppleId":1,
              "bundleId":"b","productId":"p","requestIdentifier":"r","storefrontCountryCodes":["USA"],"succeededCount":5,"failedCount":0}}
             """)
         #expect(summary.summary?.environment == .production && summary.summary?.succeededCount == 5)
-        let token = try decode(ResponseBodyV2DecodedPayload.self, """
+        let token = try decode(
+            ResponseBodyV2DecodedPayload.self,
+            """
             {"notificationType":"EXTERNAL_PURCHASE_TOKEN","subtype":"UNREPORTED","externalPurchaseToken":
              {"externalPurchaseId":"SANDBOX_abc","tokenCreationDate":1700000000000,"appAppleId":1,"bundleId":"b"}}
             """)

@@ -129,7 +129,8 @@ import Testing
         ocsp.serve(signer)
         let token = try signer.sign(TestPayloads.transaction(bundleId: Self.bundleId, environment: .sandbox, signedDate: now - 10 * 86400))
         var configuration = signer.verifierConfiguration(bundleId: Self.bundleId)
-        let offline = try SignedDataVerifier(configuration: configuration, logger: Logger(label: "test", level: .critical), metrics: MetricsRegistry())
+        let offline = try SignedDataVerifier(
+            configuration: configuration, logger: Logger(label: "test", level: .critical), metrics: MetricsRegistry())
         _ = try await offline.verifyTransaction(token)
         configuration.onlineChecks = true
         let online = try SignedDataVerifier(configuration: configuration, logger: Logger(label: "test", level: .critical), metrics: MetricsRegistry())

@@ -37,8 +37,10 @@ struct APIFixture {
         AppStoreServerAPIClient(configuration: configuration ?? self.configuration(), logger: Logger(label: "test", level: .error))
     }
 
-    func transaction(id: String = String(UInt64.random(in: 2_000_000_000_000_000...2_999_999_999_999_999)), original: String? = nil,
-                     purchased: Date = Date()) -> JWSTransactionDecodedPayload {
+    func transaction(
+        id: String = String(UInt64.random(in: 2_000_000_000_000_000...2_999_999_999_999_999)), original: String? = nil,
+        purchased: Date = Date()
+    ) -> JWSTransactionDecodedPayload {
         TestPayloads.transaction(
             bundleId: Self.bundleId, environment: mock.environment, transactionId: id, originalTransactionId: original, purchaseDate: purchased)
     }
@@ -68,7 +70,8 @@ struct APIFixture {
         #expect(header?["alg"] as? String == "ES256" && header?["kid"] as? String == "KEY123")
         #expect(claims?["iss"] as? String == "issuer-1" && claims?["aud"] as? String == "appstoreconnect-v1")
         #expect(claims?["bid"] as? String == APIFixture.bundleId)
-        let iat = try #require(claims?["iat"] as? Int), exp = try #require(claims?["exp"] as? Int)
+        let iat = try #require(claims?["iat"] as? Int)
+        let exp = try #require(claims?["exp"] as? Int)
         #expect(exp > iat && exp - iat <= 3600)
     }
 
@@ -97,12 +100,14 @@ struct APIFixture {
         let refunds = try await client.getRefundHistory(transactionId: "1000")
         #expect(refunds.signedTransactions?.count == 1 && refunds.hasMore == false)
 
-        try await client.sendConsumptionData(transactionId: "1001", {
-            var consumption = ConsumptionRequest()
-            consumption.customerConsented = true
-            consumption.consumptionStatus = 2
-            return consumption
-        }())
+        try await client.sendConsumptionData(
+            transactionId: "1001",
+            {
+                var consumption = ConsumptionRequest()
+                consumption.customerConsented = true
+                consumption.consumptionStatus = 2
+                return consumption
+            }())
         #expect(fixture.mock.consumptionData(for: "1001")?.consumptionStatus == 2)
 
         let extended = try await client.extendSubscriptionRenewalDate(
@@ -311,7 +316,12 @@ struct APIFixture {
     @Test func productionFallsBackToSandboxOnlyWhenAsked() async throws {
         let production = try APIFixture(environment: .production)
         let sandbox = try APIFixture(environment: .sandbox, signer: production.signer, key: production.key)
-        defer { Task { await production.mock.shutdown(); await sandbox.mock.shutdown() } }
+        defer {
+            Task {
+                await production.mock.shutdown()
+                await sandbox.mock.shutdown()
+            }
+        }
         let transaction = sandbox.transaction()
         try sandbox.mock.addTransaction(transaction)
         let sandboxKeyed = AppStoreServerAPIConfiguration(
@@ -356,16 +366,18 @@ struct APIFixture {
         #expect(configuration.signingKey.publicKey.derRepresentation == key.publicKey.derRepresentation)
 
         let missing = #expect(throws: ConfigurationError.self) { try AppStoreServerAPIConfiguration(environment: [:]) }
-        #expect(Set(missing?.problems.map(\.name) ?? []) == [
-            "APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH", "APPLE_IAP_BUNDLE_ID", "APPLE_IAP_ENV",
-        ])
+        #expect(
+            Set(missing?.problems.map(\.name) ?? []) == [
+                "APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH", "APPLE_IAP_BUNDLE_ID", "APPLE_IAP_ENV",
+            ])
         var bad = environment
         bad["APPLE_IAP_ENV"] = "Xcode"
         bad["APPLE_IAP_PRIVATE_KEY_PATH"] = "/nonexistent.p8"
         bad["APPLE_IAP_API_BASE_URL_PRODUCTION"] = "ftp://example"
         let refused = #expect(throws: ConfigurationError.self) { try AppStoreServerAPIConfiguration(environment: bad) }
-        #expect(Set(refused?.problems.map(\.name) ?? []) == [
-            "APPLE_IAP_ENV", "APPLE_IAP_PRIVATE_KEY_PATH", "APPLE_IAP_API_BASE_URL_PRODUCTION",
-        ])
+        #expect(
+            Set(refused?.problems.map(\.name) ?? []) == [
+                "APPLE_IAP_ENV", "APPLE_IAP_PRIVATE_KEY_PATH", "APPLE_IAP_API_BASE_URL_PRODUCTION",
+            ])
     }
 }

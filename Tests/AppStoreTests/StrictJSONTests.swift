@@ -30,7 +30,8 @@ import Testing
         #"{"d":NaN}"#, #"{"d":Infinity}"#, #"{"d":-Infinity}"#, #"{'s':'a'}"#, #"{"s":"a"}//"#, #"{"s":"a"} x"#, #"{"s":"a"}{}"#,
         #"{"s":"\x"}"#, #"{"s":"\u12"}"#, #"{"s":"\uZZZZ"}"#, #"{"s":"\ud800"}"#, #"{"s":"\udc00"}"#, #"{"s":"\ud800\u0041"}"#,
         #"{"s":"a","s":"b"}"#, #"{"inner":{"name":"a","name":"a"}}"#, "", "   ", #"{"b":tru}"#, #"{"b":nul}"#, #"{"s" "a"}"#,
-        #"{"s":"a" "i":1}"#, #"{"s":"abc"#, #"{"s":"a"#, "{", #"{"s":"a""#, "\u{FEFF}{}", #"{"d":1e400}"#, #"{"d":17959E-79133003}"#, #"{"d":1e-320}"#, #"{s:"a"}"#,
+        #"{"s":"a" "i":1}"#, #"{"s":"abc"#, #"{"s":"a"#, "{", #"{"s":"a""#, "\u{FEFF}{}", #"{"d":1e400}"#, #"{"d":17959E-79133003}"#,
+        #"{"d":1e-320}"#, #"{s:"a"}"#,
         #"{"i":1.0}"#, #"{"i":1e2}"#, #"{"small":2147483648}"#, #"{"i":9223372036854775808}"#, #"{"b":1}"#, #"{"s":1}"#,
         #"{"list":{}}"#, #"{"inner":[]}"#, "[]", "null", #""text""#, #"{"s":"tab"# + "\t" + #"inside"}"#, #"{"s":"new"# + "\n" + #"line"}"#,
     ])
@@ -87,7 +88,8 @@ import Testing
         payload.rawSubtype = Bool.random(using: &rng) ? nil : "VOLUNTARY"
         payload.notificationUUID = UUID().uuidString
         payload.version = "2.0"
-        payload.signedDate = Bool.random(using: &rng) ? nil : Date(timeIntervalSince1970: Double(Int64.random(in: 0...2_000_000_000_000, using: &rng)) / 1000)
+        payload.signedDate =
+            Bool.random(using: &rng) ? nil : Date(timeIntervalSince1970: Double(Int64.random(in: 0...2_000_000_000_000, using: &rng)) / 1000)
         var data = NotificationData()
         data.rawEnvironment = ["Sandbox", "Production", "Elsewhere"].randomElement(using: &rng)
         data.appAppleId = Bool.random(using: &rng) ? nil : Int64.random(in: Int64.min...Int64.max, using: &rng)
@@ -134,11 +136,14 @@ import Testing
             let bytes = try #require(Base64URL.decode(segments[1]))
             switch entry.kind {
             case "notification":
-                #expect(try AppStoreJSON.decode(ResponseBodyV2DecodedPayload.self, from: bytes) == foundation(ResponseBodyV2DecodedPayload.self, bytes))
+                #expect(
+                    try AppStoreJSON.decode(ResponseBodyV2DecodedPayload.self, from: bytes) == foundation(ResponseBodyV2DecodedPayload.self, bytes))
             case "transaction":
-                #expect(try AppStoreJSON.decode(JWSTransactionDecodedPayload.self, from: bytes) == foundation(JWSTransactionDecodedPayload.self, bytes))
+                #expect(
+                    try AppStoreJSON.decode(JWSTransactionDecodedPayload.self, from: bytes) == foundation(JWSTransactionDecodedPayload.self, bytes))
             case "renewalInfo":
-                #expect(try AppStoreJSON.decode(JWSRenewalInfoDecodedPayload.self, from: bytes) == foundation(JWSRenewalInfoDecodedPayload.self, bytes))
+                #expect(
+                    try AppStoreJSON.decode(JWSRenewalInfoDecodedPayload.self, from: bytes) == foundation(JWSRenewalInfoDecodedPayload.self, bytes))
             default: continue
             }
             checked += 1
@@ -156,7 +161,8 @@ import Testing
         let fuzz = FuzzTests()
         for iteration in 0..<20_000 {
             let notification = iteration % 2 == 0
-            let original: [UInt8] = notification
+            let original: [UInt8] =
+                notification
                 ? Array(try AppStoreJSON.encoder().encode(try randomNotification(&rng)))
                 : Array(try AppStoreJSON.encoder().encode(TestPayloads.transaction(bundleId: "com.example", environment: .sandbox)))
             var bytes = original

@@ -40,7 +40,13 @@ import Testing
 
     @Test func everyChangedSignatureByteBreaksTheSignature() async {
         for index in 0..<64 {
-            #expect(await code(TokenSurgery.editingSignature(token) { var s = $0; s[index] ^= 0x01; return s }) == .invalidSignature)
+            #expect(
+                await code(
+                    TokenSurgery.editingSignature(token) {
+                        var s = $0
+                        s[index] ^= 0x01
+                        return s
+                    }) == .invalidSignature)
         }
     }
 
@@ -55,8 +61,10 @@ import Testing
 
     @Test func reorderedOrSwappedCertificatesAreRefused() async throws {
         let (leaf, intermediate, root) = (signer.x5c[0], signer.x5c[1], signer.x5c[2])
-        for order in [[intermediate, leaf, root], [leaf, root, intermediate], [root, intermediate, leaf], [leaf, leaf, root],
-                      [leaf, intermediate, intermediate], [leaf, intermediate, leaf]] {
+        for order in [
+            [intermediate, leaf, root], [leaf, root, intermediate], [root, intermediate, leaf], [leaf, leaf, root],
+            [leaf, intermediate, intermediate], [leaf, intermediate, leaf],
+        ] {
             let reordered = try signer.sign(transaction, header: TestJWSHeader(x5c: order))
             #expect(await code(reordered) == .invalidChain)
         }
@@ -244,7 +252,9 @@ import Testing
     }
 
     @Test func verificationIsSafeFromManyThreads() async throws {
-        let verifier = self.verifier, token = self.token, expected = transaction
+        let verifier = self.verifier
+        let token = self.token
+        let expected = transaction
         let results = await withTaskGroup(of: Bool.self) { group in
             for _ in 0..<16 {
                 group.addTask {

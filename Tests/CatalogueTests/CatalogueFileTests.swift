@@ -1,8 +1,8 @@
 import Catalogue
 import Domain
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The catalogue file format: the shipped demo file, defaults, and every refusal.
 @Suite struct CatalogueFileTests {
@@ -60,9 +60,11 @@ import TestSupport
         #expect(!product.familySharedGrantsCredits)
         let explicit = try Self.parse([
             "appKey": "com.example.app",
-            "products": [Self.product([
-                "enabled": false, "trialGrantsCredits": false, "upgradeGrant": "DIFFERENCE", "familySharedGrantsCredits": true,
-            ])],
+            "products": [
+                Self.product([
+                    "enabled": false, "trialGrantsCredits": false, "upgradeGrant": "DIFFERENCE", "familySharedGrantsCredits": true,
+                ])
+            ],
         ])
         let rules = try #require(explicit.products.first)
         #expect(!rules.enabled && !rules.trialGrantsCredits && rules.upgradeGrant == .difference && rules.familySharedGrantsCredits)

@@ -2,8 +2,8 @@ import Catalogue
 import Domain
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 extension TestDatabase {
     func versions() async throws -> [String: Int] {
@@ -29,11 +29,14 @@ struct CatalogueStoreTests {
 
         let first = try await store.apply(Self.demo, operator: "test", reason: "seed")
         #expect(first == CatalogueApplyResult(inserted: productIDs))
-        #expect(try await store.products(appKey: Self.demo.appKey).sorted { $0.productID < $1.productID }
-            == Self.demo.products.sorted { $0.productID < $1.productID })
+        #expect(
+            try await store.products(appKey: Self.demo.appKey).sorted { $0.productID < $1.productID }
+                == Self.demo.products.sorted { $0.productID < $1.productID })
         #expect(try await database.versions() == Dictionary(uniqueKeysWithValues: productIDs.map { ($0, 1) }))
-        #expect(try await database.count(
-            "SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_CREATED' AND before IS NULL AND operator = 'test' AND reason = 'seed'") == 3)
+        #expect(
+            try await database.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_CREATED' AND before IS NULL AND operator = 'test' AND reason = 'seed'"
+            ) == 3)
 
         // The same file again: nothing written, not even an audit row.
         let again = try await store.apply(Self.demo, operator: "test", reason: "again")

@@ -2,8 +2,8 @@ import Credits
 import Domain
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// Manual adjustments of both signs on a real PostgreSQL: a debit never drives a pool below zero,
 /// each number books once, and the balance stays the sum of its ledger.
@@ -13,8 +13,7 @@ struct CreditAdjustmentTests {
 
     func adjust(
         _ f: CreditsFixture, _ amount: MicroCredits, _ number: String, user: String = "alice", pool: CreditPool = .permanent
-    ) async throws -> CreditAdjustment
-    {
+    ) async throws -> CreditAdjustment {
         try await f.pool.transaction {
             try await CreditLedger.adjust(
                 userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: "ops", reason: "test", on: $0)
@@ -50,9 +49,11 @@ struct CreditAdjustmentTests {
         defer { Task { await f.drop() } }
         try await f.fund("alice", .welcome, micro: 3 * Self.credit)
         let debit = try await adjust(f, -3 * Self.credit, "ADJ-2", user: "alice", pool: .welcome)
-        #expect(debit == CreditAdjustment(
-            adjustmentNo: "ADJ-2", userID: "alice", pool: .welcome, amount: -3 * Self.credit, applied: -3 * Self.credit,
-            unrecoverable: 0, balanceAfter: 0, booked: true))
+        #expect(
+            debit
+                == CreditAdjustment(
+                    adjustmentNo: "ADJ-2", userID: "alice", pool: .welcome, amount: -3 * Self.credit, applied: -3 * Self.credit,
+                    unrecoverable: 0, balanceAfter: 0, booked: true))
         #expect(try await f.total("alice") == 0)
         #expect(try await f.violations() == 0)
     }
@@ -111,15 +112,20 @@ struct CreditAdjustmentTests {
     @Test func anUnknownUserIsRefused() async throws {
         let f = try await CreditsFixture.make()
         defer { Task { await f.drop() } }
-        await #expect(throws: CreditAdjustmentError.unknownUser("nobody")) { try await adjust(f, -Self.credit, "ADJ-7", user: "nobody", pool: .permanent) }
-        await #expect(throws: CreditAdjustmentError.unknownUser("nobody")) { try await adjust(f, Self.credit, "ADJ-8", user: "nobody", pool: .permanent) }
+        await #expect(throws: CreditAdjustmentError.unknownUser("nobody")) {
+            try await adjust(f, -Self.credit, "ADJ-7", user: "nobody", pool: .permanent)
+        }
+        await #expect(throws: CreditAdjustmentError.unknownUser("nobody")) {
+            try await adjust(f, Self.credit, "ADJ-8", user: "nobody", pool: .permanent)
+        }
         #expect(try await f.count("SELECT count(*) FROM credit_adjustment") == 0)
     }
 
-    @Test(arguments: [
-        ("3", 3_000_000), ("-2.5", -2_500_000), ("+0.000001", 1), ("-0.1", -100_000), ("9223372036854.775807", Int64.max),
-        ("0", 0),
-    ] as [(String, Int64)])
+    @Test(
+        arguments: [
+            ("3", 3_000_000), ("-2.5", -2_500_000), ("+0.000001", 1), ("-0.1", -100_000), ("9223372036854.775807", Int64.max),
+            ("0", 0),
+        ] as [(String, Int64)])
     func decimalCreditsParseExactly(_ text: String, _ micro: Int64) {
         #expect(CreditAmount.micro(text) == micro)
     }

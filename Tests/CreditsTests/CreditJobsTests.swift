@@ -3,8 +3,8 @@ import Domain
 import Foundation
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// The time-driven jobs, each called with a chosen "now".
 @Suite(.timeLimit(.minutes(3)))

@@ -2,8 +2,8 @@ import Credits
 import Domain
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// Thousands of mixed operations (grants, usages with retried keys, refunds and reversals,
 /// expiries, daily closes, yearly months) in a seeded random order; after every step no balance
@@ -50,8 +50,9 @@ struct CreditLedgerRandomizedTests {
             case 18..<55:
                 let key = usageKeys.isEmpty || Int.random(in: 0..<5, using: &random) > 0 ? "u\(step)" : usageKeys.randomElement(using: &random)!
                 do {
-                    _ = try await f.use(user, units: Int64.random(in: 1...20, using: &random), rate: Bool.random(using: &random) ? "call" : "big",
-                                        key: key, now: now)
+                    _ = try await f.use(
+                        user, units: Int64.random(in: 1...20, using: &random), rate: Bool.random(using: &random) ? "call" : "big",
+                        key: key, now: now)
                     usageKeys.append(key)
                     counts["usage", default: 0] += 1
                 } catch let error as UsageError {
@@ -88,7 +89,9 @@ struct CreditLedgerRandomizedTests {
         #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE closed_at IS NULL") == 0)
         #expect(try await f.violations() == 0)
         // Every closed bill settled or recorded all of its rounding.
-        #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE charged <> total_cost + rounding OR rounding <> settled + shortfall") == 0)
+        #expect(
+            try await f.count("SELECT count(*) FROM credit_daily_bill WHERE charged <> total_cost + rounding OR rounding <> settled + shortfall") == 0
+        )
         #expect(counts["usage", default: 0] > 100 && counts["closed", default: 0] > 10 && counts["cleared", default: 0] > 0, "\(counts)")
     }
 }

@@ -2,8 +2,8 @@ import Credits
 import Domain
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// Grants, revocations, restorations, adjustments and metering on a real PostgreSQL.
 @Suite(.timeLimit(.minutes(3)))
@@ -162,7 +162,10 @@ struct CreditLedgerTests {
         let accepted = try await withThrowingTaskGroup(of: Bool.self) { group in
             for _ in 0..<50 {
                 group.addTask {
-                    do { _ = try await f.use("alice", units: 1); return true } catch is UsageError { return false }
+                    do {
+                        _ = try await f.use("alice", units: 1)
+                        return true
+                    } catch is UsageError { return false }
                 }
             }
             return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }

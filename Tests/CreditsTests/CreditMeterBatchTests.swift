@@ -2,8 +2,8 @@ import Credits
 import Domain
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// Usage calls charged in batches (as the ingress gathers concurrent calls): each call gets the
 /// answer it would get alone, and calls of one user or one key in a batch see each other as if

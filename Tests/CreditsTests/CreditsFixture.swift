@@ -3,8 +3,8 @@ import Domain
 import Foundation
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// A migrated database of its own with helpers to create users, balances, rates and
 /// subscriptions, and to read the books.

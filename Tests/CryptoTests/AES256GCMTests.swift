@@ -6,14 +6,20 @@ import Testing
 
     /// AES-256 known answers from the GCM specification (McGrew & Viega, test cases 13, 14, 16).
     @Test(arguments: [
-        (String(repeating: "00", count: 32), String(repeating: "00", count: 12), "", "",
-         "530f8afbc74536b9a963b4f1c4cb738b"),
-        (String(repeating: "00", count: 32), String(repeating: "00", count: 12), String(repeating: "00", count: 16), "",
-         "cea7403d4d606b6e074ec5d3baf39d18d0d1c8a799996bf0265b98b5d48ab919"),
-        ("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308", "cafebabefacedbaddecaf888",
-         "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
-         "feedfacedeadbeeffeedfacedeadbeefabaddad2",
-         "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f66276fc6ece0f4e1768cddf8853bb2d551b"),
+        (
+            String(repeating: "00", count: 32), String(repeating: "00", count: 12), "", "",
+            "530f8afbc74536b9a963b4f1c4cb738b"
+        ),
+        (
+            String(repeating: "00", count: 32), String(repeating: "00", count: 12), String(repeating: "00", count: 16), "",
+            "cea7403d4d606b6e074ec5d3baf39d18d0d1c8a799996bf0265b98b5d48ab919"
+        ),
+        (
+            "feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308", "cafebabefacedbaddecaf888",
+            "d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39",
+            "feedfacedeadbeeffeedfacedeadbeefabaddad2",
+            "522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f66276fc6ece0f4e1768cddf8853bb2d551b"
+        ),
     ])
     func opensKnownAnswers(key: String, nonce: String, plaintext: String, aad: String, ciphertextAndTag: String) throws {
         let sealed = [UInt8](hex: nonce) + [UInt8](hex: ciphertextAndTag)

@@ -13,34 +13,49 @@ import Testing
     }
 
     @Test func sha256OfOneMillionA() {
-        #expect(SHA256.hash([UInt8](repeating: 0x61, count: 1_000_000)).hex
-            == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+        #expect(
+            SHA256.hash([UInt8](repeating: 0x61, count: 1_000_000)).hex
+                == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
     }
 
     /// RFC 4231 test cases 1–4, 6 and 7 (case 5 is a truncated MAC).
     @Test(arguments: [
-        ([UInt8](repeating: 0x0b, count: 20), Array("Hi There".utf8),
-         "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"),
-        (Array("Jefe".utf8), Array("what do ya want for nothing?".utf8),
-         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"),
-        ([UInt8](repeating: 0xaa, count: 20), [UInt8](repeating: 0xdd, count: 50),
-         "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"),
-        (Array(1...25), [UInt8](repeating: 0xcd, count: 50),
-         "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"),
-        ([UInt8](repeating: 0xaa, count: 131), Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8),
-         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"),
-        ([UInt8](repeating: 0xaa, count: 131),
-         Array(("This is a test using a larger than block-size key and a larger than block-size data. "
-            + "The key needs to be hashed before being used by the HMAC algorithm.").utf8),
-         "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"),
+        (
+            [UInt8](repeating: 0x0b, count: 20), Array("Hi There".utf8),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        ),
+        (
+            Array("Jefe".utf8), Array("what do ya want for nothing?".utf8),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        ),
+        (
+            [UInt8](repeating: 0xaa, count: 20), [UInt8](repeating: 0xdd, count: 50),
+            "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"
+        ),
+        (
+            Array(1...25), [UInt8](repeating: 0xcd, count: 50),
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"
+        ),
+        (
+            [UInt8](repeating: 0xaa, count: 131), Array("Test Using Larger Than Block-Size Key - Hash Key First".utf8),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        ),
+        (
+            [UInt8](repeating: 0xaa, count: 131),
+            Array(
+                ("This is a test using a larger than block-size key and a larger than block-size data. "
+                    + "The key needs to be hashed before being used by the HMAC algorithm.").utf8),
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"
+        ),
     ])
     func hmacRFC4231(key: [UInt8], message: [UInt8], mac: String) {
         #expect(HMACSHA256.authenticate(key: key, message: message).hex == mac)
     }
 
     @Test func hmacWithEmptyKeyAndMessage() {
-        #expect(HMACSHA256.authenticate(key: [], message: []).hex
-            == "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad")
+        #expect(
+            HMACSHA256.authenticate(key: [], message: []).hex
+                == "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad")
     }
 
     @Test func constantTimeEqualsComparesContentAndLength() {
@@ -53,7 +68,8 @@ import Testing
 
     @Test func secureRandomGivesTheRequestedLengthAndDiffers() {
         #expect(SecureRandom.bytes(0).isEmpty)
-        let a = SecureRandom.bytes(32), b = SecureRandom.bytes(32)
+        let a = SecureRandom.bytes(32)
+        let b = SecureRandom.bytes(32)
         #expect(a.count == 32)
         #expect(a != b)
     }

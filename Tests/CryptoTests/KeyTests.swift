@@ -54,7 +54,8 @@ import Testing
         let signature = try key.signature(for: message)
         #expect(general.isValidSignature(signature, for: message, algorithm: .es256))
         #expect(!general.isValidSignature(signature, for: message, algorithm: .rs256))
-        let pem = "-----BEGIN PUBLIC KEY-----\n" + Data(der).base64EncodedString(options: .lineLength64Characters)
+        let pem =
+            "-----BEGIN PUBLIC KEY-----\n" + Data(der).base64EncodedString(options: .lineLength64Characters)
             + "\n-----END PUBLIC KEY-----\n"
         #expect(try P256PublicKey(pem: pem).isValidSignature(signature, for: message))
     }
@@ -71,7 +72,8 @@ import Testing
 
     @Test func keysAreUsableFromManyThreadsAtOnce() async throws {
         let signature = try key.signature(for: message)
-        let publicKey = key.publicKey, message = message
+        let publicKey = key.publicKey
+        let message = message
         let results = await withTaskGroup(of: Bool.self) { group in
             for _ in 0..<64 { group.addTask { publicKey.isValidSignature(signature, for: message) } }
             return await group.reduce(into: [Bool]()) { $0.append($1) }

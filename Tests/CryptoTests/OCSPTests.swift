@@ -34,7 +34,10 @@ import Testing
     @Test func revokedAndUnknownAreResultsNotErrors() throws {
         let request = try OCSPRequest(certificate: chain.leaf, issuer: chain.intermediate)
         let revoked = try request.check(responseDER: answer(request, status: .revoked), trust: trust, now: Date())
-        guard case .revoked(let date) = revoked.status else { Issue.record("not revoked: \(revoked)"); return }
+        guard case .revoked(let date) = revoked.status else {
+            Issue.record("not revoked: \(revoked)")
+            return
+        }
         #expect(date != nil)
         #expect(try request.check(responseDER: answer(request, status: .unknown), trust: trust, now: Date()).status == .unknown)
     }

@@ -72,7 +72,8 @@ struct TestChain {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("crypto-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let der = directory.appendingPathComponent("root.cer"), pem = directory.appendingPathComponent("bundle.pem")
+        let der = directory.appendingPathComponent("root.cer")
+        let pem = directory.appendingPathComponent("bundle.pem")
         try Data(chain.root.der).write(to: der)
         try Data((chain.root.pem + "\n" + chain.intermediate.pem).utf8).write(to: pem)
         #expect(try X509Certificate.loadAll(path: der.path) == [chain.root])
@@ -106,7 +107,8 @@ struct TestChain {
     }
 
     @Test func refusesAnotherRootAMissingIntermediateAndPartialChains() throws {
-        let chain = try TestChain(), other = try TestChain()
+        let chain = try TestChain()
+        let other = try TestChain()
         let otherRoot = try X509ChainVerifier(trustedRoots: [other.root])
         let foreign = #expect(throws: CryptoError.self) {
             try otherRoot.verify(leaf: chain.leaf, intermediates: [chain.intermediate], at: Date())
@@ -132,7 +134,8 @@ struct TestChain {
     }
 
     @Test func intermediatesFromAnotherChainDoNotHelp() throws {
-        let chain = try TestChain(), other = try TestChain()
+        let chain = try TestChain()
+        let other = try TestChain()
         let verifier = try X509ChainVerifier(trustedRoots: [chain.root, other.root])
         #expect(throws: CryptoError.self) {
             try verifier.verify(leaf: chain.leaf, intermediates: [other.intermediate], at: Date())

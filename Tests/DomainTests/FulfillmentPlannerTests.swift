@@ -130,9 +130,10 @@ struct MemoryStore {
         #expect(plan.order?.previousStatus == .created)
         #expect(plan.grants.map(\.amount) == [Credits.micro(1000)])
         #expect(plan.subscription?.state.status == .active)
-        #expect(plan.history.map { "\($0.entity.rawValue):\($0.previous ?? "-")>\($0.current)" } == [
-            "ORDER:CREATED>VERIFIED", "ORDER:VERIFIED>FULFILLED", "SUBSCRIPTION:->ACTIVE",
-        ])
+        #expect(
+            plan.history.map { "\($0.entity.rawValue):\($0.previous ?? "-")>\($0.current)" } == [
+                "ORDER:CREATED>VERIFIED", "ORDER:VERIFIED>FULFILLED", "SUBSCRIPTION:->ACTIVE",
+            ])
         // The same fact again (another delivery, or the client's upload of it): nothing new.
         let again = store.apply(initialBuy, purchase, now: t0 + day)
         #expect(again.verdict == .applied)

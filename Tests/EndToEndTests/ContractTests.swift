@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The OpenAPI document against the live ingress, by schemathesis (from the local venv): no 5xx,
 /// and every response conforms to the document (status, content type, schema).

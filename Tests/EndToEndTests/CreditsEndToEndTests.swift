@@ -6,8 +6,8 @@ import Domain
 import Foundation
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// Credits through the real pair: the metering API of the ingress (service tokens), grants and
 /// refunds applied by a worker, and the time-driven jobs. Time-driven steps call the jobs of
@@ -55,7 +55,10 @@ struct CreditsEndToEndTests {
         try await harness.pool.query("INSERT INTO app_user (user_id) VALUES ('alice')")
         try await harness.pool.transaction { db in
             try await CreditLedger.grant(
-                [CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "seed", pool: .subscription, amount: 10 * Self.credit, reason: "TEST"))],
+                [
+                    CreditGrant(
+                        userID: "alice", decision: GrantDecision(grantKey: "seed", pool: .subscription, amount: 10 * Self.credit, reason: "TEST"))
+                ],
                 on: db)
         }
         let client = harness.client
@@ -190,8 +193,9 @@ struct CreditsEndToEndTests {
         #expect(try await jobs.clearExpiredPools(now: midnight) == 1)
         #expect(try await jobs.clearExpiredPools(now: midnight + Self.day) == 0)
         #expect(try await harness.balance("bob") == 0)
-        #expect(try await harness.value(
-            "SELECT balance FROM credit_account WHERE user_id = 'bob' AND pool = 'PERMANENT'", as: Int64.self) == 5 * Self.credit)
+        #expect(
+            try await harness.value(
+                "SELECT balance FROM credit_account WHERE user_id = 'bob' AND pool = 'PERMANENT'", as: Int64.self) == 5 * Self.credit)
         #expect(try await harness.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'EXPIRY_CLEARING' AND delta = -1000000000") == 1)
         try await harness.checkInvariants()
     }
@@ -215,8 +219,9 @@ struct CreditsEndToEndTests {
         refunded.signedDate = TestPayloads.wholeMilliseconds(now - 3600)
         #expect(try await harness.outcome(of: try await harness.notify(.refund, transaction: refunded)) == .succeeded)
         #expect(try await harness.balance("carol") == 0)
-        #expect(try await harness.value(
-            "SELECT revoked_amount / 1000000 || '/' || unrecoverable_amount / 1000000 FROM credit_grant", as: String.self) == "600/400")
+        #expect(
+            try await harness.value(
+                "SELECT revoked_amount / 1000000 || '/' || unrecoverable_amount / 1000000 FROM credit_grant", as: String.self) == "600/400")
         let exhausted = try await Self.use(harness.client, user: "carol", units: 1, rate: "chat")
         #expect(exhausted.status == 402)
 
@@ -226,9 +231,10 @@ struct CreditsEndToEndTests {
         reversed.signedDate = TestPayloads.wholeMilliseconds(now - 60)
         #expect(try await harness.outcome(of: try await harness.notify(.refundReversed, transaction: reversed)) == .succeeded)
         #expect(try await harness.balance("carol") == 600)
-        #expect(try await harness.value(
-            "SELECT string_agg(entry_type || ':' || (delta / 1000000), ',' ORDER BY id) FROM credit_ledger", as: String.self)
-            == "GRANT:1000,USAGE:-400,REVOCATION:-600,RESTORATION:600")
+        #expect(
+            try await harness.value(
+                "SELECT string_agg(entry_type || ':' || (delta / 1000000), ',' ORDER BY id) FROM credit_ledger", as: String.self)
+                == "GRANT:1000,USAGE:-400,REVOCATION:-600,RESTORATION:600")
         try await harness.checkInvariants()
     }
 

@@ -1,7 +1,7 @@
 import AppStoreTestSupport
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// `subsctl demo` (the end of deploy/local/run.sh) against a running ingress and worker: every step
 /// applied, with the balances and statuses the story implies.
@@ -24,8 +24,10 @@ struct DemoTests {
                 "USER_TOKEN_HS256_SECRET": harness.userTokenSecret, "APPLE_IAP_BUNDLE_ID": IngressHarness.bundleID,
                 "LOG_LEVEL": "warning",
             ],
-            arguments: ["demo", "--ingress", harness.client.baseURL.absoluteString, "--signer-dir", signerDirectory.path,
-                        "--wait-seconds", "10"])
+            arguments: [
+                "demo", "--ingress", harness.client.baseURL.absoluteString, "--signer-dir", signerDirectory.path,
+                "--wait-seconds", "10",
+            ])
         let status = await demo.waitForExit(timeout: 150)
         let output = demo.output
         #expect(status == 0, "\(output)")
@@ -54,8 +56,10 @@ struct DemoTests {
         let demo = try ServiceProcess(
             executable: "subsctl", name: "demo-unreachable",
             environment: ["USER_TOKEN_HS256_SECRET": String(repeating: "s", count: 32)],
-            arguments: ["demo", "--ingress", "http://127.0.0.1:\(freeTCPPort())", "--signer-dir", signerDirectory.path,
-                        "--wait-seconds", "1"])
+            arguments: [
+                "demo", "--ingress", "http://127.0.0.1:\(freeTCPPort())", "--signer-dir", signerDirectory.path,
+                "--wait-seconds", "1",
+            ])
         let status = await demo.waitForExit(timeout: 90)
         #expect(status == 75, "\(demo.output)")
         #expect(demo.output.contains("is not ready"))

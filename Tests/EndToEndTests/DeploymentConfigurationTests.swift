@@ -1,9 +1,9 @@
-import FulfillmentApp
 import Foundation
+import FulfillmentApp
 import IngressApp
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// docker-compose.yml starts services that can start: it sets every variable their configuration
 /// requires (a missing one stops the process at start-up).

@@ -1,12 +1,13 @@
 import Domain
 import Events
 import Foundation
-@testable import FulfillmentApp
 import Postgres
 import ServiceRuntime
 import Storage
-import Testing
 import TestSupport
+import Testing
+
+@testable import FulfillmentApp
 
 /// The worker's batches on a real PostgreSQL: events of one chain split into rounds and applied in
 /// order, a refusal that stays its event's alone, and a failing batch transaction that falls back
@@ -21,7 +22,8 @@ struct FulfillmentBatchTests {
     @Test func twoEventsOfOneChainAreAppliedInOrderInTwoRounds() async throws {
         let fixture = try await Fixture.make()
         defer { Task { await fixture.database.drop() } }
-        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob")
+        let alice = try await fixture.user("alice")
+        let bob = try await fixture.user("bob")
         let batch = try await fixture.claim([
             .purchase(original: "7001", transaction: "7001", token: alice, daysAgo: 40),
             .renewal(original: "7001", transaction: "7001001", token: alice, daysAgo: 10),
@@ -45,7 +47,8 @@ struct FulfillmentBatchTests {
     @Test func anUnmatchedEventIsBuriedAloneWhileTheOthersSucceed() async throws {
         let fixture = try await Fixture.make()
         defer { Task { await fixture.database.drop() } }
-        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob")
+        let alice = try await fixture.user("alice")
+        let bob = try await fixture.user("bob")
         let batch = try await fixture.claim([
             .purchase(original: "8001", transaction: "8001", token: alice, daysAgo: 3),
             .purchase(original: "8002", transaction: "8002", token: UUID(), daysAgo: 3),
@@ -81,7 +84,9 @@ struct FulfillmentBatchTests {
                     CREATE TRIGGER refuse_batches AFTER INSERT ON processed_event REFERENCING NEW TABLE AS completed
                         FOR EACH STATEMENT EXECUTE FUNCTION refuse_batches();
                     """))
-        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob"), carol = try await fixture.user("carol")
+        let alice = try await fixture.user("alice")
+        let bob = try await fixture.user("bob")
+        let carol = try await fixture.user("carol")
         let batch = try await fixture.claim([
             .purchase(original: "9001", transaction: "9001", token: alice, daysAgo: 3),
             .purchase(original: "9002", transaction: "9002", token: bob, daysAgo: 3),
@@ -102,7 +107,8 @@ struct FulfillmentBatchTests {
     @Test func anEventWhoseLeaseWasLostDropsOutOfTheBatch() async throws {
         let fixture = try await Fixture.make()
         defer { Task { await fixture.database.drop() } }
-        let alice = try await fixture.user("alice"), bob = try await fixture.user("bob")
+        let alice = try await fixture.user("alice")
+        let bob = try await fixture.user("bob")
         let batch = try await fixture.claim([
             .purchase(original: "6001", transaction: "6001", token: alice, daysAgo: 3),
             .purchase(original: "6002", transaction: "6002", token: bob, daysAgo: 3),

@@ -2,8 +2,8 @@ import AppStore
 import Foundation
 import FulfillmentApp
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// Scenario 30: a worker killed -9 in the middle of an event's processing, at each write point
 /// (`FULFILLMENT_CRASH_POINT`), and restarted: its lease runs out, the restarted worker completes

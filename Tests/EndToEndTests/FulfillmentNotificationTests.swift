@@ -3,8 +3,8 @@ import AppStoreTestSupport
 import Foundation
 import FulfillmentApp
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// The notification matrix through the real pair: Apple's notifications POSTed to the ingress,
 /// applied by a worker, checked along the whole evidence chain (order, transaction, event,
@@ -25,23 +25,27 @@ struct FulfillmentNotificationTests {
         let uuid = try await harness.notify(.subscribed, .initialBuy, transaction: purchase, renewal: harness.renewalInfo(original: id))
         #expect(try await harness.outcome(of: uuid) == .succeeded)
 
-        #expect(try await harness.value(
-            "SELECT status || ':' || transaction_id || ':' || environment FROM payment_order WHERE order_no = \(orderNo)",
-            as: String.self) == "FULFILLED:\(id):Sandbox")
-        #expect(try await harness.value(
-            "SELECT user_id FROM apple_transaction WHERE transaction_id = \(id)", as: String.self) == "alice")
+        #expect(
+            try await harness.value(
+                "SELECT status || ':' || transaction_id || ':' || environment FROM payment_order WHERE order_no = \(orderNo)",
+                as: String.self) == "FULFILLED:\(id):Sandbox")
+        #expect(
+            try await harness.value(
+                "SELECT user_id FROM apple_transaction WHERE transaction_id = \(id)", as: String.self) == "alice")
         let subscription = try #require(try await harness.subscription(id))
         #expect(subscription.status == "ACTIVE")
         #expect(subscription.userID == "alice")
         #expect(subscription.activeProductID == WorkerHarness.starter)
         #expect(subscription.autoRenewEnabled)
         #expect(try await harness.balance("alice") == 1000)
-        #expect(try await harness.value(
-            "SELECT string_agg(coalesce(previous_status, '-') || '>' || current_status, ',' ORDER BY id) FROM status_history WHERE entity_key = \(orderNo)",
-            as: String.self) == "->CREATED,CREATED>VERIFIED,VERIFIED>FULFILLED")
-        #expect(try await harness.value(
-            "SELECT cause FROM status_history WHERE entity_type = 'SUBSCRIPTION' AND entity_key = \("Sandbox:" + id)",
-            as: String.self) == "apple.SUBSCRIBED.INITIAL_BUY")
+        #expect(
+            try await harness.value(
+                "SELECT string_agg(coalesce(previous_status, '-') || '>' || current_status, ',' ORDER BY id) FROM status_history WHERE entity_key = \(orderNo)",
+                as: String.self) == "->CREATED,CREATED>VERIFIED,VERIFIED>FULFILLED")
+        #expect(
+            try await harness.value(
+                "SELECT cause FROM status_history WHERE entity_type = 'SUBSCRIPTION' AND entity_key = \("Sandbox:" + id)",
+                as: String.self) == "apple.SUBSCRIBED.INITIAL_BUY")
 
         // Apple delivers it again (a new notification UUID for the same transaction): nothing new.
         let again = try await harness.notify(.subscribed, .initialBuy, transaction: purchase)
@@ -75,8 +79,9 @@ struct FulfillmentNotificationTests {
         #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: first)) == .succeeded)
         #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: second)) == .succeeded)
         #expect(try await harness.count("SELECT count(*) FROM payment_order WHERE order_type = 'RENEWAL'") == 1)
-        #expect(try await harness.value(
-            "SELECT order_type FROM payment_order WHERE transaction_id = \(id)", as: String.self) == "RECOVERY")
+        #expect(
+            try await harness.value(
+                "SELECT order_type FROM payment_order WHERE transaction_id = \(id)", as: String.self) == "RECOVERY")
         #expect(try await harness.balance("alice") == 2000)
         #expect(try await harness.subscription(id)?.status == "EXPIRED", "the second period ended 5 days ago")
 
@@ -106,9 +111,10 @@ struct FulfillmentNotificationTests {
         #expect(row.lastTransactionID == recovered.transactionId)
         #expect(row.graceExpiresAt == nil)
         #expect(try await harness.balance("alice") == 3000)
-        #expect(try await harness.value(
-            "SELECT string_agg(current_status, ',' ORDER BY id) FROM status_history WHERE entity_key = \("Sandbox:" + id)",
-            as: String.self) == "EXPIRED,GRACE,BILLING_RETRY,ACTIVE", "the first facts arrive after both periods ended")
+        #expect(
+            try await harness.value(
+                "SELECT string_agg(current_status, ',' ORDER BY id) FROM status_history WHERE entity_key = \("Sandbox:" + id)",
+                as: String.self) == "EXPIRED,GRACE,BILLING_RETRY,ACTIVE", "the first facts arrive after both periods ended")
 
         // Scenario 14: a failure without grace goes straight to BILLING_RETRY.
         let bob = try await harness.user("bob")
@@ -121,7 +127,9 @@ struct FulfillmentNotificationTests {
 
         // Scenario 17: voluntary expiry.
         let voluntary = harness.renewalInfo(original: lapsed, autoRenew: false, signed: now - 8 * hour)
-        #expect(try await harness.outcome(of: try await harness.notify(.expired, .voluntary, transaction: lapsedPurchase, renewal: voluntary)) == .succeeded)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.expired, .voluntary, transaction: lapsedPurchase, renewal: voluntary))
+                == .succeeded)
         row = try #require(try await harness.subscription(lapsed))
         #expect(row.status == "EXPIRED")
         #expect(!row.autoRenewEnabled)
@@ -140,8 +148,9 @@ struct FulfillmentNotificationTests {
         row = try #require(try await harness.subscription(chain))
         #expect(row.status == "ACTIVE")
         #expect(row.lastTransactionID == renewed.transactionId)
-        #expect(try await harness.value(
-            "SELECT is_in_billing_retry FROM apple_renewal_info WHERE original_transaction_id = \(chain)", as: Bool.self) == false)
+        #expect(
+            try await harness.value(
+                "SELECT is_in_billing_retry FROM apple_renewal_info WHERE original_transaction_id = \(chain)", as: Bool.self) == false)
         try await harness.checkInvariants()
     }
 
@@ -172,11 +181,13 @@ struct FulfillmentNotificationTests {
         #expect(try await harness.outcome(of: try await harness.notify(.refund, transaction: refunded)) == .succeeded)
         #expect(try await harness.subscription(id)?.status == "REVOKED")
         #expect(try await harness.balance("alice") == 0)
-        #expect(try await harness.value(
-            "SELECT revoked_amount / 1000000 || '/' || unrecoverable_amount / 1000000 FROM credit_grant", as: String.self)
-            == "600/400")
-        #expect(try await harness.value(
-            "SELECT revocation_reason FROM apple_transaction WHERE transaction_id = \(id)", as: Int.self) == 1)
+        #expect(
+            try await harness.value(
+                "SELECT revoked_amount / 1000000 || '/' || unrecoverable_amount / 1000000 FROM credit_grant", as: String.self)
+                == "600/400")
+        #expect(
+            try await harness.value(
+                "SELECT revocation_reason FROM apple_transaction WHERE transaction_id = \(id)", as: Int.self) == 1)
 
         let declined = try await harness.notify(.refundDeclined, transaction: purchase)
         #expect(try await harness.outcome(of: declined) == .succeeded)
@@ -190,12 +201,14 @@ struct FulfillmentNotificationTests {
         #expect(try await harness.outcome(of: try await harness.notify(.refundReversed, transaction: reversed)) == .succeeded)
         #expect(try await harness.subscription(id)?.status == "ACTIVE")
         #expect(try await harness.balance("alice") == 600)
-        #expect(try await harness.value(
-            "SELECT string_agg(entry_type || ':' || (delta / 1000000), ',' ORDER BY id) FROM credit_ledger", as: String.self)
-            == "GRANT:1000,USAGE:-400,REVOCATION:-600,RESTORATION:600")
-        #expect(try await harness.value(
-            "SELECT string_agg(current_status, ',' ORDER BY id) FROM status_history WHERE entity_type = 'SUBSCRIPTION'",
-            as: String.self) == "ACTIVE,REVOKED,ACTIVE")
+        #expect(
+            try await harness.value(
+                "SELECT string_agg(entry_type || ':' || (delta / 1000000), ',' ORDER BY id) FROM credit_ledger", as: String.self)
+                == "GRANT:1000,USAGE:-400,REVOCATION:-600,RESTORATION:600")
+        #expect(
+            try await harness.value(
+                "SELECT string_agg(current_status, ',' ORDER BY id) FROM status_history WHERE entity_type = 'SUBSCRIPTION'",
+                as: String.self) == "ACTIVE,REVOKED,ACTIVE")
         try await harness.checkInvariants()
     }
 
@@ -214,12 +227,16 @@ struct FulfillmentNotificationTests {
         let starter = harness.transaction(id, purchase: now - 5 * day, token: alice, signed: now - 10 * hour)
         #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: starter)) == .succeeded)
         let off = harness.renewalInfo(original: id, autoRenew: false, signed: now - 9 * hour)
-        #expect(try await harness.outcome(of: try await harness.notify(.didChangeRenewalStatus, .autoRenewDisabled, transaction: starter, renewal: off)) == .succeeded)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didChangeRenewalStatus, .autoRenewDisabled, transaction: starter, renewal: off))
+                == .succeeded)
         var row = try #require(try await harness.subscription(id))
         #expect(!row.autoRenewEnabled)
         #expect(row.status == "ACTIVE")
         let on = harness.renewalInfo(original: id, autoRenew: true, signed: now - 8 * hour)
-        #expect(try await harness.outcome(of: try await harness.notify(.didChangeRenewalStatus, .autoRenewEnabled, transaction: starter, renewal: on)) == .succeeded)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didChangeRenewalStatus, .autoRenewEnabled, transaction: starter, renewal: on))
+                == .succeeded)
         #expect(try await harness.subscription(id)?.autoRenewEnabled == true)
         #expect(try await harness.balance("alice") == 1000)
         #expect(try await harness.count("SELECT count(*) FROM payment_order WHERE user_id = 'alice'") == 1)
@@ -228,21 +245,27 @@ struct FulfillmentNotificationTests {
         let upgraded = harness.transaction(
             Self.id(), original: id, product: WorkerHarness.pro, purchase: now - 2 * day, token: alice, signed: now - 7 * hour)
         let upgradeInfo = harness.renewalInfo(original: id, product: WorkerHarness.pro, signed: now - 7 * hour)
-        #expect(try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .upgrade, transaction: upgraded, renewal: upgradeInfo)) == .succeeded)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .upgrade, transaction: upgraded, renewal: upgradeInfo))
+                == .succeeded)
         row = try #require(try await harness.subscription(id))
         #expect(row.activeProductID == WorkerHarness.pro)
         #expect(row.lastTransactionID == upgraded.transactionId)
-        #expect(try await harness.value(
-            "SELECT order_type FROM payment_order WHERE transaction_id = \(upgraded.transactionId!)", as: String.self) == "CHANGE")
-        #expect(try await harness.value(
-            "SELECT reason || ':' || amount / 1000000 FROM credit_grant WHERE transaction_id = \(upgraded.transactionId!)",
-            as: String.self) == "UPGRADE:2000", "pro grants the difference on an upgrade")
+        #expect(
+            try await harness.value(
+                "SELECT order_type FROM payment_order WHERE transaction_id = \(upgraded.transactionId!)", as: String.self) == "CHANGE")
+        #expect(
+            try await harness.value(
+                "SELECT reason || ':' || amount / 1000000 FROM credit_grant WHERE transaction_id = \(upgraded.transactionId!)",
+                as: String.self) == "UPGRADE:2000", "pro grants the difference on an upgrade")
         #expect(try await harness.balance("alice") == 3000)
 
         // Downgrade: pending product; current plan, expiry and credits unchanged.
         let down = harness.renewalInfo(
             original: id, product: WorkerHarness.pro, autoRenewProduct: WorkerHarness.starter, signed: now - 6 * hour)
-        #expect(try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .downgrade, transaction: upgraded, renewal: down)) == .succeeded)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .downgrade, transaction: upgraded, renewal: down))
+                == .succeeded)
         row = try #require(try await harness.subscription(id))
         #expect(row.activeProductID == WorkerHarness.pro)
         #expect(row.pendingProductID == WorkerHarness.starter)
@@ -256,7 +279,9 @@ struct FulfillmentNotificationTests {
         #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: monthly)) == .succeeded)
         let cross = harness.renewalInfo(
             original: chain, product: WorkerHarness.pro, autoRenewProduct: WorkerHarness.proYearly, signed: now - 9 * hour)
-        #expect(try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .downgrade, transaction: monthly, renewal: cross)) == .succeeded)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .downgrade, transaction: monthly, renewal: cross))
+                == .succeeded)
         row = try #require(try await harness.subscription(chain))
         #expect(row.activeProductID == WorkerHarness.pro && row.pendingProductID == WorkerHarness.proYearly)
         let yearly = harness.transaction(
@@ -267,9 +292,10 @@ struct FulfillmentNotificationTests {
         row = try #require(try await harness.subscription(chain))
         #expect(row.activeProductID == WorkerHarness.proYearly)
         #expect(row.pendingProductID == nil)
-        #expect(try await harness.value(
-            "SELECT grant_key FROM credit_grant WHERE transaction_id = \(yearly.transactionId!)", as: String.self)
-            == "period:Sandbox:\(yearly.transactionId!):m0", "a yearly plan grants its first month now")
+        #expect(
+            try await harness.value(
+                "SELECT grant_key FROM credit_grant WHERE transaction_id = \(yearly.transactionId!)", as: String.self)
+                == "period:Sandbox:\(yearly.transactionId!):m0", "a yearly plan grants its first month now")
         #expect(try await harness.balance("bob") == 6000)
         try await harness.checkInvariants()
     }
@@ -320,8 +346,9 @@ struct FulfillmentNotificationTests {
         #expect(try await harness.outcome(of: payload.notificationUUID!) == .succeeded)
         let test = try await harness.notify(.test)
         #expect(try await harness.outcome(of: test) == .succeeded)
-        #expect(try await harness.metric(
-            #"subs_fulfillment_unknown_notifications_total{type="SOMETHING_APPLE_ADDS_NEXT_YEAR"}"#, reaching: 1) == 1)
+        #expect(
+            try await harness.metric(
+                #"subs_fulfillment_unknown_notifications_total{type="SOMETHING_APPLE_ADDS_NEXT_YEAR"}"#, reaching: 1) == 1)
         #expect(try await harness.count("SELECT count(*) FROM payment_order") == 1)
         #expect(try await harness.count("SELECT count(*) FROM processed_event") == 5)
         try await harness.checkInvariants()

@@ -2,8 +2,8 @@ import AppStore
 import AppStoreTestSupport
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// What happens when a fact cannot be applied now: unmatched facts kept and replayed, retryable
 /// failures retried with backoff until the attempts run out, permanent ones buried at once, and
@@ -22,9 +22,10 @@ struct FulfillmentRecoveryTests {
         let purchase = harness.transaction(id, product: "com.example.max.monthly", token: token)
         let uuid = try await harness.notify(.subscribed, .initialBuy, transaction: purchase)
         #expect(try await harness.outcome(of: uuid) == .dead("UNMATCHED_PRODUCT"))
-        #expect(try await harness.value(
-            "SELECT reason || ':' || product_id || ':' || app_account_token FROM unmatched_fact WHERE transaction_id = \(id)",
-            as: String.self) == "UNMATCHED_PRODUCT:com.example.max.monthly:\(token.uuidString.lowercased())")
+        #expect(
+            try await harness.value(
+                "SELECT reason || ':' || product_id || ':' || app_account_token FROM unmatched_fact WHERE transaction_id = \(id)",
+                as: String.self) == "UNMATCHED_PRODUCT:com.example.max.monthly:\(token.uuidString.lowercased())")
         #expect(try await harness.count("SELECT count(*) FROM apple_transaction") == 0)
         #expect(try await harness.metric(#"subs_fulfillment_unmatched_total{reason="UNMATCHED_PRODUCT"}"#, reaching: 1) == 1)
 
@@ -39,13 +40,15 @@ struct FulfillmentRecoveryTests {
         let replay = try await harness.subsctl(["replay", "--error-code", "UNMATCHED_PRODUCT", "--operator", "e2e", "--reason", "product added"])
         #expect(replay.status == 0, "\(replay.output)")
         #expect(replay.output.contains("replayed=1 errorCode=UNMATCHED_PRODUCT"), "\(replay.output)")
-        #expect(try await harness.count(
-            "SELECT count(*) FROM audit_log WHERE action = 'DEAD_EVENTS_REPLAYED' AND operator = 'e2e' AND after ->> 'replayed' = '1'") == 1)
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'DEAD_EVENTS_REPLAYED' AND operator = 'e2e' AND after ->> 'replayed' = '1'") == 1)
         #expect(try await harness.outcome(of: uuid, timeout: 30) == .succeeded)
         #expect(try await harness.subscription(id)?.status == "ACTIVE")
         #expect(try await harness.balance("alice") == 5000)
-        #expect(try await harness.value(
-            "SELECT replayed_at IS NOT NULL FROM unmatched_fact WHERE transaction_id = \(id)", as: Bool.self) == true)
+        #expect(
+            try await harness.value(
+                "SELECT replayed_at IS NOT NULL FROM unmatched_fact WHERE transaction_id = \(id)", as: Bool.self) == true)
 
         // The user behind the stranger's token signs up; the other one stays unmatched (never guessed).
         try await harness.pool.query("INSERT INTO app_user (user_id) VALUES ('late')")
@@ -98,8 +101,9 @@ struct FulfillmentRecoveryTests {
         let hopeless = try await harness.notify(
             .subscribed, .initialBuy, transaction: harness.transaction(Self.id(), product: WorkerHarness.pro, token: token))
         #expect(try await harness.outcome(of: hopeless, timeout: 60) == .dead("RETRYABLE_DATABASE"))
-        #expect(try await harness.value(
-            "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(hopeless)", as: Int.self) == 3)
+        #expect(
+            try await harness.value(
+                "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(hopeless)", as: Int.self) == 3)
 
         // A nested transaction signed by someone else: the outer signature is ours, the fact is not.
         let stranger = try TestAppleSigner()
@@ -117,9 +121,10 @@ struct FulfillmentRecoveryTests {
             "/api/v1/iap/apple/notifications/sandbox", json: ["signedPayload": try harness.signer.sign(payload)])
         #expect(forged.status == 200)
         #expect(try await harness.outcome(of: payload.notificationUUID!) == .dead("INVALID_CHAIN"))
-        #expect(try await harness.value(
-            "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(payload.notificationUUID!)",
-            as: Int.self) == 1, "a permanent failure is not retried")
+        #expect(
+            try await harness.value(
+                "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(payload.notificationUUID!)",
+                as: Int.self) == 1, "a permanent failure is not retried")
         #expect(try await harness.count("SELECT count(*) FROM credit_grant") == 1)
         try await harness.checkInvariants()
     }
@@ -135,8 +140,9 @@ struct FulfillmentRecoveryTests {
             ["test-user", "--user-id", "tess", "--enable", "true", "--operator", "e2e", "--reason", "TestFlight tester"])
         #expect(flag.status == 0, "\(flag.output)")
         #expect(flag.output.contains("user=tess testUser=true (was false)"), "\(flag.output)")
-        #expect(try await harness.count(
-            "SELECT count(*) FROM audit_log WHERE action = 'TEST_USER_FLAGGED' AND operator = 'e2e' AND after ->> 'isTestUser' = 'true'") == 1)
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'TEST_USER_FLAGGED' AND operator = 'e2e' AND after ->> 'isTestUser' = 'true'") == 1)
 
         let sandboxForAlice = try await harness.notify(
             .subscribed, .initialBuy, transaction: harness.transaction(Self.id(), token: alice))

@@ -5,8 +5,8 @@ import Foundation
 import FulfillmentApp
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// The pair with Apple's App Store Server API played by the mock: the workers answer consumption
 /// requests, re-query chains, recover notification history and expire stale orders.
@@ -27,11 +27,13 @@ struct SchedulerHarness {
             credentials: .init(issuerId: "issuer-e2e", keyId: "KEYE2E01", bundleId: IngressHarness.bundleID, publicKey: key.publicKey),
             environment: .sandbox)
         let url = try mock.start().absoluteString
-        let environment = ingressOnly.ingress.environment.merging([
-            "APPLE_IAP_ISSUER_ID": "issuer-e2e", "APPLE_IAP_KEY_ID": "KEYE2E01", "APPLE_IAP_PRIVATE_KEY_PATH": keyPath.path,
-            "APPLE_IAP_API_BASE_URL_PRODUCTION": url, "APPLE_IAP_API_BASE_URL_SANDBOX": url,
-            "FULFILLMENT_SCHEDULER_INTERVAL_MS": "200", "FULFILLMENT_REQUERY_SCAN_SECONDS": "1",
-        ].merging(extra) { _, new in new }) { _, new in new }
+        let environment = ingressOnly.ingress.environment.merging(
+            [
+                "APPLE_IAP_ISSUER_ID": "issuer-e2e", "APPLE_IAP_KEY_ID": "KEYE2E01", "APPLE_IAP_PRIVATE_KEY_PATH": keyPath.path,
+                "APPLE_IAP_API_BASE_URL_PRODUCTION": url, "APPLE_IAP_API_BASE_URL_SANDBOX": url,
+                "FULFILLMENT_SCHEDULER_INTERVAL_MS": "200", "FULFILLMENT_REQUERY_SCAN_SECONDS": "1",
+            ].merging(extra) { _, new in new }
+        ) { _, new in new }
         var workers: [ServiceProcess] = []
         for index in 0..<count {
             workers.append(try await WorkerHarness.launchWorker(environment, name: "worker-\(index)"))
@@ -104,9 +106,10 @@ struct FulfillmentSchedulerTests {
             "PUT", consent, headers: ["Authorization": "Bearer \(pair.ingress.userToken("carol"))"],
             body: Data(#"{"consumptionData":"YES"}"#.utf8))
         #expect(malformed.status == 400 && malformed.text.contains("MALFORMED_JSON"), "\(malformed.text)")
-        #expect(try await pair.value(
-            "SELECT string_agg(operator, ',' ORDER BY operator) FROM audit_log WHERE action = 'CONSENT_RECORDED'", as: String.self)
-            == "e2e,user")
+        #expect(
+            try await pair.value(
+                "SELECT string_agg(operator, ',' ORDER BY operator) FROM audit_log WHERE action = 'CONSENT_RECORDED'", as: String.self)
+                == "e2e,user")
 
         // Apple's endpoint fails more often than the client retries within one call: the event waits and retries.
         let path = "/inApps/v1/transactions/consumption/"
@@ -118,8 +121,9 @@ struct FulfillmentSchedulerTests {
             requests[user] = try await pair.notify(.consumptionRequest, transaction: purchases[user]!)
             #expect(try await pair.outcome(of: requests[user]!, timeout: 60) == .succeeded)
         }
-        #expect(try await pair.value(
-            "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(requests["alice"]!)", as: Int.self)! >= 1)
+        #expect(
+            try await pair.value(
+                "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(requests["alice"]!)", as: Int.self)! >= 1)
         let alice = try #require(harness.mock.consumptionData(for: purchases["alice"]!.transactionId!))
         #expect(alice.customerConsented == true)
         #expect(alice.consumptionStatus == 1, "the granted credits are all still there")
@@ -129,9 +133,10 @@ struct FulfillmentSchedulerTests {
         #expect(alice.accountTenure == 1)
         #expect(harness.mock.consumptionData(for: purchases["bob"]!.transactionId!) == nil)
         #expect(harness.mock.consumptionData(for: purchases["carol"]!.transactionId!) == nil)
-        #expect(try await pair.value(
-            "SELECT string_agg(user_id || ':' || outcome, ',' ORDER BY user_id) FROM consumption_answer", as: String.self)
-            == "alice:SENT,bob:NO_CONSENT,carol:CONSENT_UNKNOWN")
+        #expect(
+            try await pair.value(
+                "SELECT string_agg(user_id || ':' || outcome, ',' ORDER BY user_id) FROM consumption_answer", as: String.self)
+                == "alice:SENT,bob:NO_CONSENT,carol:CONSENT_UNKNOWN")
         let puts = { harness.mock.requests.filter { $0.method == "PUT" && $0.path.hasPrefix(path) }.count }
         #expect(puts() == 5, "four refused by the scripted faults, then the answer")
 
@@ -165,8 +170,10 @@ struct FulfillmentSchedulerTests {
         let aliceToken = try await pair.user("alice")
         let chain = Self.id()
         let starter = pair.transaction(chain, purchase: now - 5 * day, token: aliceToken, signed: now - 3600)
-        #expect(try await pair.outcome(of: try await pair.notify(
-            .subscribed, .initialBuy, transaction: starter, renewal: pair.renewalInfo(original: chain, signed: now - 3600))) == .succeeded)
+        #expect(
+            try await pair.outcome(
+                of: try await pair.notify(
+                    .subscribed, .initialBuy, transaction: starter, renewal: pair.renewalInfo(original: chain, signed: now - 3600))) == .succeeded)
         let upgrade = pair.transaction(Self.id(), original: chain, product: WorkerHarness.pro, purchase: now, token: aliceToken)
         try harness.mock.addTransaction(starter)
         try harness.mock.addTransaction(upgrade, renewalInfo: pair.renewalInfo(original: chain, product: WorkerHarness.pro))
@@ -185,17 +192,20 @@ struct FulfillmentSchedulerTests {
                 == "DONE:FACTS_DISAGREE: renewal info names \(WorkerHarness.pro), current transaction \(WorkerHarness.starter)"
         }
         #expect(done, "one re-query, flagged for the disagreement, done")
-        let requeried = try #require(try await pair.value(
-            "SELECT notification_uuid FROM apple_notification_event WHERE notification_type = 'STATUS_REQUERY' AND original_transaction_id = \(chain)",
-            as: String.self))
+        let requeried = try #require(
+            try await pair.value(
+                "SELECT notification_uuid FROM apple_notification_event WHERE notification_type = 'STATUS_REQUERY' AND original_transaction_id = \(chain)",
+                as: String.self))
         #expect(try await pair.outcome(of: requeried) == .succeeded)
-        #expect(try await pair.value(
-            "SELECT order_type || ':' || status FROM payment_order WHERE transaction_id = \(upgrade.transactionId!)", as: String.self)
-            == "CHANGE:FULFILLED")
+        #expect(
+            try await pair.value(
+                "SELECT order_type || ':' || status FROM payment_order WHERE transaction_id = \(upgrade.transactionId!)", as: String.self)
+                == "CHANGE:FULFILLED")
         #expect(try await pair.balance("alice") == 3000, "starter 1000 + the upgrade's difference 2000")
-        #expect(try await pair.value(
-            "SELECT cause FROM status_history WHERE entity_key = \(upgrade.transactionId.map { "CHG-S-" + $0 }!) ORDER BY id DESC LIMIT 1",
-            as: String.self) == "apple.STATUS_REQUERY")
+        #expect(
+            try await pair.value(
+                "SELECT cause FROM status_history WHERE entity_key = \(upgrade.transactionId.map { "CHG-S-" + $0 }!) ORDER BY id DESC LIMIT 1",
+                as: String.self) == "apple.STATUS_REQUERY")
         #expect(try await pair.metric("subs_requery_flagged_total", reaching: 1) == 1)
 
         // Bob's renewal notification was lost; an operator asks for a re-query.
@@ -213,8 +223,9 @@ struct FulfillmentSchedulerTests {
         #expect(run.output.contains("status=DONE fetched=1 stored=1 duplicates=0"), "\(run.output)")
         #expect(run.output.contains("subscription=Sandbox:\(bobChain) status=ACTIVE product=\(WorkerHarness.starter)"), "\(run.output)")
         #expect(run.output.contains(" status=SUCCEEDED"), "the command waited for Apple's answer to be applied: \(run.output)")
-        #expect(try await pair.value(
-            "SELECT order_type FROM payment_order WHERE transaction_id = \(renewal.transactionId!)", as: String.self) == "RENEWAL")
+        #expect(
+            try await pair.value(
+                "SELECT order_type FROM payment_order WHERE transaction_id = \(renewal.transactionId!)", as: String.self) == "RENEWAL")
         #expect(try await pair.balance("bob") == 2000)
 
         let again = try await harness.subsctl(["requery", "--original-transaction-id", bobChain, "--env", "Sandbox"])
@@ -242,8 +253,10 @@ struct FulfillmentSchedulerTests {
         let chain = Self.id()
         let purchase = pair.transaction(chain, purchase: now - 29 * day, token: token, signed: now - 7200)
         let delivered = try harness.historyNotification(.subscribed, .initialBuy, transaction: purchase, delivered: true)
-        #expect(try await pair.client.post(
-            "/api/v1/iap/apple/notifications/sandbox", json: ["signedPayload": delivered.signedPayload]).status == 200)
+        #expect(
+            try await pair.client.post(
+                "/api/v1/iap/apple/notifications/sandbox", json: ["signedPayload": delivered.signedPayload]
+            ).status == 200)
         #expect(try await pair.outcome(of: delivered.uuid) == .succeeded)
 
         // Down: the ingress and the worker are gone while Apple sends a renewal and a renewal-status change.
@@ -272,9 +285,10 @@ struct FulfillmentSchedulerTests {
             try await restarted.count("SELECT count(*) FROM fulfillment_task WHERE kind = 'RECOVERY' AND status <> 'DONE'") == 0
         }
         #expect(recovered, "every start-up recovery is DONE")
-        #expect(try await restarted.value(
-            "SELECT (result->>'stored') || '/' || (result->>'duplicates') FROM fulfillment_task WHERE kind = 'RECOVERY' ORDER BY id DESC LIMIT 1",
-            as: String.self) == "2/1")
+        #expect(
+            try await restarted.value(
+                "SELECT (result->>'stored') || '/' || (result->>'duplicates') FROM fulfillment_task WHERE kind = 'RECOVERY' ORDER BY id DESC LIMIT 1",
+                as: String.self) == "2/1")
         let subscription = try #require(try await restarted.subscription(chain))
         #expect(subscription.status == "ACTIVE")
         #expect(subscription.lastTransactionID == renewal.transactionId)
@@ -329,14 +343,18 @@ struct FulfillmentSchedulerTests {
             try await pair.count("SELECT count(*) FROM payment_order WHERE status = 'EXPIRED'") == 2
         }
         #expect(expired)
-        #expect(try await pair.value(
-            "SELECT string_agg(entity_key || ':' || previous_status || '>' || current_status || ':' || cause, ',' ORDER BY entity_key) FROM status_history WHERE cause = 'order.stale'",
-            as: String.self) == [stale + ":CREATED>EXPIRED:order.stale", pending + ":PENDING>EXPIRED:order.stale"].sorted().joined(separator: ","))
+        #expect(
+            try await pair.value(
+                "SELECT string_agg(entity_key || ':' || previous_status || '>' || current_status || ':' || cause, ',' ORDER BY entity_key) FROM status_history WHERE cause = 'order.stale'",
+                as: String.self)
+                == [stale + ":CREATED>EXPIRED:order.stale", pending + ":PENDING>EXPIRED:order.stale"].sorted().joined(separator: ","))
         #expect(try await pair.value("SELECT status FROM payment_order WHERE order_no = \(fresh)", as: String.self) == "CREATED")
 
         // Alice paid after all: the charge counts, as a RECOVERY order; her expired intent stays closed.
         let id = Self.id()
-        #expect(try await pair.outcome(of: try await pair.notify(.subscribed, .initialBuy, transaction: pair.transaction(id, token: token))) == .succeeded)
+        #expect(
+            try await pair.outcome(of: try await pair.notify(.subscribed, .initialBuy, transaction: pair.transaction(id, token: token))) == .succeeded
+        )
         #expect(try await pair.value("SELECT status FROM payment_order WHERE order_no = \(stale)", as: String.self) == "EXPIRED")
         #expect(try await pair.value("SELECT order_type FROM payment_order WHERE transaction_id = \(id)", as: String.self) == "RECOVERY")
         #expect(try await pair.balance("alice") == 1000)

@@ -6,8 +6,8 @@ import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 /// Client uploads and observations through the pair, alone and racing Apple's notifications; account
 /// conflicts the worker catches itself.
@@ -66,9 +66,10 @@ struct FulfillmentSubmissionTests {
         let late = try await harness.submit(
             try harness.signer.sign(harness.transaction(charged, token: carolToken)), orderNo: cancelled, as: "carol")
         #expect(late.status == 200, "\(late.text)")
-        #expect(try await harness.value(
-            "SELECT string_agg(coalesce(previous_status, '-') || '>' || current_status, ',' ORDER BY id) FROM status_history WHERE entity_key = \(cancelled)",
-            as: String.self) == "->CREATED,CREATED>CANCELLED,CANCELLED>VERIFIED,VERIFIED>FULFILLED")
+        #expect(
+            try await harness.value(
+                "SELECT string_agg(coalesce(previous_status, '-') || '>' || current_status, ',' ORDER BY id) FROM status_history WHERE entity_key = \(cancelled)",
+                as: String.self) == "->CREATED,CREATED>CANCELLED,CANCELLED>VERIFIED,VERIFIED>FULFILLED")
         #expect(try await harness.balance("carol") == 1000)
 
         // 3: Ask to Buy: the order waits (PENDING); the approved purchase is observed by the app and
@@ -143,8 +144,9 @@ struct FulfillmentSubmissionTests {
         #expect(try await harness.value("SELECT status FROM payment_order WHERE order_no = \(orderNo)", as: String.self) == "FULFILLED")
         #expect(try await harness.count("SELECT count(*) FROM credit_grant") == 1)
         #expect(try await harness.balance("alice") == 1000)
-        #expect(try await harness.count(
-            "SELECT count(*) FROM apple_notification_event WHERE notification_uuid IS NOT NULL AND process_status = 'DEAD'") == 0)
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM apple_notification_event WHERE notification_uuid IS NOT NULL AND process_status = 'DEAD'") == 0)
         #expect(try await harness.count("SELECT count(*) FROM transaction_submission WHERE process_status = 'DEAD'") == 0)
         try await harness.checkInvariants()
     }

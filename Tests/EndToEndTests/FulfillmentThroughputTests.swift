@@ -8,8 +8,8 @@ import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 /// Throughput of the worker pool on real facts (prints figures; asserts only correctness): a backlog
 /// of renewals stored and published as the ingress would, then drained by 1 and by 2 workers.
@@ -50,7 +50,8 @@ struct FulfillmentThroughputTests {
         }
         let start = Date() - 86_400
         let events = try (0..<total).map { i -> NewNotificationEvent in
-            let chain = i % chains, period = i / chains
+            let chain = i % chains
+            let period = i / chains
             let original = "4" + String(format: "%06d", chain)
             var transaction = TestPayloads.transaction(
                 bundleId: IngressHarness.bundleID, environment: .sandbox, productId: "com.example.starter.monthly",
@@ -139,7 +140,8 @@ struct FulfillmentThroughputTests {
             let tps = try await bench.value
             print(
                 "fulfillment_pgbench_ceiling clients=8 tps=\(Int(tps))"
-                    + " postgres_cpu_ms_per_transaction=\(String(format: "%.3f", backendCPU.values.reduce(0, +) * 1000 / Double(Self.pgbenchTransactions)))")
+                    + " postgres_cpu_ms_per_transaction=\(String(format: "%.3f", backendCPU.values.reduce(0, +) * 1000 / Double(Self.pgbenchTransactions)))"
+            )
         }
         await pool.shutdown()
         await producer.shutdown()
@@ -288,7 +290,8 @@ struct FulfillmentThroughputTests {
                 + " webhook_to_entitlement_ms_p50=\(percentile(0.50)) p99=\(percentile(0.99)) max=\(percentile(1.0))"
                 + " stored_to_committed_ms_p50=\(Int(try stored.decode("p50", as: Double.self) * 1000))"
                 + " p99=\(Int(try stored.decode("p99", as: Double.self) * 1000))"
-                + " polls=\(polls.value) all_answered_within_s=\(String(format: "%.1f", sendSeconds)) worker_peak_rss_mib=\(String(format: "%.1f", rss))")
+                + " polls=\(polls.value) all_answered_within_s=\(String(format: "%.1f", sendSeconds)) worker_peak_rss_mib=\(String(format: "%.1f", rss))"
+        )
         // Where the two cores went: the test driver (its requests and its watch) competes with the
         // system it measures.
         print("fulfillment_latency_cpu_ms_per_event \(cpuPerEvent.joined(separator: " "))")
@@ -305,24 +308,24 @@ struct FulfillmentThroughputTests {
         let script = FileManager.default.temporaryDirectory.appendingPathComponent(TestEnvironment.uniqueName("pgbench") + ".sql")
         defer { try? FileManager.default.removeItem(at: script) }
         try """
-            \\set chain random(0, \(chains - 1))
-            \\set original \(prefix)000000 + :chain
-            BEGIN;
-            INSERT INTO apple_transaction (environment, transaction_id, original_transaction_id, user_id, product_id,
-                purchase_date, expires_date, ownership_type, signed_date, payload_hash)
-            VALUES ('Sandbox', gen_random_uuid()::text, :original::text, 'user-' || :chain, 'com.example.starter.monthly',
-                now(), now() + interval '30 days', 'PURCHASED', now(), md5(random()::text));
-            SELECT status FROM user_subscription WHERE environment = 'Sandbox' AND original_transaction_id = :original::text FOR UPDATE;
-            UPDATE user_subscription SET expires_at = now() + interval '30 days', version = version + 1, updated_at = now()
-             WHERE environment = 'Sandbox' AND original_transaction_id = :original::text;
-            INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id)
-            VALUES (gen_random_uuid()::text, 'user-' || :chain, 'SUBSCRIPTION', 1000000000, 'RENEWAL', 'Sandbox',
-                gen_random_uuid()::text, :original::text);
-            UPDATE credit_account SET balance = balance + 1000000000, updated_at = now()
-             WHERE user_id = 'user-' || :chain AND pool = 'SUBSCRIPTION';
-            END;
+        \\set chain random(0, \(chains - 1))
+        \\set original \(prefix)000000 + :chain
+        BEGIN;
+        INSERT INTO apple_transaction (environment, transaction_id, original_transaction_id, user_id, product_id,
+            purchase_date, expires_date, ownership_type, signed_date, payload_hash)
+        VALUES ('Sandbox', gen_random_uuid()::text, :original::text, 'user-' || :chain, 'com.example.starter.monthly',
+            now(), now() + interval '30 days', 'PURCHASED', now(), md5(random()::text));
+        SELECT status FROM user_subscription WHERE environment = 'Sandbox' AND original_transaction_id = :original::text FOR UPDATE;
+        UPDATE user_subscription SET expires_at = now() + interval '30 days', version = version + 1, updated_at = now()
+         WHERE environment = 'Sandbox' AND original_transaction_id = :original::text;
+        INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id)
+        VALUES (gen_random_uuid()::text, 'user-' || :chain, 'SUBSCRIPTION', 1000000000, 'RENEWAL', 'Sandbox',
+            gen_random_uuid()::text, :original::text);
+        UPDATE credit_account SET balance = balance + 1000000000, updated_at = now()
+         WHERE user_id = 'user-' || :chain AND pool = 'SUBSCRIPTION';
+        END;
 
-            """.write(to: script, atomically: true, encoding: .utf8)
+        """.write(to: script, atomically: true, encoding: .utf8)
         let output = Pipe()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
@@ -364,7 +367,7 @@ struct FulfillmentThroughputTests {
     }
 
     static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        duration.inSeconds
     }
 
     /// Peak resident memory of a process (`VmHWM` in `/proc/<pid>/status`), MiB.

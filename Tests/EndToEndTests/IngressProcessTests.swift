@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The ingress binary as operators run it: environment only, migrations at start-up, probes.
 @Suite(.timeLimit(.minutes(3)))

@@ -6,8 +6,8 @@ import Kafka
 import Postgres
 import ServiceRuntime
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 /// What happens to Apple's notifications when PostgreSQL, the broker or the ingress itself fail.
 @Suite(.timeLimit(.minutes(5)))

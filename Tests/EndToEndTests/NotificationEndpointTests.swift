@@ -1,8 +1,8 @@
 import AppStore
 import AppStoreTestSupport
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The Apple endpoints of the running ingress, against a test signer it trusts.
 @Suite(.timeLimit(.minutes(3)))
@@ -10,8 +10,10 @@ struct NotificationEndpointTests {
     let sandboxPath = "/api/v1/iap/apple/notifications/sandbox"
     let productionPath = "/api/v1/iap/apple/notifications/production"
 
-    func notification(_ harness: IngressHarness, type: NotificationTypeV2 = .didRenew, bundleId: String = IngressHarness.bundleID,
-                      environment: AppStoreEnvironment = .sandbox) throws -> (String, String) {
+    func notification(
+        _ harness: IngressHarness, type: NotificationTypeV2 = .didRenew, bundleId: String = IngressHarness.bundleID,
+        environment: AppStoreEnvironment = .sandbox
+    ) throws -> (String, String) {
         let transaction = TestPayloads.transaction(bundleId: bundleId, environment: environment)
         let uuid = UUID()
         let jws = try harness.signer.signNotification(
@@ -34,8 +36,9 @@ struct NotificationEndpointTests {
         let plain = try await harness.count(
             "SELECT count(*) FROM apple_notification_event WHERE position(convert_to('eyJ', 'UTF8') in signed_payload) > 0")
         #expect(plain == 0)
-        #expect(try await harness.count(
-            "SELECT count(*) FROM apple_notification_event WHERE payload_key_id = 'k1' AND original_transaction_id IS NOT NULL") == 1)
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM apple_notification_event WHERE payload_key_id = 'k1' AND original_transaction_id IS NOT NULL") == 1)
         let published = try await eventually(timeout: 20) { try await harness.count("SELECT count(*) FROM event_outbox") == 0 }
         #expect(published, "the outbox row was not published")
     }
@@ -53,8 +56,9 @@ struct NotificationEndpointTests {
         payload.data = data
         let response = try await harness.client.post(sandboxPath, json: ["signedPayload": try harness.signer.sign(payload)])
         #expect(response.status == 200, "\(response.text)")
-        #expect(try await harness.count(
-            "SELECT count(*) FROM apple_notification_event WHERE notification_type = 'SOMETHING_APPLE_ADDS_NEXT_YEAR'") == 1)
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM apple_notification_event WHERE notification_type = 'SOMETHING_APPLE_ADDS_NEXT_YEAR'") == 1)
     }
 
     @Test func refusesWhatIsNotGenuineOrNotOurs() async throws {

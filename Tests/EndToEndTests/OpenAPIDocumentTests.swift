@@ -3,8 +3,8 @@ import IngressApp
 import Kafka
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// The OpenAPI document: served as stored, complete (every route the ingress registers), and
 /// true (what the live endpoints answer matches the statuses and schemas it documents).
@@ -85,12 +85,13 @@ struct OpenAPIDocumentTests {
             pendingProduct: "com.example.starter.monthly")
         try await harness.addSubscription(user: "u1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-86_400))
         try await harness.pool.query(
-            PostgresQuery(unsafeSQL: """
-            INSERT INTO credit_account (user_id, pool, balance) VALUES ('u1', 'SUBSCRIPTION', 2500000), ('u1', 'WELCOME', 10);
-            INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, transaction_id)
-                SELECT 'g' || n, 'u1', 'SUBSCRIPTION', 1000000, 'RENEWAL', CASE WHEN n % 2 = 0 THEN 't' || n END FROM generate_series(1, 3) n;
-            INSERT INTO credit_daily_bill (user_id, day, total_cost, closed_at) VALUES ('u1', '2026-01-01', 5, now()), ('u1', '2026-01-02', 7, NULL);
-            """))
+            PostgresQuery(
+                unsafeSQL: """
+                    INSERT INTO credit_account (user_id, pool, balance) VALUES ('u1', 'SUBSCRIPTION', 2500000), ('u1', 'WELCOME', 10);
+                    INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, transaction_id)
+                        SELECT 'g' || n, 'u1', 'SUBSCRIPTION', 1000000, 'RENEWAL', CASE WHEN n % 2 = 0 THEN 't' || n END FROM generate_series(1, 3) n;
+                    INSERT INTO credit_daily_bill (user_id, day, total_cost, closed_at) VALUES ('u1', '2026-01-01', 5, now()), ('u1', '2026-01-02', 7, NULL);
+                    """))
         let document = try Self.document()
         let validator = SchemaValidator(document: document)
         let operations = Self.operations(document)
@@ -122,7 +123,8 @@ struct OpenAPIDocumentTests {
                 attempts.append(("bad limit", path + "?limit=0", harness.authorized("u1")))
             }
             for (attempt, target, headers) in attempts {
-                let response = parts[0] == "GET"
+                let response =
+                    parts[0] == "GET"
                     ? try await harness.client.get(target, headers: headers)
                     : try await harness.client.send(parts[0], target, json: [String: String](), headers: headers)
                 try check(name, attempt, response)
@@ -144,7 +146,8 @@ struct OpenAPIDocumentTests {
             try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u2")))
         try check(
             "POST /api/v1/subscriptions/orders/{orderNo}/cancel", "own",
-            try await harness.client.post("/api/v1/subscriptions/orders/\(orderNo)/cancel", json: [String: String](), headers: harness.authorized("u1")))
+            try await harness.client.post(
+                "/api/v1/subscriptions/orders/\(orderNo)/cancel", json: [String: String](), headers: harness.authorized("u1")))
         try check(
             create, "unknown product",
             try await harness.client.post(
@@ -153,9 +156,12 @@ struct OpenAPIDocumentTests {
         // The validator itself refuses what does not match.
         let error: [String: Any] = ["$ref": "#/components/schemas/Error"]
         #expect(!validator.validate(.object(["code": .string("X")]), against: error, at: "body").isEmpty)
-        #expect(!validator.validate(.object(["code": .bool(true), "message": .string(""), "traceId": .string("")]), against: error, at: "body").isEmpty)
-        #expect(!validator.validate(
-            .object(["code": .string(""), "message": .string(""), "traceId": .string(""), "extra": .null]), against: error, at: "body").isEmpty)
+        #expect(
+            !validator.validate(.object(["code": .bool(true), "message": .string(""), "traceId": .string("")]), against: error, at: "body").isEmpty)
+        #expect(
+            !validator.validate(
+                .object(["code": .string(""), "message": .string(""), "traceId": .string(""), "extra": .null]), against: error, at: "body"
+            ).isEmpty)
         #expect(!validator.validate(.string("1.2345678"), against: ["$ref": "#/components/schemas/CreditAmount"], at: "amount").isEmpty)
     }
 }
@@ -220,7 +226,13 @@ struct SchemaValidator {
 
 /// A JSON value that keeps booleans and numbers apart (Foundation's JSONSerialization does not).
 enum JSONValue: Decodable, CustomStringConvertible {
-    case null, bool(Bool), integer(Int64), number(Double), string(String), array([JSONValue]), object([String: JSONValue])
+    case null
+    case bool(Bool)
+    case integer(Int64)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()

@@ -2,8 +2,8 @@ import AppStore
 import AppStoreTestSupport
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// Order creation, reads, cancel and transaction submissions through the running ingress.
 @Suite(.timeLimit(.minutes(3)))
@@ -103,8 +103,9 @@ struct OrderEndpointTests {
         #expect(try cancelled.json()["status"] as? String == "CANCELLED")
         let again = try await createOrder(harness, user: "alice", requestID: "click-3")
         #expect(again.status == 201, "a cancelled order no longer blocks a new purchase")
-        #expect(try await harness.count(
-            "SELECT count(*) FROM status_history WHERE entity_type = 'ORDER' AND current_status = 'CANCELLED'") == 1)
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM status_history WHERE entity_type = 'ORDER' AND current_status = 'CANCELLED'") == 1)
 
         // StoreKit's `.pending` reported: the order waits, a repeat answers it unchanged, a cancelled
         // order cannot become pending, and only its owner can report it.
@@ -116,8 +117,10 @@ struct OrderEndpointTests {
             #expect(pending.status == 200, "\(pending.text)")
             #expect(try pending.json()["status"] as? String == "PENDING")
         }
-        #expect(try await harness.count(
-            "SELECT count(*) FROM status_history WHERE entity_key = '\(waitingNo)' AND current_status = 'PENDING' AND cause = 'client.pending'") == 1)
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM status_history WHERE entity_key = '\(waitingNo)' AND current_status = 'PENDING' AND cause = 'client.pending'")
+                == 1)
         let blocked = try await createOrder(harness, user: "alice", requestID: "click-4")
         #expect(blocked.status == 409)
         #expect(try blocked.json()["code"] as? String == "PURCHASE_PENDING")
@@ -166,8 +169,9 @@ struct OrderEndpointTests {
         }
         #expect(try await harness.count("SELECT count(*) FROM transaction_submission") == 1)
 
-        let wrongProduct = try harness.signer.sign(TestPayloads.transaction(
-            bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.pro, appAccountToken: token))
+        let wrongProduct = try harness.signer.sign(
+            TestPayloads.transaction(
+                bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.pro, appAccountToken: token))
         let mismatch = try await harness.client.post(path, json: ["signedTransaction": wrongProduct], headers: auth)
         #expect(try mismatch.json()["code"] as? String == "TRANSACTION_INVALID")
         let forged = try TestAppleSigner().sign(transaction)
@@ -178,15 +182,17 @@ struct OrderEndpointTests {
         // Someone else's purchase (their appAccountToken) uploaded by carol.
         let dave = try await createOrder(harness, user: "dave").json()
         let daveToken = UUID(uuidString: try #require(dave["appAccountToken"] as? String))
-        let davesTransaction = try harness.signer.sign(TestPayloads.transaction(
-            bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.monthly, appAccountToken: daveToken))
+        let davesTransaction = try harness.signer.sign(
+            TestPayloads.transaction(
+                bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.monthly, appAccountToken: daveToken))
         let conflict = try await harness.client.post(
             "/api/v1/subscriptions/apple-transactions/observed", json: ["signedTransaction": davesTransaction], headers: auth)
         #expect(conflict.status == 409)
         #expect(try conflict.json()["code"] as? String == "ACCOUNT_CONFLICT")
-        let expired = try harness.signer.sign(TestPayloads.transaction(
-            bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.monthly,
-            purchaseDate: Date() - 40 * 86_400, appAccountToken: token))
+        let expired = try harness.signer.sign(
+            TestPayloads.transaction(
+                bundleId: IngressHarness.bundleID, environment: .sandbox, productId: Self.monthly,
+                purchaseDate: Date() - 40 * 86_400, appAccountToken: token))
         let stale = try await harness.client.post(path, json: ["signedTransaction": expired], headers: auth)
         #expect(try stale.json()["code"] as? String == "TRANSACTION_EXPIRED")
         #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")

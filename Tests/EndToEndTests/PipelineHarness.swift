@@ -8,8 +8,8 @@ import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 /// A private slice of the real services for one end-to-end test: its own database, topic and
 /// consumer group, so tests never see each other's events.

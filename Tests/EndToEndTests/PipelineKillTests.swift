@@ -1,6 +1,6 @@
-import Events
 import AppStore
 import AppStoreTestSupport
+import Events
 import Foundation
 import FulfillmentApp
 import IngressApp
@@ -9,8 +9,8 @@ import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 /// The pipe through both sides: real sealed notifications stored and published by the ingress's
 /// intake, applied by worker processes under leases, while workers die by `kill -9` mid-stream.
@@ -180,7 +180,8 @@ struct RenewalStream {
             """)
         let start = Date() - 86_400
         let events = try (0..<total).map { i -> NewNotificationEvent in
-            let chain = i % chains, period = i / chains
+            let chain = i % chains
+            let period = i / chains
             let original = prefix + String(format: "%06d", chain)
             var transaction = TestPayloads.transaction(
                 bundleId: IngressHarness.bundleID, environment: .sandbox, productId: "com.example.starter.monthly",

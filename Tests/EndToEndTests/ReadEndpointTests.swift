@@ -2,8 +2,8 @@ import Crypto
 import Foundation
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// The client read endpoints of the running ingress: products, current subscriptions, balance,
 /// grants and daily bills, their bearer authentication and their signed cursors.
@@ -20,7 +20,8 @@ struct ReadEndpointTests {
         let foreignSecret = Array(Base64URL.encode(SecureRandom.bytes(32)).utf8)
         let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
         let payload = Base64URL.encode(Array(#"{"sub":"u1","exp":\#(Int(Date().timeIntervalSince1970) + 3600)}"#.utf8))
-        let foreign = "\(header).\(payload)." + Base64URL.encode(HMACSHA256.authenticate(key: foreignSecret, message: Array("\(header).\(payload)".utf8)))
+        let foreign =
+            "\(header).\(payload)." + Base64URL.encode(HMACSHA256.authenticate(key: foreignSecret, message: Array("\(header).\(payload)".utf8)))
         let unsigned = Base64URL.encode(Array(#"{"alg":"none"}"#.utf8)) + ".\(payload)."
         let cases: [(String, [String: String])] = [
             ("no header", [:]),
@@ -105,7 +106,8 @@ struct ReadEndpointTests {
             graceExpiresAt: wholeSeconds(86_400))
         // Paid period over without grace, and an older expired chain: no current plan.
         try await harness.addSubscription(user: "lapsed", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-60))
-        try await harness.addSubscription(user: "lapsed", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-90 * 86_400))
+        try await harness.addSubscription(
+            user: "lapsed", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-90 * 86_400))
 
         func relations(_ user: String) async throws -> [String: String] {
             let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: user)["products"] as? [[String: Any]])
@@ -140,7 +142,8 @@ struct ReadEndpointTests {
         try await harness.addSubscription(
             user: "u1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future,
             pendingProduct: "com.example.starter.monthly", autoRenew: false, originalTransactionID: "1000")
-        try await harness.addSubscription(user: "u1", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: past, originalTransactionID: "2000")
+        try await harness.addSubscription(
+            user: "u1", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: past, originalTransactionID: "2000")
         try await harness.addSubscription(
             user: "u1", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-7200), graceExpiresAt: graceEnd,
             originalTransactionID: "3000")

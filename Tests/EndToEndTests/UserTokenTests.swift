@@ -1,7 +1,8 @@
 import Crypto
 import Foundation
-@testable import IngressApp
 import Testing
+
+@testable import IngressApp
 
 /// Bearer tokens verified with an identity provider's public key (ES256), and the algorithm
 /// confusions a key-based deployment must refuse.

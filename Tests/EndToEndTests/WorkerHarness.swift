@@ -4,8 +4,8 @@ import Foundation
 import FulfillmentApp
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// The real pair on a private slice of the services: an ingress and fulfillment workers sharing one
 /// test signer and one payload key set, with what the scenarios need to play Apple and the app and
@@ -164,7 +164,8 @@ struct WorkerHarness {
 
     /// POSTs a signed transaction for an order (or as observed when `orderNo` is nil) as `user`.
     func submit(_ jws: String, orderNo: String?, as user: String) async throws -> TestHTTPResponse {
-        let path = orderNo.map { "/api/v1/subscriptions/orders/\($0)/apple-transaction" }
+        let path =
+            orderNo.map { "/api/v1/subscriptions/orders/\($0)/apple-transaction" }
             ?? "/api/v1/subscriptions/apple-transactions/observed"
         return try await client.post(
             path, json: ["signedTransaction": jws], headers: ["Authorization": "Bearer \(ingress.userToken(user))"])
@@ -214,13 +215,15 @@ struct WorkerHarness {
 
     /// The subscription row of a chain.
     func subscription(_ original: String, environment: String = "Sandbox") async throws -> SubscriptionRow? {
-        guard let row = try await pool.query(
-            """
-            SELECT user_id, status, active_product_id, pending_product_id, auto_renew_enabled, expires_at,
-                   grace_expires_at, last_transaction_id, frozen_reason, is_family_shared
-              FROM user_subscription WHERE environment = \(environment) AND original_transaction_id = \(original)
-            """
-        ).first else { return nil }
+        guard
+            let row = try await pool.query(
+                """
+                SELECT user_id, status, active_product_id, pending_product_id, auto_renew_enabled, expires_at,
+                       grace_expires_at, last_transaction_id, frozen_reason, is_family_shared
+                  FROM user_subscription WHERE environment = \(environment) AND original_transaction_id = \(original)
+                """
+            ).first
+        else { return nil }
         return SubscriptionRow(
             userID: try row.decode("user_id"), status: try row.decode("status"),
             activeProductID: try row.decode("active_product_id"),

@@ -111,8 +111,9 @@ struct JSONHelperTests {
         let response = HTTPResponse.json(order, status: 201)
         #expect(response.status == 201)
         #expect(response.header("Content-Type") == "application/json")
-        #expect(String(decoding: response.body, as: UTF8.self)
-            == #"{"orderNo":"MX1","purchasedAt":"2023-11-14T22:13:20Z","quantity":2}"#)
+        #expect(
+            String(decoding: response.body, as: UTF8.self)
+                == #"{"orderNo":"MX1","purchasedAt":"2023-11-14T22:13:20Z","quantity":2}"#)
     }
 
     @Test("decodeJSON reads what json() wrote")

@@ -7,11 +7,16 @@ import Testing
 func testRouter() -> Router {
     var router = Router()
     router.get("/hello/{name}") { request in
-        .json(["hello": request.pathParameter("name") ?? "", "q": request.query("q") ?? "",
-               "peer": request.head.remoteAddress])
+        .json([
+            "hello": request.pathParameter("name") ?? "", "q": request.query("q") ?? "",
+            "peer": request.head.remoteAddress,
+        ])
     }
     router.post("/orders") { request in
-        struct Order: Codable { var orderNo: String; var quantity: Int }
+        struct Order: Codable {
+            var orderNo: String
+            var quantity: Int
+        }
         var order = try request.decodeJSON(Order.self)
         order.quantity += 1
         return .json(order, status: 201)
@@ -58,11 +63,13 @@ struct ServerTests {
             let port = server.port
             let (good, bad) = try await blocking {
                 let connection = try RawConnection(port: port)
-                try connection.request("POST", "/orders", headers: ["Content-Type": "application/json"],
-                                       body: #"{"orderNo":"MX9","quantity":1}"#)
+                try connection.request(
+                    "POST", "/orders", headers: ["Content-Type": "application/json"],
+                    body: #"{"orderNo":"MX9","quantity":1}"#)
                 let good = try connection.readResponse()
-                try connection.request("POST", "/orders", headers: ["Content-Type": "application/json"],
-                                       body: #"{"orderNo":"MX9","#)
+                try connection.request(
+                    "POST", "/orders", headers: ["Content-Type": "application/json"],
+                    body: #"{"orderNo":"MX9","#)
                 return (good, try connection.readResponse())
             }
             #expect(good.status == 201)
@@ -200,8 +207,9 @@ struct ServerTests {
                 try first.send("POST /orders HTTP/1.1\r\nHost: test\r\nContent-Type: text/plain\r\nContent-Length: 500\r\n\r\n")
                 let rejected = try first.readResponse()
                 let second = try RawConnection(port: port)
-                try second.request("POST", "/orders", headers: ["Content-Type": "application/json"],
-                                   body: #"{"orderNo":"A","quantity":0}"#)
+                try second.request(
+                    "POST", "/orders", headers: ["Content-Type": "application/json"],
+                    body: #"{"orderNo":"A","quantity":0}"#)
                 return (rejected, try second.readResponse())
             }
             #expect(rejected.status == 415)
@@ -305,8 +313,9 @@ struct ShutdownTests {
         }
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2)
         configuration.shutdownGracePeriod = .seconds(60)
-        let server = HTTPServer(configuration: configuration, router: router,
-                                logger: Logger(label: "test", level: .error, sink: .memory()))
+        let server = HTTPServer(
+            configuration: configuration, router: router,
+            logger: Logger(label: "test", level: .error, sink: .memory()))
         try await blocking { try server.start() }
         let port = server.port
 
@@ -360,8 +369,9 @@ struct ShutdownTests {
         }
         var configuration = HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2)
         configuration.shutdownGracePeriod = .milliseconds(200)
-        let server = HTTPServer(configuration: configuration, router: router,
-                                logger: Logger(label: "test", level: .critical, sink: .memory()))
+        let server = HTTPServer(
+            configuration: configuration, router: router,
+            logger: Logger(label: "test", level: .critical, sink: .memory()))
         // Bound before run(), so the port is known however slowly the task starts on a busy machine.
         try server.start()
         let port = server.port

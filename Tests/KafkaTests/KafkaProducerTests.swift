@@ -1,8 +1,9 @@
 import Foundation
-@testable import Kafka
 import ServiceRuntime
 import TestSupport
 import Testing
+
+@testable import Kafka
 
 @Suite("Kafka producer")
 struct KafkaProducerTests {

@@ -67,7 +67,7 @@ func eventually(timeout: Duration = .seconds(30), _ condition: () -> Bool) async
 /// Seconds since `start`, for the figures tests print.
 func seconds(since start: ContinuousClock.Instant) -> String {
     let elapsed = ContinuousClock.now - start
-    return String(format: "%.2f s", Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds))
+    return String(format: "%.2f s", elapsed.inSeconds)
 }
 
 /// Kafka's Java `Utils.murmur2`, which librdkafka's `murmur2_random` partitioner reproduces.

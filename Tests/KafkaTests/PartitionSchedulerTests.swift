@@ -1,8 +1,9 @@
 import Dispatch
 import Foundation
-@testable import Kafka
 import ServiceRuntime
 import Testing
+
+@testable import Kafka
 
 /// The scheduler alone (pure state, no broker): which message may start, and the offset reached.
 @Suite("Partition scheduler")

@@ -52,8 +52,9 @@ struct BatchWriteTests {
             #expect(try rows.map { try $0.decode("subtype", as: String?.self) } == [nil, "BILLING_RECOVERY", "BILLING_RECOVERY"])
             #expect(try rows[0].decode("signed_date", as: Date.self) == Date(timeIntervalSince1970: 1_700_000_000.5))
             let outbox = try await pool.query("SELECT event_id FROM event_outbox ORDER BY event_id")
-            #expect(try outbox.map { try $0.decode("event_id", as: Int64.self) }
-                == [first[0].eventID, first[1].eventID, second[1].eventID])
+            #expect(
+                try outbox.map { try $0.decode("event_id", as: Int64.self) }
+                    == [first[0].eventID, first[1].eventID, second[1].eventID])
         }
     }
 }

@@ -2,8 +2,8 @@ import Foundation
 import Postgres
 import ServiceRuntime
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 /// Shared helpers of the PostgreSQL tests.
 enum Fixture {

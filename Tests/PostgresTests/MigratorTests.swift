@@ -1,13 +1,15 @@
 import Foundation
 import Postgres
 import Storage
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Schema migrations")
 struct MigratorTests {
     let migrations = [
-        Migration(version: 1, name: "create_runs", sql: "CREATE TABLE runs (id serial PRIMARY KEY, migration int NOT NULL); INSERT INTO runs (migration) VALUES (1);"),
+        Migration(
+            version: 1, name: "create_runs",
+            sql: "CREATE TABLE runs (id serial PRIMARY KEY, migration int NOT NULL); INSERT INTO runs (migration) VALUES (1);"),
         Migration(version: 2, name: "add_note", sql: "ALTER TABLE runs ADD COLUMN note text; INSERT INTO runs (migration) VALUES (2);"),
         Migration(version: 3, name: "third", sql: "INSERT INTO runs (migration, note) VALUES (3, 'x');"),
     ]
@@ -24,9 +26,10 @@ struct MigratorTests {
         try write(".keep", "")
         try write("README.md", "not a migration")
         let loaded = try Migrator.load(from: directory)
-        #expect(loaded == [
-            Migration(version: 2, name: "second_step", sql: "SELECT 2;"), Migration(version: 10, name: "later", sql: "SELECT 10;"),
-        ])
+        #expect(
+            loaded == [
+                Migration(version: 2, name: "second_step", sql: "SELECT 2;"), Migration(version: 10, name: "later", sql: "SELECT 10;"),
+            ])
 
         try write("10_again.sql", "SELECT 10;")
         #expect {
@@ -61,9 +64,11 @@ struct MigratorTests {
 
     @Test func concurrentRunsApplyEachMigrationExactlyOnce() async throws {
         try await Fixture.withSchema { pool, url in
-            let pools = [pool] + (1..<4).map { _ in
-                PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 2), logger: Fixture.logger)
-            }
+            let pools =
+                [pool]
+                + (1..<4).map { _ in
+                    PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 2), logger: Fixture.logger)
+                }
             let results = try await withThrowingTaskGroup(of: [Int].self) { group in
                 for pool in pools {
                     group.addTask { [migrations] in
@@ -101,7 +106,9 @@ struct MigratorTests {
             } throws: { error in
                 if case MigrationError.failed(version: 4, name: "broken", underlying: let underlying) = error {
                     underlying.sqlState == "42703"
-                } else { false }
+                } else {
+                    false
+                }
             }
             let tables = try await pool.query("SELECT to_regclass('half') IS NULL AS absent").first!
             #expect(try tables.decode("absent", as: Bool.self))

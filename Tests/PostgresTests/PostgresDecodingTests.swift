@@ -46,24 +46,27 @@ struct PostgresDecodingTests {
             #expect(row.isNull("nothing"))
             #expect(!row.isNull("t"))
             // The server parsed the timestamp to the microsecond.
-            let micros = try #require(try await pool.query(
-                "SELECT to_char(ts, 'YYYY-MM-DD HH24:MI:SS.US') AS text FROM everything").first)
+            let micros = try #require(
+                try await pool.query(
+                    "SELECT to_char(ts, 'YYYY-MM-DD HH24:MI:SS.US') AS text FROM everything"
+                ).first)
             #expect(try micros.decode("text", as: String.self) == "2024-02-29 23:59:59.123456")
         }
     }
 
     @Test func serverFormattedValuesDecode() async throws {
         try await Fixture.withSchema { pool, _ in
-            let row = try #require(try await pool.query(
-                """
-                SELECT '2024-02-29 23:59:59.5+02'::timestamptz AS ts,
-                       '1999-12-31 23:00:00'::timestamptz AS whole,
-                       '0044-03-15 12:00:00+00 BC'::timestamptz AS ides,
-                       'f'::bool AS no, '\\x00ff'::bytea AS bytes, '{"name": "x", "tags": []}'::jsonb AS doc,
-                       '0.000001'::numeric AS tiny, 'NaN'::numeric AS nan, 42::int2 AS small,
-                       'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'::uuid AS id, NULL::int AS missing
-                """
-            ).first)
+            let row = try #require(
+                try await pool.query(
+                    """
+                    SELECT '2024-02-29 23:59:59.5+02'::timestamptz AS ts,
+                           '1999-12-31 23:00:00'::timestamptz AS whole,
+                           '0044-03-15 12:00:00+00 BC'::timestamptz AS ides,
+                           'f'::bool AS no, '\\x00ff'::bytea AS bytes, '{"name": "x", "tags": []}'::jsonb AS doc,
+                           '0.000001'::numeric AS tiny, 'NaN'::numeric AS nan, 42::int2 AS small,
+                           'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'::uuid AS id, NULL::int AS missing
+                    """
+                ).first)
             #expect(try row.decode("ts", as: Date.self) == Date(timeIntervalSince1970: 1_709_243_999.5))
             #expect(try row.decode("whole", as: Date.self) == Date(timeIntervalSince1970: 946_681_200))
             let ides = try row.decode("ides", as: Date.self)
@@ -82,11 +85,13 @@ struct PostgresDecodingTests {
 
     @Test func decodingFailuresNameTheColumn() async throws {
         try await Fixture.withSchema { pool, _ in
-            let row = try #require(try await pool.query(
-                """
-                SELECT NULL::text AS missing, 'abc'::text AS word, '-infinity'::timestamptz AS ts,
-                       '\\x0g'::text AS hex, '\\x012'::text AS odd
-                """).first)
+            let row = try #require(
+                try await pool.query(
+                    """
+                    SELECT NULL::text AS missing, 'abc'::text AS word, '-infinity'::timestamptz AS ts,
+                           '\\x0g'::text AS hex, '\\x012'::text AS odd
+                    """
+                ).first)
             for (column, attempt) in [
                 ("missing", { _ = try row.decode("missing", as: String.self) }),
                 ("word", { _ = try row.decode("word", as: Int.self) }),
@@ -109,8 +114,10 @@ struct PostgresDecodingTests {
     @Test func typedNullsAndArrays() async throws {
         try await Fixture.withSchema { pool, _ in
             // A nil still announces its type, so the server can resolve `$1 IS NULL` and friends.
-            let row = try #require(try await pool.query(
-                "SELECT \(UUID?.none) IS NULL AS a, \(Date?.none) IS NULL AS b, \(Int?.some(3)) + 1 AS c").first)
+            let row = try #require(
+                try await pool.query(
+                    "SELECT \(UUID?.none) IS NULL AS a, \(Date?.none) IS NULL AS b, \(Int?.some(3)) + 1 AS c"
+                ).first)
             #expect(try row.decode("a", as: Bool.self))
             #expect(try row.decode("b", as: Bool.self))
             #expect(try row.decode("c", as: Int.self) == 4)
@@ -140,8 +147,10 @@ struct PostgresDecodingTests {
             ]
             for (seconds, text) in cases {
                 let date = Date(timeIntervalSince1970: seconds)
-                let row = try #require(try await pool.query(
-                    "SELECT \(date) AS d, to_char(\(date), 'YYYY-MM-DD HH24:MI:SS.US AD') AS text").first)
+                let row = try #require(
+                    try await pool.query(
+                        "SELECT \(date) AS d, to_char(\(date), 'YYYY-MM-DD HH24:MI:SS.US AD') AS text"
+                    ).first)
                 #expect(try row.decode("text", as: String.self) == text)
                 #expect(try row.decode("d", as: Date.self) == date)
             }

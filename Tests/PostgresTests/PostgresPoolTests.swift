@@ -1,8 +1,8 @@
 import Foundation
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 @Suite("PostgreSQL pool, statements and transactions")
 struct PostgresPoolTests {
@@ -214,7 +214,8 @@ struct PostgresPoolTests {
 
         async let first: Void = pool.transaction(isolation: .serializable) { connection in
             let onCall: Int = try await connection.query(
-                "SELECT count(*) AS n FROM duty WHERE on_call").first!.decode("n")
+                "SELECT count(*) AS n FROM duty WHERE on_call"
+            ).first!.decode("n")
             firstRead.fire()
             await secondRead.wait()
             if onCall > 1 { try await connection.query("UPDATE duty SET on_call = false WHERE doctor = 'alice'") }
@@ -226,7 +227,8 @@ struct PostgresPoolTests {
                 return count
             }
             let onCall: Int = try await connection.query(
-                "SELECT count(*) AS n FROM duty WHERE on_call").first!.decode("n")
+                "SELECT count(*) AS n FROM duty WHERE on_call"
+            ).first!.decode("n")
             if attempt == 1 {
                 secondRead.fire()
                 await firstRead.wait()

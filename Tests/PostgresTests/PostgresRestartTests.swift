@@ -1,7 +1,7 @@
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// Server restarts, on a private cluster each: the shared server is never disturbed.
 @Suite("PostgreSQL server restarts")

@@ -34,8 +34,10 @@ struct Boom: Error {}
     @Test func aFailingServiceStopsTheOthersInReverseOrderAndTheErrorSurfaces() async throws {
         let journal = Locked<[String]>([])
         let group = ServiceGroup(
-            services: [RecordingService("db", journal: journal), RecordingService("http", journal: journal),
-                       RecordingService("bad", journal: journal, failure: Boom())],
+            services: [
+                RecordingService("db", journal: journal), RecordingService("http", journal: journal),
+                RecordingService("bad", journal: journal, failure: Boom()),
+            ],
             logger: Logger(label: "test", level: .critical), signals: [])
         await #expect(throws: Boom.self) { try await group.run() }
         let events = journal.value

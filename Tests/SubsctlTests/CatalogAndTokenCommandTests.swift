@@ -2,8 +2,8 @@ import Crypto
 import Foundation
 import Postgres
 import ServiceRuntime
-import Testing
 import TestSupport
+import Testing
 
 /// `subsctl catalog apply` against a real database, and `subsctl dev-token`.
 @Suite(.timeLimit(.minutes(2)))
@@ -29,13 +29,17 @@ struct CatalogAndTokenCommandTests {
         let text = try String(contentsOfFile: Self.demoPath, encoding: .utf8)
         let changed = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: changed) }
-        try text.replacingOccurrences(of: "\"creditsAmount\": 1000", with: "\"creditsAmount\": 1200").write(to: changed, atomically: true, encoding: .utf8)
+        try text.replacingOccurrences(of: "\"creditsAmount\": 1000", with: "\"creditsAmount\": 1200").write(
+            to: changed, atomically: true, encoding: .utf8)
         let third = try Subsctl.run(["catalog", "apply", changed.path], environment: environment)
         #expect(third.status == 0, "\(third.stderr)")
         #expect(third.stdout.contains("updated com.example.starter.monthly"))
-        #expect(try await database.count(
-            "SELECT version FROM payment_product WHERE product_id = 'com.example.starter.monthly' AND credits_amount = 1200") == 2)
-        #expect(try await database.count("SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_UPDATED' AND reason LIKE 'subsctl catalog apply %'") == 1)
+        #expect(
+            try await database.count(
+                "SELECT version FROM payment_product WHERE product_id = 'com.example.starter.monthly' AND credits_amount = 1200") == 2)
+        #expect(
+            try await database.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_UPDATED' AND reason LIKE 'subsctl catalog apply %'") == 1)
 
         // A file with a problem writes nothing.
         let broken = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")

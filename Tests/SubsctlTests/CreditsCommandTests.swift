@@ -1,7 +1,7 @@
 import Foundation
 import Postgres
-import Testing
 import TestSupport
+import Testing
 
 /// `subsctl rates apply`, `subsctl credits run-jobs` and `subsctl credits adjust` against a real database.
 @Suite(.timeLimit(.minutes(2)))
@@ -15,7 +15,8 @@ struct CreditsCommandTests {
         let first = try Subsctl.run(["rates", "apply", "--operator", "ops-alice", "--reason", "launch", Self.demoPath], environment: environment)
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.stdout.split(separator: "\n").last == "inserted=3 unchanged=0")
-        #expect(try await database.count("SELECT count(*) FROM audit_log WHERE action = 'CREDIT_RATE_VERSION_CREATED' AND operator = 'ops-alice'") == 3)
+        #expect(
+            try await database.count("SELECT count(*) FROM audit_log WHERE action = 'CREDIT_RATE_VERSION_CREATED' AND operator = 'ops-alice'") == 3)
         let again = try Subsctl.run(["rates", "apply", Self.demoPath], environment: environment)
         #expect(again.stdout.split(separator: "\n").last == "inserted=0 unchanged=3")
 
@@ -36,10 +37,11 @@ struct CreditsCommandTests {
         let database = try await TestDatabase.make("subsctl")
         defer { Task { await database.drop() } }
         try await database.pool.query(
-            PostgresQuery(unsafeSQL: """
-            INSERT INTO app_user (user_id) VALUES ('u1');
-            INSERT INTO credit_daily_bill (user_id, day, total_cost) VALUES ('u1', '2026-03-01', 250000);
-            """))
+            PostgresQuery(
+                unsafeSQL: """
+                    INSERT INTO app_user (user_id) VALUES ('u1');
+                    INSERT INTO credit_daily_bill (user_id, day, total_cost) VALUES ('u1', '2026-03-01', 250000);
+                    """))
         let run = try Subsctl.run(
             ["credits", "run-jobs", "--now", "2026-03-02T00:00:05Z", "--welcome-credits", "3"], environment: ["DATABASE_URL": database.url])
         #expect(run.status == 0, "\(run.stderr)")
@@ -56,8 +58,10 @@ struct CreditsCommandTests {
         let environment = ["DATABASE_URL": database.url]
         func adjust(_ amount: String, _ number: String, user: String = "u1", pool: String = "PERMANENT") throws -> Subsctl.Run {
             try Subsctl.run(
-                ["credits", "adjust", "--user", user, "--pool", pool, "--amount", amount, "--number", number, "--operator", "ops-alice",
-                 "--reason", "ticket 42"], environment: environment)
+                [
+                    "credits", "adjust", "--user", user, "--pool", pool, "--amount", amount, "--number", number, "--operator", "ops-alice",
+                    "--reason", "ticket 42",
+                ], environment: environment)
         }
         let credit = try adjust("3", "A-1")
         #expect(credit.status == 0, "\(credit.stderr)")
@@ -68,7 +72,8 @@ struct CreditsCommandTests {
         #expect(retried.status == 0)
         #expect(
             retried.stdout
-                == "already adjusted, nothing booked: adjustment=A-2 user=u1 pool=PERMANENT amount=-4.5 applied=-3 unrecoverable=1.5 balance_after=0\n")
+                == "already adjusted, nothing booked: adjustment=A-2 user=u1 pool=PERMANENT amount=-4.5 applied=-3 unrecoverable=1.5 balance_after=0\n"
+        )
         #expect(try await database.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'ADJUSTMENT'") == 2)
         #expect(try await database.count("SELECT count(*) FROM audit_log WHERE action = 'CREDITS_ADJUSTED' AND operator = 'ops-alice'") == 2)
 

@@ -27,8 +27,10 @@ import Testing
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         let shared = try Subsctl.run(["demo-signer", "init", "--dir", root.path], environment: [:])
         #expect(shared.status == 78 && shared.stderr.contains("accessible to others"), "\(shared.stderr)")
-        for arguments in [["demo-signer", "init"], ["demo-signer", "init", "--dir", root.path, "extra"],
-                          ["bench", "sign-notifications", "--signer-dir", root.path, "--count", "0", "--out", "/dev/null"]] {
+        for arguments in [
+            ["demo-signer", "init"], ["demo-signer", "init", "--dir", root.path, "extra"],
+            ["bench", "sign-notifications", "--signer-dir", root.path, "--count", "0", "--out", "/dev/null"],
+        ] {
             #expect(try Subsctl.run(arguments, environment: [:]).status == 64, "\(arguments)")
         }
         let help = try Subsctl.run(["help"], environment: [:])

@@ -35,7 +35,10 @@ import Testing
 
     @Test func theCommandsAreListed() throws {
         let run = try Subsctl.run(["help"], environment: [:])
-        for usage in ["subsctl requery --original-transaction-id", "subsctl recover --from", "subsctl consent --user-id", "subsctl test-user --user-id", "subsctl replay --error-code"] {
+        for usage in [
+            "subsctl requery --original-transaction-id", "subsctl recover --from", "subsctl consent --user-id", "subsctl test-user --user-id",
+            "subsctl replay --error-code",
+        ] {
             #expect(run.stdout.contains(usage), "\(run.stdout)")
         }
     }

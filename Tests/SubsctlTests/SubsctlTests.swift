@@ -34,7 +34,8 @@ struct Subsctl {
         let errorFile = FileManager.default.temporaryDirectory.appendingPathComponent("subsctl-err-\(UUID().uuidString)")
         _ = FileManager.default.createFile(atPath: errorFile.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: errorFile) }
-        let out = Pipe(), input = Pipe()
+        let out = Pipe()
+        let input = Pipe()
         process.standardOutput = out
         process.standardError = try FileHandle(forWritingTo: errorFile)
         process.standardInput = input
@@ -122,7 +123,8 @@ enum Vectors {
         var tampered = Array(notification.utf8)
         let index = notification.split(separator: ".")[0].utf8.count + 40
         tampered[index] = tampered[index] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-        let bad = try Subsctl.run(["verify", "--kind", "notification", try file(String(decoding: tampered, as: UTF8.self))], environment: environment)
+        let bad = try Subsctl.run(
+            ["verify", "--kind", "notification", try file(String(decoding: tampered, as: UTF8.self))], environment: environment)
         #expect(bad.status == 1)
         #expect(bad.error.hasPrefix("INVALID_SIGNATURE: ") || bad.error.hasPrefix("MALFORMED: "), "\(bad.stderr)")
         #expect(bad.stdout.isEmpty)
@@ -141,9 +143,11 @@ enum Vectors {
 
     @Test func badUsageAndConfigurationAreReported() throws {
         let token = try file(notification)
-        for arguments in [["verify", token], ["verify", "--kind", "receipt", token], ["verify", "--kind", "notification"],
-                          ["verify", "--kind", "notification", "--expect-env", "Xcode", token],
-                          ["verify", "--kind", "notification", "--bogus", "1", token], ["frobnicate"], []] {
+        for arguments in [
+            ["verify", token], ["verify", "--kind", "receipt", token], ["verify", "--kind", "notification"],
+            ["verify", "--kind", "notification", "--expect-env", "Xcode", token],
+            ["verify", "--kind", "notification", "--bogus", "1", token], ["frobnicate"], [],
+        ] {
             let run = try Subsctl.run(arguments, environment: environment)
             #expect(run.status == 64, "\(arguments): \(run.stderr)")
             #expect(run.stderr.contains("usage:"))

@@ -125,7 +125,8 @@ public final class LoadGenerator: @unchecked Sendable {
     }
 
     private func insert(_ due: ContinuousClock.Instant, _ job: @escaping Job) {
-        var low = 0, high = scheduled.count
+        var low = 0
+        var high = scheduled.count
         while low < high {
             let middle = (low + high) / 2
             if scheduled[middle].due <= due { low = middle + 1 } else { high = middle }
@@ -144,7 +145,7 @@ public final class LoadGenerator: @unchecked Sendable {
             let now = ContinuousClock.now
             if next.due > now {
                 let wait = next.due - now
-                _ = condition.wait(until: Date(timeIntervalSinceNow: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18))
+                _ = condition.wait(until: Date(timeIntervalSinceNow: wait.inSeconds))
                 continue
             }
             scheduled.removeFirst()

@@ -28,7 +28,12 @@ public final class PrivateBroker: Sendable {
 
     /// Kills the broker with SIGKILL (no goodbye to clients) and waits until it is gone.
     public func kill() async {
-        guard let running = process.withLock({ process in defer { process = nil }; return process }) else { return }
+        guard
+            let running = process.withLock({ process in
+                defer { process = nil }
+                return process
+            })
+        else { return }
         Foundation.kill(running.processIdentifier, SIGKILL)
         while running.isRunning { try? await Task.sleep(for: .milliseconds(10)) }
     }

@@ -106,8 +106,9 @@ public final class PrivatePostgres: Sendable {
         let status = try await Self.spawnAndWait(command, output: log)
         guard status == 0 else {
             let output = (try? String(contentsOf: commandLog, encoding: .utf8)) ?? ""
-            throw PrivatePostgresError("\(tool) \(arguments.joined(separator: " ")) exited with \(status):\n"
-                + output.split(separator: "\n").suffix(20).joined(separator: "\n"))
+            throw PrivatePostgresError(
+                "\(tool) \(arguments.joined(separator: " ")) exited with \(status):\n"
+                    + output.split(separator: "\n").suffix(20).joined(separator: "\n"))
         }
     }
 

@@ -11,6 +11,8 @@ bash "$LOCAL_DIR/start.sh" >/dev/null
 # Tests that restart or kill a broker start private ones from the same binary.
 export TANSU_BIN="$(tansu_bin)"
 cd "$REPO_DIR"
+log "checking the format (swift format lint --strict, configured in .swift-format)"
+git ls-files -z '*.swift' | xargs -0 swift format lint --strict --parallel
 log "building (debug, with tests)"
 swift build --build-tests 2>&1 | quiet_build
 log "running tests"

@@ -183,8 +183,11 @@ public struct EventProcessor: Sendable {
 private struct ProcessorMetrics: Sendable {
     let outcomes: [String: Counter] = Dictionary(
         uniqueKeysWithValues: ["succeeded", "retry", "dead", "skipped", "invalid_message"].map {
-            ($0, MetricsRegistry.shared.counter(
-                "subs_fulfillment_events_total", help: "Events handled by outcome", labels: ["outcome": $0]))
+            (
+                $0,
+                MetricsRegistry.shared.counter(
+                    "subs_fulfillment_events_total", help: "Events handled by outcome", labels: ["outcome": $0])
+            )
         })
     let duration = MetricsRegistry.shared.histogram(
         "subs_fulfillment_processing_seconds", help: "Time from claim to commit of one event")
@@ -232,6 +235,6 @@ public enum RetryPolicy {
     }
 
     static func seconds(_ d: Duration) -> Double {
-        Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        d.inSeconds
     }
 }

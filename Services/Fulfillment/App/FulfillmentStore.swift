@@ -92,7 +92,8 @@ struct FulfillmentStore: Sendable {
             let plans: [FulfillmentPlan?] = batch.indices.map { index in
                 guard held.contains(index) else { return nil }
                 let pending = batch[index]
-                let input = pending.chain == nil
+                let input =
+                    pending.chain == nil
                     ? FulfillmentInput(
                         source: pending.verified.source, transaction: nil, renewal: nil, catalogue: [:],
                         everyoneIsTestUser: everyoneIsTestUser, now: pending.now)
@@ -306,8 +307,12 @@ struct FulfillmentStore: Sendable {
     ) async throws -> [Int] {
         guard !batch.isEmpty else { return [] }
         let rows = WriteRows(batch)
-        let t = rows.transactions, r = rows.renewals, s = rows.subscriptions, h = rows.history
-        let linked = rows.linkedOrders, new = rows.newOrders
+        let t = rows.transactions
+        let r = rows.renewals
+        let s = rows.subscriptions
+        let h = rows.history
+        let linked = rows.linkedOrders
+        let new = rows.newOrders
         func done(_ kind: EventKind) -> PostgresArray<Int64> {
             PostgresArray(batch.filter { $0.pending.event.kind == kind }.map(\.pending.event.id))
         }

@@ -73,7 +73,9 @@ final class FulfillmentWaiter: Service {
             let already = state.withLock { s -> Bool? in
                 switch s.tickets[key]?[ticket] {
                 case .notified: return true
-                case .registered: s.tickets[key]![ticket] = .waiting(continuation); return nil
+                case .registered:
+                    s.tickets[key]![ticket] = .waiting(continuation)
+                    return nil
                 case .waiting, nil: return false
                 }
             }
@@ -107,7 +109,9 @@ final class FulfillmentWaiter: Service {
             for (id, ticket) in tickets {
                 switch ticket {
                 case .registered: s.tickets[key]![id] = .notified
-                case .waiting(let c): waiting.append(c); s.tickets[key]![id] = .notified
+                case .waiting(let c):
+                    waiting.append(c)
+                    s.tickets[key]![id] = .notified
                 case .notified: break
                 }
             }

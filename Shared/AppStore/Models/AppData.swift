@@ -16,6 +16,7 @@ public struct AppData: Codable, Hashable, Sendable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case rawEnvironment = "environment", appAppleId, bundleId, signedAppTransactionInfo
+        case rawEnvironment = "environment"
+        case appAppleId, bundleId, signedAppTransactionInfo
     }
 }

@@ -36,9 +36,11 @@ public struct AppTransaction: Codable, Hashable, Sendable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case rawReceiptType = "receiptType", appAppleId, bundleId, applicationVersion, versionExternalIdentifier
+        case rawReceiptType = "receiptType"
+        case appAppleId, bundleId, applicationVersion, versionExternalIdentifier
         case receiptCreationDate, originalPurchaseDate, originalApplicationVersion, deviceVerification
-        case rawDeviceVerificationNonce = "deviceVerificationNonce", preorderDate, appTransactionId
+        case rawDeviceVerificationNonce = "deviceVerificationNonce"
+        case preorderDate, appTransactionId
         case rawOriginalPlatform = "originalPlatform"
     }
 }

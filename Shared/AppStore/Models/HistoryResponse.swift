@@ -15,8 +15,10 @@ public struct HistoryResponse: Codable, Hashable, Sendable {
     /// JWS of `JWSTransactionDecodedPayload`.
     public var signedTransactions: [String]?
 
-    public init(revision: String? = nil, hasMore: Bool? = nil, bundleId: String? = nil, appAppleId: Int64? = nil,
-                environment: AppStoreEnvironment? = nil, signedTransactions: [String]? = nil) {
+    public init(
+        revision: String? = nil, hasMore: Bool? = nil, bundleId: String? = nil, appAppleId: Int64? = nil,
+        environment: AppStoreEnvironment? = nil, signedTransactions: [String]? = nil
+    ) {
         self.revision = revision
         self.hasMore = hasMore
         self.bundleId = bundleId
@@ -26,6 +28,8 @@ public struct HistoryResponse: Codable, Hashable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case revision, hasMore, bundleId, appAppleId, rawEnvironment = "environment", signedTransactions
+        case revision, hasMore, bundleId, appAppleId
+        case rawEnvironment = "environment"
+        case signedTransactions
     }
 }

@@ -66,11 +66,19 @@ public struct JWSRenewalInfoDecodedPayload: Codable, Hashable, Sendable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case rawExpirationIntent = "expirationIntent", originalTransactionId, autoRenewProductId, productId
-        case rawAutoRenewStatus = "autoRenewStatus", isInBillingRetryPeriod, rawPriceIncreaseStatus = "priceIncreaseStatus"
-        case gracePeriodExpiresDate, rawOfferType = "offerType", offerIdentifier, offerPeriod
-        case rawOfferDiscountType = "offerDiscountType", signedDate, rawEnvironment = "environment"
+        case rawExpirationIntent = "expirationIntent"
+        case originalTransactionId, autoRenewProductId, productId
+        case rawAutoRenewStatus = "autoRenewStatus"
+        case isInBillingRetryPeriod
+        case rawPriceIncreaseStatus = "priceIncreaseStatus"
+        case gracePeriodExpiresDate
+        case rawOfferType = "offerType"
+        case offerIdentifier, offerPeriod
+        case rawOfferDiscountType = "offerDiscountType"
+        case signedDate
+        case rawEnvironment = "environment"
         case recentSubscriptionStartDate, renewalDate, currency, renewalPrice, eligibleWinBackOfferIds
-        case rawAppAccountToken = "appAccountToken", appTransactionId
+        case rawAppAccountToken = "appAccountToken"
+        case appTransactionId
     }
 }

@@ -89,11 +89,21 @@ public struct JWSTransactionDecodedPayload: Codable, Hashable, Sendable {
 
     enum CodingKeys: String, CodingKey {
         case originalTransactionId, transactionId, webOrderLineItemId, bundleId, productId, subscriptionGroupIdentifier
-        case purchaseDate, originalPurchaseDate, expiresDate, quantity, rawType = "type"
-        case rawAppAccountToken = "appAccountToken", rawInAppOwnershipType = "inAppOwnershipType", signedDate
-        case rawRevocationReason = "revocationReason", revocationDate, rawRevocationType = "revocationType"
-        case revocationPercentage, isUpgraded, rawOfferType = "offerType", offerIdentifier, offerPeriod
-        case rawOfferDiscountType = "offerDiscountType", rawEnvironment = "environment", storefront, storefrontId
-        case rawTransactionReason = "transactionReason", currency, price, appTransactionId
+        case purchaseDate, originalPurchaseDate, expiresDate, quantity
+        case rawType = "type"
+        case rawAppAccountToken = "appAccountToken"
+        case rawInAppOwnershipType = "inAppOwnershipType"
+        case signedDate
+        case rawRevocationReason = "revocationReason"
+        case revocationDate
+        case rawRevocationType = "revocationType"
+        case revocationPercentage, isUpgraded
+        case rawOfferType = "offerType"
+        case offerIdentifier, offerPeriod
+        case rawOfferDiscountType = "offerDiscountType"
+        case rawEnvironment = "environment"
+        case storefront, storefrontId
+        case rawTransactionReason = "transactionReason"
+        case currency, price, appTransactionId
     }
 }

@@ -35,7 +35,9 @@ public struct NotificationData: Codable, Hashable, Sendable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case rawEnvironment = "environment", appAppleId, bundleId, bundleVersion, signedTransactionInfo, signedRenewalInfo
-        case rawStatus = "status", rawConsumptionRequestReason = "consumptionRequestReason"
+        case rawEnvironment = "environment"
+        case appAppleId, bundleId, bundleVersion, signedTransactionInfo, signedRenewalInfo
+        case rawStatus = "status"
+        case rawConsumptionRequestReason = "consumptionRequestReason"
     }
 }

@@ -35,7 +35,9 @@ public struct NotificationHistoryRequest: Codable, Hashable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case startDate, endDate, rawNotificationType = "notificationType", rawNotificationSubtype = "notificationSubtype"
+        case startDate, endDate
+        case rawNotificationType = "notificationType"
+        case rawNotificationSubtype = "notificationSubtype"
         case transactionId, onlyFailures
     }
 }

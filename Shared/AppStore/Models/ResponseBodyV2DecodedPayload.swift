@@ -32,7 +32,9 @@ public struct ResponseBodyV2DecodedPayload: Codable, Hashable, Sendable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case rawNotificationType = "notificationType", rawSubtype = "subtype", notificationUUID, version, signedDate
+        case rawNotificationType = "notificationType"
+        case rawSubtype = "subtype"
+        case notificationUUID, version, signedDate
         case data, summary, externalPurchaseToken, appData
     }
 }

@@ -11,15 +11,20 @@ public struct StatusResponse: Codable, Hashable, Sendable {
     public var appAppleId: Int64?
     public var data: [SubscriptionGroupIdentifierItem]?
 
-    public init(environment: AppStoreEnvironment? = nil, bundleId: String? = nil, appAppleId: Int64? = nil,
-                data: [SubscriptionGroupIdentifierItem]? = nil) {
+    public init(
+        environment: AppStoreEnvironment? = nil, bundleId: String? = nil, appAppleId: Int64? = nil,
+        data: [SubscriptionGroupIdentifierItem]? = nil
+    ) {
         self.rawEnvironment = environment?.rawValue
         self.bundleId = bundleId
         self.appAppleId = appAppleId
         self.data = data
     }
 
-    enum CodingKeys: String, CodingKey { case rawEnvironment = "environment", bundleId, appAppleId, data }
+    enum CodingKeys: String, CodingKey {
+        case rawEnvironment = "environment"
+        case bundleId, appAppleId, data
+    }
 }
 
 /// The latest transactions of one subscription group.
@@ -50,8 +55,10 @@ public struct LastTransactionsItem: Codable, Hashable, Sendable {
     /// A JWS of `JWSRenewalInfoDecodedPayload`.
     public var signedRenewalInfo: String?
 
-    public init(status: Status? = nil, originalTransactionId: String? = nil, signedTransactionInfo: String? = nil,
-                signedRenewalInfo: String? = nil) {
+    public init(
+        status: Status? = nil, originalTransactionId: String? = nil, signedTransactionInfo: String? = nil,
+        signedRenewalInfo: String? = nil
+    ) {
         self.rawStatus = status?.rawValue
         self.originalTransactionId = originalTransactionId
         self.signedTransactionInfo = signedTransactionInfo
@@ -59,6 +66,7 @@ public struct LastTransactionsItem: Codable, Hashable, Sendable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case rawStatus = "status", originalTransactionId, signedTransactionInfo, signedRenewalInfo
+        case rawStatus = "status"
+        case originalTransactionId, signedTransactionInfo, signedRenewalInfo
     }
 }

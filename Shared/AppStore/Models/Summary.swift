@@ -18,7 +18,8 @@ public struct Summary: Codable, Hashable, Sendable {
     public init() {}
 
     enum CodingKeys: String, CodingKey {
-        case rawEnvironment = "environment", appAppleId, bundleId, productId, requestIdentifier, storefrontCountryCodes
+        case rawEnvironment = "environment"
+        case appAppleId, bundleId, productId, requestIdentifier, storefrontCountryCodes
         case succeededCount, failedCount
     }
 }

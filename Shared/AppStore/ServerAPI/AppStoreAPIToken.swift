@@ -76,8 +76,9 @@ final class AppStoreAPITokenSource: Sendable {
             let claims = try encoder.encode(Claims(iss: issuerId, iat: issuedAt, exp: expires, bid: bundleId))
             let signingInput = Base64URL.encode(header) + "." + Base64URL.encode(claims)
             let signature = try key.signature(for: Array(signingInput.utf8))
-            return Cached(token: signingInput + "." + Base64URL.encode(signature),
-                          expires: Date(timeIntervalSince1970: TimeInterval(expires)))
+            return Cached(
+                token: signingInput + "." + Base64URL.encode(signature),
+                expires: Date(timeIntervalSince1970: TimeInterval(expires)))
         } catch {
             throw AppStoreAPIError(kind: .invalidRequest, message: "cannot sign the API token: \(error)", attempts: 0)
         }

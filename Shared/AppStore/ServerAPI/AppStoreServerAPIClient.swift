@@ -95,8 +95,9 @@ public final class AppStoreServerAPIClient: Sendable {
     /// Send Consumption Information (answer to a CONSUMPTION_REQUEST notification).
     public func sendConsumptionData(transactionId: String, _ consumption: ConsumptionRequest) async throws(AppStoreAPIError) {
         _ = try await send(
-            Request(method: "PUT", path: "/inApps/v1/transactions/consumption/\(try segment(transactionId))",
-                    body: try json(consumption)),
+            Request(
+                method: "PUT", path: "/inApps/v1/transactions/consumption/\(try segment(transactionId))",
+                body: try json(consumption)),
             environment: configuration.environment)
     }
 
@@ -105,8 +106,9 @@ public final class AppStoreServerAPIClient: Sendable {
         async throws(AppStoreAPIError) -> ExtendRenewalDateResponse
     {
         try await decode(
-            Request(method: "PUT", path: "/inApps/v1/subscriptions/extend/\(try segment(originalTransactionId))",
-                    body: try json(`extension`)))
+            Request(
+                method: "PUT", path: "/inApps/v1/subscriptions/extend/\(try segment(originalTransactionId))",
+                body: try json(`extension`)))
     }
 
     /// Get Refund History (v2): one page; pass the previous page's `revision` for the next.
@@ -124,8 +126,9 @@ public final class AppStoreServerAPIClient: Sendable {
         async throws(AppStoreAPIError)
     {
         _ = try await send(
-            Request(method: "PUT", path: "/inApps/v1/transactions/\(try segment(originalTransactionId))/appAccountToken",
-                    body: try json(token)),
+            Request(
+                method: "PUT", path: "/inApps/v1/transactions/\(try segment(originalTransactionId))/appAccountToken",
+                body: try json(token)),
             environment: configuration.environment)
     }
 
@@ -166,7 +169,8 @@ public final class AppStoreServerAPIClient: Sendable {
         let body: Data
         do {
             body = try await send(request, environment: configuration.environment)
-        } catch where fallbackToSandbox && configuration.environment == .production
+        } catch
+            where fallbackToSandbox && configuration.environment == .production
             && (error.apiError == .transactionIdNotFound || error.apiError == .originalTransactionIdNotFound)
         {
             logger.info("transaction unknown in Production, asking Sandbox", ["appstore.path": .string(request.path)])
@@ -237,8 +241,10 @@ public final class AppStoreServerAPIClient: Sendable {
             }
             logger.warning(
                 "App Store Server API call failed, retrying",
-                ["appstore.path": .string(request.path), "appstore.error": .string(failure.description),
-                 "appstore.retry_in_ms": .int(Int64(AppStoreAPIRetryPolicy.seconds(delay) * 1000))])
+                [
+                    "appstore.path": .string(request.path), "appstore.error": .string(failure.description),
+                    "appstore.retry_in_ms": .int(Int64(AppStoreAPIRetryPolicy.seconds(delay) * 1000)),
+                ])
             do { try await Task.sleep(for: delay) } catch {
                 throw AppStoreAPIError(kind: .timeout, message: "cancelled while waiting to retry", attempts: requests)
             }

@@ -135,6 +135,6 @@ public struct AppStoreAPIRetryPolicy: Sendable, Hashable {
     }
 
     static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        duration.inSeconds
     }
 }

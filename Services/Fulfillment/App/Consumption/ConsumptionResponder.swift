@@ -61,7 +61,8 @@ struct ConsumptionResponder: Sendable {
         let loaded = try FulfillmentStore.decode(Loaded.self, json: try rows.first!.decode("loaded", as: String.self))
         if loaded.answered { return }
         guard let consent = loaded.consent else {
-            return try await record(uuid, environment: environment, transactionID: fact.transactionID, user: loaded.userID, outcome: "CONSENT_UNKNOWN")
+            return try await record(
+                uuid, environment: environment, transactionID: fact.transactionID, user: loaded.userID, outcome: "CONSENT_UNKNOWN")
         }
         guard consent else {
             return try await record(uuid, environment: environment, transactionID: fact.transactionID, user: loaded.userID, outcome: "NO_CONSENT")
@@ -79,7 +80,7 @@ struct ConsumptionResponder: Sendable {
         let body = String(decoding: try AppStoreJSON.encoder().encode(request), as: UTF8.self)
         do {
             try await client.sendConsumptionData(transactionId: fact.transactionID, request)
-        } catch where error.isRetryable {
+        } catch  where error.isRetryable {
             throw ProcessingFailure.retryable(code: "RETRYABLE_NETWORK", message: error.description)
         } catch {
             logger.error("Apple refused the consumption information", ["error": .string(error.description)])

@@ -19,9 +19,12 @@ struct NotificationRecovery: Sendable {
     let logger: Logger
     private let counted = Dictionary(
         uniqueKeysWithValues: ["stored", "duplicate", "refused"].map {
-            ($0, MetricsRegistry.shared.counter(
-                "subs_recovered_notifications_total", help: "Notifications read from Apple's history, by result",
-                labels: ["result": $0]))
+            (
+                $0,
+                MetricsRegistry.shared.counter(
+                    "subs_recovered_notifications_total", help: "Notifications read from Apple's history, by result",
+                    labels: ["result": $0])
+            )
         })
 
     init(
@@ -93,9 +96,11 @@ struct NotificationRecovery: Sendable {
         }
         logger.info(
             "notification history recovered",
-            ["appstore.environment": .string(task.environment), "recovery.fetched": .int(Int64(result.fetched)),
-             "recovery.stored": .int(Int64(result.stored)), "recovery.duplicates": .int(Int64(result.duplicates)),
-             "recovery.refused": .int(Int64(result.refused))])
+            [
+                "appstore.environment": .string(task.environment), "recovery.fetched": .int(Int64(result.fetched)),
+                "recovery.stored": .int(Int64(result.stored)), "recovery.duplicates": .int(Int64(result.duplicates)),
+                "recovery.refused": .int(Int64(result.refused)),
+            ])
         return result
     }
 
@@ -106,7 +111,7 @@ struct NotificationRecovery: Sendable {
         let payload: ResponseBodyV2DecodedPayload
         do {
             payload = try await verifier.verifyNotification(signedPayload, expectedEnvironment: environment)
-        } catch where error.isRetryable {
+        } catch  where error.isRetryable {
             throw .retryable(code: error.code.rawValue, message: error.reason)
         } catch {
             logger.warning(

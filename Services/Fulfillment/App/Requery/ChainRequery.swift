@@ -72,8 +72,10 @@ struct ChainRequery: Sendable {
         await publisher.publish(outbox)
         logger.info(
             "chain re-queried from Apple",
-            ["appstore.original_transaction_id": .string(originalTransactionID), "appstore.environment": .string(task.environment),
-             "requery.subscriptions": .int(Int64(result.fetched)), "requery.events_stored": .int(Int64(result.stored))])
+            [
+                "appstore.original_transaction_id": .string(originalTransactionID), "appstore.environment": .string(task.environment),
+                "requery.subscriptions": .int(Int64(result.fetched)), "requery.events_stored": .int(Int64(result.stored)),
+            ])
         return result
     }
 

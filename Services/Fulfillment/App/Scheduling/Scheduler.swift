@@ -34,11 +34,13 @@ final class Scheduler: Service {
         self.logger = logger
         tasks = TaskStore(pool: events.pool, owner: configuration.workerID, lease: configuration.lease)
         apple = clients.map { clients in
-            (ChainRequery(
-                events: events, publisher: publisher, cipher: cipher, clients: clients,
-                bundleID: configuration.appStore.bundleId, logger: logger),
-             NotificationRecovery(
-                events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger))
+            (
+                ChainRequery(
+                    events: events, publisher: publisher, cipher: cipher, clients: clients,
+                    bundleID: configuration.appStore.bundleId, logger: logger),
+                NotificationRecovery(
+                    events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger)
+            )
         }
         let served = configuration.schedulers.appStoreAPI?.environment
         environments = served == .production ? ["Production", "Sandbox"] : served.map { [$0.rawValue] } ?? []
@@ -47,7 +49,8 @@ final class Scheduler: Service {
     func run() async throws {
         if apple == nil {
             logger.warning(
-                "App Store Server API not configured (APPLE_IAP_ISSUER_ID, APPLE_IAP_KEY_ID, APPLE_IAP_PRIVATE_KEY_PATH): consumption requests stay unanswered, re-queries and recoveries wait")
+                "App Store Server API not configured (APPLE_IAP_ISSUER_ID, APPLE_IAP_KEY_ID, APPLE_IAP_PRIVATE_KEY_PATH): consumption requests stay unanswered, re-queries and recoveries wait"
+            )
         } else {
             await requestStartupRecovery()
         }
@@ -139,7 +142,9 @@ final class Scheduler: Service {
     }
 
     private func record(_ failure: TaskFailure, for task: ClaimedTask, log: Logger) async {
-        var code = "", message = "", delay: Duration?
+        var code = ""
+        var message = ""
+        var delay: Duration?
         switch failure {
         case .leaseLost:
             log.info("task lease lost, left to its new owner")

@@ -56,7 +56,8 @@ struct AppStoreAPIClients: Sendable {
         var sandboxConfiguration = configuration
         sandboxConfiguration.environment = .sandbox
         sandbox = AppStoreServerAPIClient(configuration: sandboxConfiguration, logger: logger)
-        production = configuration.environment == .production
+        production =
+            configuration.environment == .production
             ? AppStoreServerAPIClient(configuration: configuration, logger: logger) : nil
     }
 

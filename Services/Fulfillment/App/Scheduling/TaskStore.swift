@@ -88,19 +88,21 @@ struct TaskStore: Sendable {
     /// Takes the oldest due task nobody holds, or nil. The task gives up its deduplication key:
     /// what is asked from now on may be past what it covers, so it becomes a task of its own.
     func claim() async throws -> ClaimedTask? {
-        guard let row = try await pool.query(
-            """
-            UPDATE fulfillment_task t
-               SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(RetryPolicy.seconds(lease))),
-                   attempts = t.attempts + 1, dedup_key = NULL, updated_at = now()
-             WHERE t.id = (SELECT id FROM fulfillment_task
-                            WHERE status = 'PENDING' AND next_attempt_at <= now()
-                              AND (lease_expires_at IS NULL OR lease_expires_at < now())
-                            ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-            RETURNING t.id, t.kind, t.environment, t.original_transaction_id, t.range_start, t.range_end,
-                      t.pagination_token, t.attempts, t.result::text AS result
-            """
-        ).first else { return nil }
+        guard
+            let row = try await pool.query(
+                """
+                UPDATE fulfillment_task t
+                   SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(RetryPolicy.seconds(lease))),
+                       attempts = t.attempts + 1, dedup_key = NULL, updated_at = now()
+                 WHERE t.id = (SELECT id FROM fulfillment_task
+                                WHERE status = 'PENDING' AND next_attempt_at <= now()
+                                  AND (lease_expires_at IS NULL OR lease_expires_at < now())
+                                ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                RETURNING t.id, t.kind, t.environment, t.original_transaction_id, t.range_start, t.range_end,
+                          t.pagination_token, t.attempts, t.result::text AS result
+                """
+            ).first
+        else { return nil }
         let work: ClaimedTask.Work
         if try row.decode("kind", as: String.self) == "REQUERY" {
             work = .requery(originalTransactionID: try row.decode("original_transaction_id"))

@@ -18,7 +18,11 @@ struct PageCursor: Sendable, Equatable, Codable {
     var id: Int64
 
     enum CodingKeys: String, CodingKey {
-        case version = "v", list = "l", userID = "u", position = "p", id = "i"
+        case version = "v"
+        case list = "l"
+        case userID = "u"
+        case position = "p"
+        case id = "i"
     }
 }
 

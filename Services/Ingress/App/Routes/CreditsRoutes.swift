@@ -18,8 +18,11 @@ struct CreditsRoutes: Sendable {
     let services: ServiceAuthenticator
     private let outcomes: [String: Counter] = Dictionary(
         uniqueKeysWithValues: ["accepted", "replayed", "exhausted", "refused"].map {
-            ($0, MetricsRegistry.shared.counter(
-                "subs_credit_usage_total", help: "Metered usage calls by outcome", labels: ["outcome": $0]))
+            (
+                $0,
+                MetricsRegistry.shared.counter(
+                    "subs_credit_usage_total", help: "Metered usage calls by outcome", labels: ["outcome": $0])
+            )
         })
 
     /// Concurrent usage calls share one statement and one commit (the cost of a call was mostly

@@ -92,8 +92,10 @@ struct NotificationRoutes: Sendable {
             Self.count(error.code.rawValue.lowercased())
             context.logger.warning(
                 "notification refused",
-                ["error.code": .string(error.code.rawValue), "error.reason": .string(error.reason),
-                 "appstore.endpoint": .string(endpoint.rawValue), "trace.id": .string(request.traceID)])
+                [
+                    "error.code": .string(error.code.rawValue), "error.reason": .string(error.reason),
+                    "appstore.endpoint": .string(endpoint.rawValue), "trace.id": .string(request.traceID),
+                ])
             throw Self.httpError(for: error)
         }
         guard let uuid = payload.notificationUUID, !uuid.isEmpty, uuid.count <= 128,
@@ -145,8 +147,11 @@ struct NotificationRoutes: Sendable {
         /// Written directly when the UUID needs no escaping (always, from Apple): JSONEncoder cost
         /// more than building the rest of the answer.
         var response: HTTPResponse {
-            guard notificationUUID.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0)
-                || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) })
+            guard
+                notificationUUID.utf8.allSatisfy({
+                    $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0)
+                        || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0)
+                })
             else { return .json(self) }
             return HTTPResponse(
                 status: 200, headers: [("Content-Type", "application/json")],
@@ -190,7 +195,7 @@ final class RateLimiter: Sendable {
             if buckets.count >= maxSources { buckets = buckets.filter { now - $0.value.updated < .seconds(10) } }
             var bucket = buckets[source] ?? Bucket(tokens: burst, updated: now)
             let elapsed = now - bucket.updated
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.inSeconds
             bucket.tokens = min(burst, bucket.tokens + seconds * ratePerSecond)
             bucket.updated = now
             let allowed = bucket.tokens >= 1

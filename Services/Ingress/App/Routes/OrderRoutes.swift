@@ -82,13 +82,15 @@ struct OrderRoutes: Sendable {
 
         return try await APIError.databaseCall {
             try await context.pool.transaction(maxAttempts: 3) { db in
-                guard let productRow = try await db.query(
-                    """
-                    SELECT product_id, subscription_group_id, plan_level, duration FROM payment_product
-                     WHERE channel = 'APPLE' AND app_key = \(bundleID) AND product_id = \(body.productId)
-                       AND enabled AND NOT deleted
-                    """
-                ).first else { throw APIError.productUnavailable("the product is not on sale") }
+                guard
+                    let productRow = try await db.query(
+                        """
+                        SELECT product_id, subscription_group_id, plan_level, duration FROM payment_product
+                         WHERE channel = 'APPLE' AND app_key = \(bundleID) AND product_id = \(body.productId)
+                           AND enabled AND NOT deleted
+                        """
+                    ).first
+                else { throw APIError.productUnavailable("the product is not on sale") }
                 let group: String = try productRow.decode("subscription_group_id")
 
                 try await db.query("INSERT INTO app_user (user_id) VALUES (\(user.userID)) ON CONFLICT DO NOTHING")
@@ -174,9 +176,11 @@ struct OrderRoutes: Sendable {
         let user = try context.authenticator.authenticate(request)
         let orderNo = request.pathParameter("orderNo") ?? ""
         return try await APIError.databaseCall {
-            guard let row = try await context.pool.query(
-                "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.order_no = \(orderNo) AND o.user_id = \(user.userID)"
-            ).first else { throw APIError.notFound("no such order") }
+            guard
+                let row = try await context.pool.query(
+                    "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.order_no = \(orderNo) AND o.user_id = \(user.userID)"
+                ).first
+            else { throw APIError.notFound("no such order") }
             return .json(try Self.view(row))
         }
     }
@@ -188,12 +192,14 @@ struct OrderRoutes: Sendable {
         let orderNo = request.pathParameter("orderNo") ?? ""
         return try await APIError.databaseCall {
             try await context.pool.transaction { db in
-                guard let row = try await db.query(
-                    """
-                    SELECT \(sql: Self.orderColumns) FROM payment_order o
-                     WHERE o.order_no = \(orderNo) AND o.user_id = \(user.userID) FOR UPDATE
-                    """
-                ).first else { throw APIError.notFound("no such order") }
+                guard
+                    let row = try await db.query(
+                        """
+                        SELECT \(sql: Self.orderColumns) FROM payment_order o
+                         WHERE o.order_no = \(orderNo) AND o.user_id = \(user.userID) FOR UPDATE
+                        """
+                    ).first
+                else { throw APIError.notFound("no such order") }
                 let order = try Self.view(row)
                 if order.status == target.rawValue { return .json(order) }
                 guard let status = OrderStatus(rawValue: order.status), status.canMove(to: target) else {

@@ -103,7 +103,8 @@ struct SubmissionRoutes: Sendable {
     func verify(_ jws: String) async throws -> JWSTransactionDecodedPayload {
         let configured = context.configuration.appStore.environment
         let claimed = Self.environmentClaim(of: jws)
-        let expected: AppStoreEnvironment = configured == .production && claimed == AppStoreEnvironment.sandbox.rawValue
+        let expected: AppStoreEnvironment =
+            configured == .production && claimed == AppStoreEnvironment.sandbox.rawValue
             ? .sandbox : configured
         do {
             return try await context.verifier.verifyTransaction(jws, expectedEnvironment: expected)
@@ -116,9 +117,11 @@ struct SubmissionRoutes: Sendable {
     }
 
     private func checkOrder(_ orderNo: String, user: AuthenticatedUser, productID: String, transactionID: String) async throws {
-        guard let order = try await context.pool.query(
-            "SELECT product_id, transaction_id FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
-        ).first else { throw APIError.notFound("no such order") }
+        guard
+            let order = try await context.pool.query(
+                "SELECT product_id, transaction_id FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
+            ).first
+        else { throw APIError.notFound("no such order") }
         guard try order.decode("product_id", as: String.self) == productID else {
             throw APIError.transactionInvalid("the transaction is for another product than the order")
         }
@@ -188,9 +191,12 @@ struct SubmissionRoutes: Sendable {
         if state?.status != "SUCCEEDED" || orderStatus != "FULFILLED" {
             let pending = APIError.fulfillmentPending("the purchase is being processed; query the order for its result")
             // Not linked to the transaction yet: the uploaded-for order's own status (CREATED, PENDING…).
-            let status = order != nil || orderNo == nil ? orderStatus : try await context.pool.query(
-                "SELECT status FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
-            ).first?.decode("status", as: String.self)
+            let status =
+                order != nil || orderNo == nil
+                ? orderStatus
+                : try await context.pool.query(
+                    "SELECT status FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
+                ).first?.decode("status", as: String.self)
             return .json(
                 Pending(
                     code: pending.code, message: pending.message, traceId: traceID, orderNo: resolvedOrder,
