@@ -1,5 +1,6 @@
 import AppStore
 import Foundation
+import ServiceRuntime
 
 /// `subsctl bench verify`: verifications per second of the given payloads on one thread, with
 /// the service's verifier and configuration (chain cached after the first of each).

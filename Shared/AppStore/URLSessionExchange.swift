@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import FoundationNetworking
+import ServiceRuntime
 import Synchronization
 
 /// Why an HTTP exchange produced no response.

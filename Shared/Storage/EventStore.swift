@@ -1,6 +1,7 @@
 import Events
 import Foundation
 import Postgres
+import ServiceRuntime
 
 /// A notification to store: the columns of `apple_notification_event`.
 public struct NewNotificationEvent: Sendable {

@@ -1,6 +1,7 @@
 import CCurl
 import CShims
 import Foundation
+import ServiceRuntime
 
 /// One keep-alive HTTP/1.1 connection on a libcurl easy handle: blocking, one request at a time.
 ///
