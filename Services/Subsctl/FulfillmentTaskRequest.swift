@@ -1,9 +1,10 @@
 import Foundation
 import Postgres
 import ServiceRuntime
+import Storage
 
 /// What `subsctl requery` and `subsctl recover` share: they only write a request into
-/// `fulfillment_task` (with its audit row) in the database of `DATABASE_URL`; the fulfillment
+/// `fulfillment_task` (with its audit row, `TaskStore`) in the database of `DATABASE_URL`; the fulfillment
 /// workers, which hold the App Store Server API key and the payload keys, carry it out. The
 /// command then follows the task until it is DONE or FAILED, or `--wait` seconds pass.
 enum FulfillmentTaskRequest {
@@ -28,43 +29,29 @@ enum FulfillmentTaskRequest {
         ["Production", "Sandbox"].first { $0.lowercased() == text?.lowercased() }
     }
 
-    /// Stores the request and its audit row in one transaction; returns the task id (an equal
-    /// pending request is reused and made due now).
-    static func submit(_ insert: PostgresQuery, audit action: String, operator name: String, reason: String, pool: PostgresPool)
-        async throws -> Int64
-    {
-        try await pool.transaction { db in
-            let row = try await db.query(insert).first!
-            let id: Int64 = try row.decode("id")
-            try await db.query(
-                """
-                INSERT INTO audit_log (operator, action, reason, after)
-                SELECT \(name), \(action), \(reason), to_jsonb(t) - 'result' FROM fulfillment_task t WHERE t.id = \(id)
-                """)
-            return id
-        }
-    }
-
     /// Polls the task until it is final or `seconds` pass (nil then).
-    static func follow(_ id: Int64, seconds: Int, pool: PostgresPool) async throws -> Outcome? {
+    static func follow(_ id: Int64, seconds: Int, tasks: TaskStore) async throws -> Outcome? {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while true {
-            let task = try await read(id, pool: pool)
-            if task.status != "PENDING" { return task }
+            let task = try await read(id, tasks: tasks)
+            if task.status != TaskStatus.pending.rawValue { return task }
             if ContinuousClock.now >= deadline { return nil }
             try await Task.sleep(for: .milliseconds(250))
         }
     }
 
-    static func read(_ id: Int64, pool: PostgresPool) async throws -> Outcome {
-        let row = try await pool.query(
-            "SELECT status, result::text AS result, error_code, error_message FROM fulfillment_task WHERE id = \(id)"
-        ).first!
-        let json = try JSONSerialization.jsonObject(with: Data(try row.decode("result", as: String.self).utf8))
+    static func read(_ id: Int64, tasks: TaskStore) async throws -> Outcome {
+        guard let task = try await tasks.outcome(of: id) else { throw MissingTask(id: id) }
+        let json = try JSONSerialization.jsonObject(with: Data(task.resultJSON.utf8))
         return Outcome(
-            id: id, status: try row.decode("status"), result: json as? [String: Any] ?? [:],
-            errorCode: try row.decode("error_code", as: String?.self),
-            errorMessage: try row.decode("error_message", as: String?.self))
+            id: id, status: task.status.rawValue, result: json as? [String: Any] ?? [:], errorCode: task.errorCode,
+            errorMessage: task.errorMessage)
+    }
+
+    /// The task the command stored is gone (deleted by hand meanwhile).
+    struct MissingTask: Error, CustomStringConvertible {
+        var id: Int64
+        var description: String { "task \(id) no longer exists" }
     }
 
     /// The counters of a finished task, `name=value` in a stable order.
@@ -85,7 +72,7 @@ enum FulfillmentTaskRequest {
             return ExitStatus.temporaryFailure
         }
         Subsctl.printOutput(summary(task))
-        if task.status == "FAILED" {
+        if task.status == TaskStatus.failed.rawValue {
             Subsctl.printError("task \(id) failed: \(task.errorCode ?? "") \(task.errorMessage ?? "")")
             return ExitStatus.refused
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Postgres
 import ServiceRuntime
+import Storage
 
 /// `subsctl recover`: asks the workers to recover the notifications Apple sent in a range, from
 /// Get Notification History (see FulfillmentTaskRequest). Idempotent: notifications already
@@ -36,17 +37,14 @@ enum RecoverCommand: SubsctlCommand {
             return usageError("--from is more than \(days) days ago: Apple keeps \(environment) history for \(days) days")
         }
         return await Subsctl.withDatabase { pool in
-            let id = try await FulfillmentTaskRequest.submit(
-                """
-                INSERT INTO fulfillment_task (kind, environment, range_start, range_end, reason, requested_by)
-                VALUES ('RECOVERY', \(environment), \(from), \(min(to, now)), \(reason), \(operatorName))
-                RETURNING id
-                """, audit: "RECOVERY_REQUESTED", operator: operatorName, reason: reason, pool: pool)
+            let tasks = TaskStore(pool: pool)
+            let id = try await tasks.requestRecovery(
+                environment: environment, start: from, end: min(to, now), reason: reason, operator: operatorName)
             guard wait > 0 else {
                 Subsctl.printOutput("task=\(id) status=PENDING")
                 return ExitStatus.success
             }
-            let task = try await FulfillmentTaskRequest.follow(id, seconds: wait, pool: pool)
+            let task = try await FulfillmentTaskRequest.follow(id, seconds: wait, tasks: tasks)
             return FulfillmentTaskRequest.report(task, id: id, seconds: wait)
         }
     }

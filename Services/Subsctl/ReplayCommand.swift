@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Storage
 
 /// `subsctl replay`: puts every DEAD event with an error code back to processing after the cause
 /// was fixed (a product added for `UNMATCHED_PRODUCT`, a user for `UNMATCHED_ACCOUNT`, a frozen
@@ -20,17 +21,8 @@ enum ReplayCommand: SubsctlCommand {
             code.utf8.allSatisfy({ (0x41...0x5A).contains($0) || (0x30...0x39).contains($0) || $0 == UInt8(ascii: "_") })
         else { return usageError("--error-code must be an error code such as UNMATCHED_PRODUCT") }
         return await Subsctl.withDatabase { pool in
-            let replayed = try await pool.transaction { db in
-                let replayed: Int = try await db.query("SELECT replay_dead_events(\(code)) AS replayed").first!.decode("replayed")
-                try await db.query(
-                    """
-                    INSERT INTO audit_log (operator, action, reason, before, after)
-                    VALUES (\(operatorName), 'DEAD_EVENTS_REPLAYED', \(reason),
-                            jsonb_build_object('errorCode', \(code)::text, 'dead', \(replayed)::integer),
-                            jsonb_build_object('errorCode', \(code)::text, 'replayed', \(replayed)::integer))
-                    """)
-                return replayed
-            }
+            let replayed = try await EventLeaseStore(pool: pool).replayDead(
+                errorCode: code, operator: operatorName, reason: reason)
             Subsctl.printOutput("replayed=\(replayed) errorCode=\(code)")
             return ExitStatus.success
         }

@@ -1,5 +1,7 @@
 import Foundation
 import Postgres
+import ServiceRuntime
+import Storage
 
 /// `subsctl requery`: asks the workers to re-project a chain from Apple's Get All Subscription
 /// Statuses (see FulfillmentTaskRequest), then shows the chain once the answer is applied.
@@ -25,67 +27,42 @@ enum RequeryCommand: SubsctlCommand {
         guard let environment else { return usageError("--env must be Production or Sandbox") }
         guard let wait else { return usageError("--wait must be a whole number of seconds from 0 to 86400") }
         return await Subsctl.withDatabase { pool in
-            let id = try await FulfillmentTaskRequest.submit(
-                """
-                INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)
-                VALUES ('REQUERY', \(environment), \(original), \(reason), \(operatorName),
-                        \("REQUERY/\(environment)/\(original)"))
-                ON CONFLICT (dedup_key) WHERE status = 'PENDING'
-                DO UPDATE SET next_attempt_at = least(fulfillment_task.next_attempt_at, now()), updated_at = now()
-                RETURNING id
-                """, audit: "REQUERY_REQUESTED", operator: operatorName, reason: reason, pool: pool)
+            let tasks = TaskStore(pool: pool)
+            let id = try await tasks.requestRequery(
+                environment: environment, originalTransactionID: original, reason: reason, operator: operatorName)
             guard wait > 0 else {
                 Subsctl.printOutput("task=\(id) status=PENDING")
                 return ExitStatus.success
             }
             let started = ContinuousClock.now
-            let task = try await FulfillmentTaskRequest.follow(id, seconds: wait, pool: pool)
+            let task = try await FulfillmentTaskRequest.follow(id, seconds: wait, tasks: tasks)
             let status = FulfillmentTaskRequest.report(task, id: id, seconds: wait)
             guard status == ExitStatus.success, let task else { return status }
             // The answer travels as events: wait for them before showing the chain.
-            let events = (task.result["eventIDs"] as? [Int]) ?? []
+            let ids = ((task.result["eventIDs"] as? [Int]) ?? []).map(Int64.init)
+            let events = EventLeaseStore(pool: pool)
             let remaining = max(1, wait - Int((ContinuousClock.now - started).components.seconds))
             let deadline = ContinuousClock.now + .seconds(remaining)
+            var states = try await events.statuses(of: ids)
             while true {
-                let open: Int = try await pool.query(
-                    """
-                    SELECT count(*) FROM apple_notification_event
-                     WHERE id = ANY(\(PostgresArray(events.map(Int64.init)))::bigint[])
-                       AND process_status NOT IN ('SUCCEEDED', 'DEAD')
-                    """
-                ).first!.decode(0)
+                let open = states.filter { !$0.status.isFinal }.count
                 if open == 0 { break }
                 if ContinuousClock.now >= deadline {
                     Subsctl.printError("Apple's answer is stored but \(open) event(s) are not applied yet")
                     return ExitStatus.temporaryFailure
                 }
                 try await Task.sleep(for: .milliseconds(250))
+                states = try await events.statuses(of: ids)
             }
-            for row in try await pool.query(
-                """
-                SELECT id, process_status, coalesce(error_code, '') AS error_code FROM apple_notification_event
-                 WHERE id = ANY(\(PostgresArray(events.map(Int64.init)))::bigint[]) ORDER BY id
-                """)
-            {
-                let code: String = try row.decode("error_code")
+            for state in states {
                 Subsctl.printOutput(
-                    "event=\(try row.decode("id", as: Int64.self)) status=\(try row.decode("process_status", as: String.self))"
-                        + (code.isEmpty ? "" : " error=\(code)"))
+                    "event=\(state.id) status=\(state.status.rawValue)" + (state.errorCode.map { " error=\($0)" } ?? ""))
             }
-            if let row = try await pool.query(
-                """
-                SELECT status, active_product_id, coalesce(pending_product_id, '-') AS pending,
-                       coalesce(to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), '-') AS expires,
-                       auto_renew_enabled
-                  FROM user_subscription WHERE environment = \(environment) AND original_transaction_id = \(original)
-                """
-            ).first {
+            if let chain = try await tasks.chain(environment: environment, originalTransactionID: original) {
                 Subsctl.printOutput(
-                    "subscription=\(environment):\(original) status=\(try row.decode("status", as: String.self))"
-                        + " product=\(try row.decode("active_product_id", as: String.self))"
-                        + " pending=\(try row.decode("pending", as: String.self))"
-                        + " expires=\(try row.decode("expires", as: String.self))"
-                        + " autoRenew=\(try row.decode("auto_renew_enabled", as: Bool.self))")
+                    "subscription=\(environment):\(original) status=\(chain.status) product=\(chain.activeProductID)"
+                        + " pending=\(chain.pendingProductID ?? "-") expires=\(chain.expiresAt.map { RFC3339.string(from: $0) } ?? "-")"
+                        + " autoRenew=\(chain.autoRenewEnabled)")
             } else {
                 Subsctl.printOutput("subscription=\(environment):\(original) none")
             }

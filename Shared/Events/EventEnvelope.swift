@@ -5,9 +5,9 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public let rawValue: String
     public init(rawValue: String) { self.rawValue = rawValue }
 
-    /// An App Store Server Notification V2 (`apple_notification_event`).
+    /// An App Store Server Notification V2 (an `inbound_event` row of this kind).
     public static let notification = EventKind(rawValue: "notification")
-    /// A signed transaction uploaded or observed by a client (`transaction_submission`).
+    /// A signed transaction uploaded or observed by a client (an `inbound_event` row of this kind).
     public static let submission = EventKind(rawValue: "submission")
 
     public var description: String { rawValue }

@@ -9,7 +9,7 @@ import Storage
 /// acknowledgement that arrived meanwhile): a DELETE per message would cost a commit per event.
 public struct EventPublisher: Sendable {
     public let producer: KafkaProducer
-    public let store: EventStore
+    public let outbox: OutboxStore
     public let logger: Logger
     private let deletions: GroupCommit<[Int64], Void>
     private let published = MetricsRegistry.shared.counter(
@@ -17,15 +17,15 @@ public struct EventPublisher: Sendable {
     private let failed = MetricsRegistry.shared.counter(
         "subs_outbox_publish_failures_total", help: "Outbox messages the broker did not acknowledge (retried by the relay)")
 
-    public init(producer: KafkaProducer, store: EventStore, logger: Logger) {
+    public init(producer: KafkaProducer, outbox: OutboxStore, logger: Logger) {
         self.producer = producer
-        self.store = store
+        self.outbox = outbox
         self.logger = logger
         deletions = GroupCommit(
             maxBatchSize: 256, maxConcurrentBatches: 1,
             sizeMetric: ("subs_outbox_cleanup_batch_size", "Publishes whose outbox rows one statement deleted")
         ) { lists in
-            try await store.markPublished(lists.flatMap { $0 })
+            try await outbox.markPublished(lists.flatMap { $0 })
             return lists.map { _ in () }
         }
     }

@@ -42,12 +42,12 @@ public final class PipelineSweeper: Service {
     @discardableResult
     public func sweepOnce() async -> Int {
         do {
-            let store = publisher.store
-            let queued = try await store.sweep(stuckAfter: stuckAfter, republishGrace: max(interval * 5, .seconds(5)))
+            let outbox = publisher.outbox
+            let queued = try await outbox.requeueStuck(stuckAfter: stuckAfter, republishGrace: max(interval * 5, .seconds(5)))
             requeued.increment(by: queued)
             var published = 0
             while true {
-                let due = try await store.claimDueOutbox(limit: 500, retryAfter: .seconds(5))
+                let due = try await outbox.claimDue(limit: 500, retryAfter: .seconds(5))
                 if due.isEmpty { break }
                 let acknowledged = await publisher.publish(due)
                 published += acknowledged

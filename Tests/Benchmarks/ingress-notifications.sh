@@ -66,7 +66,7 @@ post_bodies() {  # file duration output
 
 echo "notifications: warm-up (3 s), then wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $NOTIFICATION_PATH..."
 post_bodies "$work/warmup.jsonl" 3s "$work/warmup.wrk"
-rows_before=$(sql "SELECT count(*) FROM apple_notification_event")
+rows_before=$(sql "SELECT count(*) FROM inbound_event WHERE kind = 'notification'")
 # Where the cost goes: the ingress's CPU time, commits and WAL bytes, rows per group commit.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$ingress_pid/stat"; }
 db_counters() { sql "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || wal_bytes
@@ -79,7 +79,7 @@ if [ "${BENCH_PERF:-0}" = 1 ]; then
 fi
 post_bodies "$work/bodies.jsonl" "$DURATION" "$work/notifications.wrk"
 ticks_after=$(cpu_ticks); read -r batch_sum_after batch_count_after < <(batch_counters)
-rows_after=$(sql "SELECT count(*) FROM apple_notification_event")
+rows_after=$(sql "SELECT count(*) FROM inbound_event WHERE kind = 'notification'")
 sleep 1  # backends report their statistics at most once a second
 read -r commits_after wal_after checkpoints_after < <(db_counters)
 read -r accepted duplicate other reused seconds < <(sed -n \

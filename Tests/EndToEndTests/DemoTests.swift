@@ -44,8 +44,8 @@ struct DemoTests {
         #expect(output.contains("grant for this transaction 3000, 3000 revoked"))
         #expect(output.components(separatedBy: "-> 200 accepted").count - 1 == 5, "five notifications stored: \(output)")
         #expect(!output.contains("eyJ"), "the demo prints no token or JWS")
-        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 5)
-        #expect(try await harness.count("SELECT count(*) FROM transaction_submission") == 1)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == 5)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'submission'") == 1)
         #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
     }
 

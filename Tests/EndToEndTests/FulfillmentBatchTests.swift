@@ -41,7 +41,7 @@ struct FulfillmentBatchTests {
             "SELECT last_transaction_id FROM user_subscription WHERE original_transaction_id = '7001'")
         #expect(try last.first?.decode("last_transaction_id", as: String.self) == "7001001")
         #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == 3)
     }
 
     @Test func anUnmatchedEventIsBuriedAloneWhileTheOthersSucceed() async throws {
@@ -60,7 +60,7 @@ struct FulfillmentBatchTests {
         #expect(results.map(\.granted) == [1, 0, 1])
         #expect(results[1].verdict == .unmatched(.account))
         let statuses = try await fixture.database.pool.query(
-            "SELECT process_status, error_code FROM apple_notification_event ORDER BY id")
+            "SELECT process_status, error_code FROM inbound_event WHERE kind = 'notification' ORDER BY id")
         #expect(try statuses.map { try $0.decode("process_status", as: String.self) } == ["SUCCEEDED", "DEAD", "SUCCEEDED"])
         #expect(try statuses[1].decode("error_code", as: String?.self) == "UNMATCHED_ACCOUNT")
         #expect(try await fixture.count("SELECT count(*) FROM unmatched_fact WHERE transaction_id = '8002'") == 1)
@@ -101,7 +101,7 @@ struct FulfillmentBatchTests {
         #expect(try await fixture.count("SELECT count(*) FROM credit_ledger") == 3)
         #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
         #expect(try await fixture.count("SELECT count(*) FROM payment_order WHERE status = 'FULFILLED'") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == 3)
+        #expect(try await fixture.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == 3)
     }
 
     @Test func anEventWhoseLeaseWasLostDropsOutOfTheBatch() async throws {
@@ -114,7 +114,7 @@ struct FulfillmentBatchTests {
             .purchase(original: "6002", transaction: "6002", token: bob, daysAgo: 3),
         ])
         try await fixture.database.pool.query(
-            "UPDATE apple_notification_event SET lease_owner = 'another-worker' WHERE id = \(batch[1].event.id)")
+            "UPDATE inbound_event SET lease_owner = 'another-worker' WHERE id = \(batch[1].event.id)")
 
         let outcomes = try await FulfillmentBatches.apply(batch, store: fixture.store, owner: Self.owner, logger: fixture.logger)
             .map { try $0.get() }
@@ -169,7 +169,8 @@ private struct Fact {
 /// A migrated database with the catalogue, and the store a worker would use on it.
 private struct Fixture {
     let database: TestDatabase
-    let events: EventStore
+    let events: EventIntakeStore
+    let leases: EventLeaseStore
     let store: FulfillmentStore
     let logger = Logger(label: "test", level: .warning)
 
@@ -180,10 +181,10 @@ private struct Fixture {
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
             VALUES (\(FulfillmentBatchTests.appKey), \(FulfillmentBatchTests.product), '21000000', 'starter', 2, 'MONTH', 1000)
             """)
-        let events = EventStore(pool: database.pool, topic: "unused")
+        let leases = EventLeaseStore(pool: database.pool)
         return Fixture(
-            database: database, events: events,
-            store: FulfillmentStore(events: events, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true))
+            database: database, events: EventIntakeStore(pool: database.pool, topic: "unused"), leases: leases,
+            store: FulfillmentStore(leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true))
     }
 
     func user(_ id: String) async throws -> UUID {
@@ -205,7 +206,7 @@ private struct Fixture {
                     routingKey: fact.transaction.fact.originalTransactionID))
             envelopes.append(EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: nil))
         }
-        let claimed = try await events.claim(envelopes, owner: FulfillmentBatchTests.owner, lease: .seconds(60))
+        let claimed = try await leases.claim(envelopes, owner: FulfillmentBatchTests.owner, lease: .seconds(60))
         return try zip(facts, claimed).map { fact, event in
             PendingEvent(
                 event: try #require(event),

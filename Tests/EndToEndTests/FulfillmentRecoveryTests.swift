@@ -90,7 +90,7 @@ struct FulfillmentRecoveryTests {
         let recovering = try await harness.notify(.subscribed, .initialBuy, transaction: harness.transaction(Self.id(), token: token))
         let waited = try await eventually(timeout: 30) {
             try await harness.value(
-                "SELECT process_status || ':' || error_code FROM apple_notification_event WHERE notification_uuid = \(recovering)",
+                "SELECT process_status || ':' || error_code FROM inbound_event WHERE kind = 'notification' AND notification_uuid = \(recovering)",
                 as: String.self) == "RETRY_WAIT:RETRYABLE_DATABASE"
         }
         #expect(waited)
@@ -103,7 +103,7 @@ struct FulfillmentRecoveryTests {
         #expect(try await harness.outcome(of: hopeless, timeout: 60) == .dead("RETRYABLE_DATABASE"))
         #expect(
             try await harness.value(
-                "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(hopeless)", as: Int.self) == 3)
+                "SELECT retry_count FROM inbound_event WHERE kind = 'notification' AND notification_uuid = \(hopeless)", as: Int.self) == 3)
 
         // A nested transaction signed by someone else: the outer signature is ours, the fact is not.
         let stranger = try TestAppleSigner()
@@ -123,7 +123,7 @@ struct FulfillmentRecoveryTests {
         #expect(try await harness.outcome(of: payload.notificationUUID!) == .dead("INVALID_CHAIN"))
         #expect(
             try await harness.value(
-                "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(payload.notificationUUID!)",
+                "SELECT retry_count FROM inbound_event WHERE kind = 'notification' AND notification_uuid = \(payload.notificationUUID!)",
                 as: Int.self) == 1, "a permanent failure is not retried")
         #expect(try await harness.count("SELECT count(*) FROM credit_grant") == 1)
         try await harness.checkInvariants()

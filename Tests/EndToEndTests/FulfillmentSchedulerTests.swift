@@ -123,7 +123,8 @@ struct FulfillmentSchedulerTests {
         }
         #expect(
             try await pair.value(
-                "SELECT retry_count FROM apple_notification_event WHERE notification_uuid = \(requests["alice"]!)", as: Int.self)! >= 1)
+                "SELECT retry_count FROM inbound_event WHERE kind = 'notification' AND notification_uuid = \(requests["alice"]!)", as: Int.self)! >= 1
+        )
         let alice = try #require(harness.mock.consumptionData(for: purchases["alice"]!.transactionId!))
         #expect(alice.customerConsented == true)
         #expect(alice.consumptionStatus == 1, "the granted credits are all still there")
@@ -144,7 +145,7 @@ struct FulfillmentSchedulerTests {
         try await pair.pool.query(
             """
             WITH crashed AS (
-                UPDATE apple_notification_event
+                UPDATE inbound_event
                    SET process_status = 'PROCESSING', lease_owner = 'crashed', lease_expires_at = now() - interval '1 second'
                  WHERE notification_uuid = \(requests["alice"]!) RETURNING id)
             DELETE FROM processed_event WHERE event_kind = 'notification' AND event_id IN (SELECT id FROM crashed)
@@ -194,7 +195,7 @@ struct FulfillmentSchedulerTests {
         #expect(done, "one re-query, flagged for the disagreement, done")
         let requeried = try #require(
             try await pair.value(
-                "SELECT notification_uuid FROM apple_notification_event WHERE notification_type = 'STATUS_REQUERY' AND original_transaction_id = \(chain)",
+                "SELECT notification_uuid FROM inbound_event WHERE kind = 'notification' AND notification_type = 'STATUS_REQUERY' AND original_transaction_id = \(chain)",
                 as: String.self))
         #expect(try await pair.outcome(of: requeried) == .succeeded)
         #expect(
@@ -304,7 +305,7 @@ struct FulfillmentSchedulerTests {
         // An operator recovers the same range twice: nothing new either time.
         let range = ["--from", RFC3339.string(from: now - 7200), "--to", RFC3339.string(from: Date()), "--env", "Sandbox"]
         let snapshot = """
-            SELECT (SELECT count(*) FROM apple_notification_event) || '/' || (SELECT count(*) FROM credit_grant) || '/'
+            SELECT (SELECT count(*) FROM inbound_event WHERE kind = 'notification') || '/' || (SELECT count(*) FROM credit_grant) || '/'
                    || (SELECT count(*) FROM credit_ledger) || '/' || (SELECT count(*) FROM payment_order) || '/'
                    || (SELECT count(*) FROM status_history)
             """

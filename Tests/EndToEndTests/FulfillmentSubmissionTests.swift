@@ -132,13 +132,13 @@ struct FulfillmentSubmissionTests {
         let settled = try await eventually(timeout: 60) {
             try await harness.count(
                 """
-                SELECT (SELECT count(*) FROM apple_notification_event WHERE process_status NOT IN ('SUCCEEDED', 'DEAD'))
-                     + (SELECT count(*) FROM transaction_submission WHERE process_status NOT IN ('SUCCEEDED', 'DEAD'))
+                SELECT (SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status NOT IN ('SUCCEEDED', 'DEAD'))
+                     + (SELECT count(*) FROM inbound_event WHERE kind = 'submission' AND process_status NOT IN ('SUCCEEDED', 'DEAD'))
                 """) == 0
         }
         #expect(settled)
-        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 34, "1 redelivered + 33 distinct")
-        #expect(try await harness.count("SELECT count(*) FROM transaction_submission") >= 1)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == 34, "1 redelivered + 33 distinct")
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'submission'") >= 1)
         #expect(try await harness.count("SELECT count(*) FROM apple_transaction") == 1)
         #expect(try await harness.count("SELECT count(*) FROM payment_order WHERE status = 'FULFILLED'") == 1)
         #expect(try await harness.value("SELECT status FROM payment_order WHERE order_no = \(orderNo)", as: String.self) == "FULFILLED")
@@ -146,8 +146,8 @@ struct FulfillmentSubmissionTests {
         #expect(try await harness.balance("alice") == 1000)
         #expect(
             try await harness.count(
-                "SELECT count(*) FROM apple_notification_event WHERE notification_uuid IS NOT NULL AND process_status = 'DEAD'") == 0)
-        #expect(try await harness.count("SELECT count(*) FROM transaction_submission WHERE process_status = 'DEAD'") == 0)
+                "SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND notification_uuid IS NOT NULL AND process_status = 'DEAD'") == 0)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'submission' AND process_status = 'DEAD'") == 0)
         try await harness.checkInvariants()
     }
 
@@ -173,7 +173,7 @@ struct FulfillmentSubmissionTests {
         let hash = SHA256.hash(Array(jws.utf8)).map { String(format: "%02x", $0) }.joined()
         let cipher = try #require(PayloadCipher(reader: ConfigurationReader(environment: harness.ingress.pipeline.appleSettings)))
         let sealed = try cipher.seal(Array(jws.utf8), context: "submission:" + hash)
-        let store = EventStore(pool: harness.pool, topic: harness.ingress.pipeline.topic)
+        let store = EventIntakeStore(pool: harness.pool, topic: harness.ingress.pipeline.topic)
         _ = try await store.insertSubmission(
             NewSubmission(
                 kind: "OBSERVED", userID: "bob", orderNo: nil, environment: "Sandbox", transactionID: id,
@@ -200,7 +200,7 @@ struct FulfillmentSubmissionTests {
         #expect(try await harness.value("SELECT replay_dead_events('CHAIN_FROZEN')", as: Int.self) == 1)
         let replayed = try await eventually(timeout: 30) {
             try await harness.value(
-                "SELECT process_status FROM apple_notification_event WHERE transaction_id = \(renewal.transactionId!)",
+                "SELECT process_status FROM inbound_event WHERE kind = 'notification' AND transaction_id = \(renewal.transactionId!)",
                 as: String.self) == "SUCCEEDED"
         }
         #expect(replayed)

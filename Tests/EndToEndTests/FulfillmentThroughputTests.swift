@@ -33,9 +33,9 @@ struct FulfillmentThroughputTests {
         let producing = Task { try await producer.run() }
         defer { producing.cancel() }
         try await Bootstrap.prepare(configuration: configuration, pool: pool, logger: harness.logger)
-        let store = EventStore(pool: pool, topic: configuration.eventTopic)
+        let store = EventIntakeStore(pool: pool, topic: configuration.eventTopic)
         let intake = NotificationIntake(
-            store: store, publisher: EventPublisher(producer: producer, store: store, logger: harness.logger))
+            store: store, publisher: EventPublisher(producer: producer, outbox: store.outbox, logger: harness.logger))
         try await pool.query(
             """
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
@@ -92,7 +92,7 @@ struct FulfillmentThroughputTests {
             try await pool.query(PostgresQuery(unsafeSQL: sql)).first!.decode(0, as: Int.self)
         }
         let drained = try await eventually(timeout: 300, every: .milliseconds(500)) {
-            try await count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == total
+            try await count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == total
         }
         #expect(drained, "\(processes.map { $0.output.suffix(2000) })")
         let seconds = try await pool.query(
@@ -261,7 +261,7 @@ struct FulfillmentThroughputTests {
         let results = outcomes.value
         let sendSeconds = Self.seconds(lastAnswer.value - started)
         let drained = try await eventually(timeout: 300, every: .milliseconds(500)) {
-            try await harness.count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == total
+            try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == total
         }
         #expect(drained)
         let cpuAfter = try await Self.latencyRunCPU(harness)
@@ -282,7 +282,7 @@ struct FulfillmentThroughputTests {
             """
             SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at))::float8 AS p50,
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM processed_at - received_at))::float8 AS p99
-              FROM apple_notification_event
+              FROM inbound_event WHERE kind = 'notification'
             """
         ).first!
         print(

@@ -39,7 +39,7 @@ struct IngressResilienceTests {
             try await harness.client.post(path, json: ["signedPayload": try signed(harness)]).status == 200
         }
         #expect(retried, "accepted again once PostgreSQL is back")
-        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 2)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == 2)
     }
 
     @Test func brokerDownOrIngressKilledBeforePublishingLosesNothing() async throws {
@@ -116,7 +116,7 @@ struct IngressResilienceTests {
             return try await group.reduce(into: [Int]()) { $0.append($1) }
         }
         #expect(statuses.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
-        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 1000)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == 1000)
         let published = try await eventually(timeout: 30) { try await harness.count("SELECT count(*) FROM event_outbox") == 0 }
         #expect(published)
         let seen = try await Self.publishedEventIDs(
@@ -166,7 +166,7 @@ struct IngressResilienceTests {
         #expect(answered.count < payloads.count, "the stop must land mid-stream")
 
         let stored = Set(
-            try await harness.pool.query("SELECT notification_uuid FROM apple_notification_event").map {
+            try await harness.pool.query("SELECT notification_uuid FROM inbound_event WHERE kind = 'notification'").map {
                 try $0.decode("notification_uuid", as: String.self)
             })
         #expect(answered.isSubset(of: stored), "answered 200 but not stored: \(answered.subtracting(stored).prefix(5))")

@@ -31,14 +31,15 @@ struct NotificationEndpointTests {
         let again = try await harness.client.post(sandboxPath, json: ["signedPayload": jws])
         #expect(again.status == 200)
         #expect(try again.json()["status"] as? String == "duplicate")
-        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event WHERE notification_uuid = '\(uuid)'") == 1)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND notification_uuid = '\(uuid)'") == 1)
         // Sealed at rest: the stored bytes are not the JWS.
         let plain = try await harness.count(
-            "SELECT count(*) FROM apple_notification_event WHERE position(convert_to('eyJ', 'UTF8') in signed_payload) > 0")
+            "SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND position(convert_to('eyJ', 'UTF8') in signed_payload) > 0")
         #expect(plain == 0)
         #expect(
             try await harness.count(
-                "SELECT count(*) FROM apple_notification_event WHERE payload_key_id = 'k1' AND original_transaction_id IS NOT NULL") == 1)
+                "SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND payload_key_id = 'k1' AND original_transaction_id IS NOT NULL")
+                == 1)
         let published = try await eventually(timeout: 20) { try await harness.count("SELECT count(*) FROM event_outbox") == 0 }
         #expect(published, "the outbox row was not published")
     }
@@ -58,7 +59,7 @@ struct NotificationEndpointTests {
         #expect(response.status == 200, "\(response.text)")
         #expect(
             try await harness.count(
-                "SELECT count(*) FROM apple_notification_event WHERE notification_type = 'SOMETHING_APPLE_ADDS_NEXT_YEAR'") == 1)
+                "SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND notification_type = 'SOMETHING_APPLE_ADDS_NEXT_YEAR'") == 1)
     }
 
     @Test func refusesWhatIsNotGenuineOrNotOurs() async throws {
@@ -80,7 +81,7 @@ struct NotificationEndpointTests {
         #expect(try await post(sandboxPath, ["signedPayload": strangerJWS]) == (401, "INVALID_CHAIN"))
         #expect(try await post(sandboxPath, ["signedPayload": "not.a.jws"]) == (400, "MALFORMED"))
         #expect(try await post(sandboxPath, ["payload": jws]) == (400, "INVALID_REQUEST"))
-        #expect(try await harness.count("SELECT count(*) FROM apple_notification_event") == 0)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == 0)
 
         let text = try await harness.client.request(
             "POST", sandboxPath, headers: ["Content-Type": "text/plain"], body: Data(jws.utf8))

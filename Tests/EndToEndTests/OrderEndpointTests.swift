@@ -167,7 +167,7 @@ struct OrderEndpointTests {
             #expect(pending["transactionId"] as? String == transaction.transactionId)
             #expect(pending["fulfilled"] as? Bool == false)
         }
-        #expect(try await harness.count("SELECT count(*) FROM transaction_submission") == 1)
+        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'submission'") == 1)
 
         let wrongProduct = try harness.signer.sign(
             TestPayloads.transaction(

@@ -45,7 +45,8 @@ struct PipelineKillTests {
         if signal == SIGTERM {
             #expect(
                 try await stream.count(
-                    "SELECT count(*) FROM apple_notification_event WHERE process_status = 'PROCESSING' AND lease_owner = 'worker-a'") == 0,
+                    "SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'PROCESSING' AND lease_owner = 'worker-a'")
+                    == 0,
                 "worker-a left leased events behind")
         }
         try await feeding.value
@@ -124,7 +125,7 @@ struct PipelineKillTests {
             try await Task.sleep(for: .milliseconds(Int.random(in: 1_500...4_000)))
             let index = Int.random(in: 0..<3)
             let open = try await stream.count(
-                "SELECT count(*) FROM apple_notification_event WHERE process_status <> 'SUCCEEDED'")
+                "SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status <> 'SUCCEEDED'")
             processes[index].kill()
             kills += 1
             if open > 0 { killedWhileOpen += 1 }
@@ -161,9 +162,9 @@ struct RenewalStream {
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: harness.logger)
         let producing = Task { try await producer.run() }
         try await Bootstrap.prepare(configuration: configuration, pool: pool, logger: harness.logger)
-        let store = EventStore(pool: pool, topic: configuration.eventTopic)
+        let store = EventIntakeStore(pool: pool, topic: configuration.eventTopic)
         let intake = NotificationIntake(
-            store: store, publisher: EventPublisher(producer: producer, store: store, logger: harness.logger))
+            store: store, publisher: EventPublisher(producer: producer, outbox: store.outbox, logger: harness.logger))
         try await pool.query(
             """
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
@@ -216,15 +217,15 @@ struct RenewalStream {
         timeout: TimeInterval, survivors: [ServiceProcess], sourceLocation: SourceLocation = #_sourceLocation
     ) async throws {
         let allDone = try await eventually(timeout: timeout, every: .milliseconds(500)) {
-            try await count("SELECT count(*) FROM apple_notification_event WHERE process_status = 'SUCCEEDED'") == total
+            try await count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == total
         }
         #expect(
             allDone, "not every event succeeded; logs: \(survivors.map { $0.output.suffix(2000) })",
             sourceLocation: sourceLocation)
-        #expect(try await count("SELECT count(*) FROM apple_notification_event") == total, sourceLocation: sourceLocation)
+        #expect(try await count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == total, sourceLocation: sourceLocation)
         #expect(try await count("SELECT count(*) FROM processed_event") == total, sourceLocation: sourceLocation)
         #expect(
-            try await count("SELECT count(*) FROM apple_notification_event WHERE process_status <> 'SUCCEEDED'") == 0,
+            try await count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status <> 'SUCCEEDED'") == 0,
             sourceLocation: sourceLocation)
         #expect(try await count("SELECT count(*) FROM credit_grant") == total, sourceLocation: sourceLocation)
         #expect(try await count("SELECT count(*) FROM credit_ledger") == total, sourceLocation: sourceLocation)

@@ -142,13 +142,13 @@ struct WorkerHarness {
 
     /// Waits until the notification is SUCCEEDED or DEAD; returns its status and error code.
     func outcome(of uuid: String, timeout: TimeInterval = 30) async throws -> EventState {
-        try await outcome("SELECT process_status, error_code FROM apple_notification_event WHERE notification_uuid = \(uuid)", timeout)
+        try await outcome("SELECT process_status, error_code FROM inbound_event WHERE kind = 'notification' AND notification_uuid = \(uuid)", timeout)
     }
 
     /// The same for the submissions of a transaction.
     func submissionOutcome(of transactionID: String, timeout: TimeInterval = 30) async throws -> EventState {
         try await outcome(
-            "SELECT process_status, error_code FROM transaction_submission WHERE transaction_id = \(transactionID) ORDER BY id DESC LIMIT 1",
+            "SELECT process_status, error_code FROM inbound_event WHERE kind = 'submission' AND transaction_id = \(transactionID) ORDER BY id DESC LIMIT 1",
             timeout)
     }
 
@@ -259,8 +259,8 @@ struct WorkerHarness {
         #expect(doubleGrants == 0, "a grant was booked twice", sourceLocation: sourceLocation)
         let open = try await count(
             """
-            SELECT (SELECT count(*) FROM apple_notification_event WHERE process_status NOT IN ('SUCCEEDED', 'DEAD'))
-                 + (SELECT count(*) FROM transaction_submission WHERE process_status NOT IN ('SUCCEEDED', 'DEAD'))
+            SELECT (SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status NOT IN ('SUCCEEDED', 'DEAD'))
+                 + (SELECT count(*) FROM inbound_event WHERE kind = 'submission' AND process_status NOT IN ('SUCCEEDED', 'DEAD'))
             """)
         #expect(open == 0, "events still in flight", sourceLocation: sourceLocation)
         let mismatches = try await ChainReplay.mismatches(pool: pool, now: Date())

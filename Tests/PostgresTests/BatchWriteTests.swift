@@ -26,7 +26,7 @@ struct BatchWriteTests {
     @Test func notificationBatchInsertsOnceAndReportsDuplicatesInOrder() async throws {
         try await Fixture.withSchema { pool, _ in
             try await Migrator(pool: pool, logger: Fixture.logger).migrate(try Migrator.bundled())
-            let store = EventStore(pool: pool, topic: "t")
+            let store = EventIntakeStore(pool: pool, topic: "t")
             func event(_ uuid: String, payload: [UInt8]) -> NewNotificationEvent {
                 NewNotificationEvent(
                     notificationUUID: uuid, notificationType: "DID_RENEW", subtype: uuid == "a" ? nil : "BILLING_RECOVERY",
@@ -46,7 +46,7 @@ struct BatchWriteTests {
             #expect(second[0].eventID == first[1].eventID)
 
             let rows = try await pool.query(
-                "SELECT notification_uuid, subtype, signed_payload, signed_date FROM apple_notification_event ORDER BY id")
+                "SELECT notification_uuid, subtype, signed_payload, signed_date FROM inbound_event WHERE kind = 'notification' ORDER BY id")
             #expect(try rows.map { try $0.decode("notification_uuid", as: String.self) } == ["a", "b", "c"])
             #expect(try rows.map { try $0.decode("signed_payload", as: [UInt8].self) } == [[1, 2, 3], [4], [6]])
             #expect(try rows.map { try $0.decode("subtype", as: String?.self) } == [nil, "BILLING_RECOVERY", "BILLING_RECOVERY"])

@@ -8,14 +8,6 @@ import Postgres
 import ServiceRuntime
 import Storage
 
-/// How a failed attempt continues.
-public enum ProcessingFailure: Error, Sendable {
-    /// Try again later (database, network, Apple API, OCSP); the code names the error class.
-    case retryable(code: String, message: String)
-    /// Never succeeds (bad signature, wrong app): DEAD at once.
-    case permanent(code: String, message: String)
-}
-
 /// Applies one event under a lease: claim, open and verify, one transaction of effects (or of the
 /// refusal), complete; wake the waiting ingress; then the consumer stores the offset. Everything
 /// that can be retried is retried through the database, not Kafka. The claim and the transaction
@@ -23,7 +15,7 @@ public enum ProcessingFailure: Error, Sendable {
 public struct EventProcessor: Sendable {
     public let configuration: FulfillmentConfiguration
     public let logger: Logger
-    let events: EventStore
+    let leases: EventLeaseStore
     let store: FulfillmentStore
     let reader: EventReader
     let notifier: FulfillmentNotifier
@@ -34,20 +26,20 @@ public struct EventProcessor: Sendable {
     private let metrics = ProcessorMetrics()
 
     public init(
-        events: EventStore, verifier: SignedDataVerifier, cipher: PayloadCipher, configuration: FulfillmentConfiguration,
+        leases: EventLeaseStore, verifier: SignedDataVerifier, cipher: PayloadCipher, configuration: FulfillmentConfiguration,
         clock: any WallClock = SystemClock(), logger: Logger
     ) {
-        self.events = events
+        self.leases = leases
         self.configuration = configuration
         self.logger = logger
         self.clock = clock
         store = FulfillmentStore(
-            events: events, appKey: configuration.appStore.bundleId,
+            leases: leases, appKey: configuration.appStore.bundleId,
             everyoneIsTestUser: configuration.appStore.environment != .production, crashPoint: configuration.crashPoint)
         reader = EventReader(cipher: cipher, verifier: verifier)
         batches = FulfillmentBatches(
-            events: events, store: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
-        notifier = FulfillmentNotifier(pool: events.pool, logger: logger)
+            leases: leases, store: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
+        notifier = FulfillmentNotifier(leases: leases, logger: logger)
     }
 
     /// Kafka handler. Returns normally once the event's fate is recorded in PostgreSQL; throws only
@@ -163,14 +155,17 @@ public struct EventProcessor: Sendable {
 
     private func record(_ failure: ProcessingFailure, for event: ClaimedEvent, log: Logger) async throws {
         switch failure {
+        case .leaseLost:
+            metrics.outcome("skipped")
+            log.info("lease lost, left to its new owner")
         case .retryable(let code, let message) where event.retryCount + 1 < configuration.maxAttempts:
             let delay = RetryPolicy.delay(
                 attempt: event.retryCount + 1, base: configuration.retryBase, max: configuration.retryMax)
-            try await events.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: delay)
+            try await leases.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: delay)
             metrics.outcome("retry")
             log.warning("event will be retried", ["error.code": .string(code), "retry.attempt": .int(Int64(event.retryCount + 1))])
         case .retryable(let code, let message), .permanent(let code, let message):
-            try await events.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: nil)
+            try await leases.fail(event, owner: configuration.workerID, code: code, message: message, retryAt: nil)
             notifier.notify(event)
             metrics.outcome("dead")
             metrics.refused(code)

@@ -28,16 +28,16 @@ public struct FulfillmentApplication: Sendable {
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
         producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
-        let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
         let verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
         var processor = EventProcessor(
-            events: store, verifier: verifier, cipher: cipher, configuration: configuration, clock: clock, logger: logger)
+            leases: EventLeaseStore(pool: pool), verifier: verifier, cipher: cipher, configuration: configuration, clock: clock, logger: logger)
         let clients = configuration.schedulers.appStoreAPI.map {
             AppStoreAPIClients(configuration: $0, lease: configuration.lease, logger: logger)
         }
-        processor.consumption = ConsumptionResponder(pool: pool, clients: clients, logger: logger)
+        processor.consumption = ConsumptionResponder(store: ConsumptionStore(pool: pool), clients: clients, logger: logger)
         var consumerConfiguration = KafkaConsumerConfiguration(
             kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
             topics: [configuration.pipeline.eventTopic], maxConcurrentPartitions: configuration.concurrency)
@@ -60,7 +60,7 @@ public struct FulfillmentApplication: Sendable {
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort, threadPoolSize: 1, maxBodyBytes: 1024),
             router: router, logger: logger)
-        let publisher = EventPublisher(producer: producer, store: store, logger: logger)
+        let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
         scheduler = Scheduler(
             configuration: configuration, events: store, publisher: publisher, verifier: verifier, cipher: cipher,
             clients: clients, logger: logger)

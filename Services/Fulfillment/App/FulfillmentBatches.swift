@@ -9,7 +9,7 @@ import Storage
 /// caller getting its own result. PostgreSQL's cost is per statement, round trip and commit far
 /// more than per row, so a batch of n events costs little more than one.
 struct FulfillmentBatches: Sendable {
-    /// One claim statement per event table for every waiting envelope.
+    /// One claim statement for every waiting envelope.
     let claims: GroupCommit<EventEnvelope, ClaimedEvent?>
     /// One transaction per round of the waiting events (see `rounds`); an event's error is its own.
     let applies: GroupCommit<PendingEvent, Result<ProcessingOutcome, any Error>>
@@ -18,12 +18,12 @@ struct FulfillmentBatches: Sendable {
     /// batch limit. Two batches in flight: one alone made batches bigger but every event waited for
     /// the batch ahead of its own, and that wait is lost throughput (measured with one event per
     /// partition at a time, 1 worker, 12 partitions: 500 events/s with one, 730 with two).
-    init(events: EventStore, store: FulfillmentStore, owner: String, lease: Duration, logger: Logger) {
+    init(leases: EventLeaseStore, store: FulfillmentStore, owner: String, lease: Duration, logger: Logger) {
         claims = GroupCommit(
             maxBatchSize: 64, maxConcurrentBatches: 2,
             sizeMetric: ("subs_fulfillment_claim_batch_size", "Events claimed per statement")
         ) { envelopes in
-            try await events.claim(envelopes, owner: owner, lease: lease)
+            try await leases.claim(envelopes, owner: owner, lease: lease)
         }
         applies = GroupCommit(
             maxBatchSize: 64, maxConcurrentBatches: 2,

@@ -4,23 +4,21 @@ import Postgres
 import ServiceRuntime
 import Storage
 
-/// Wakes the ingress requests waiting for an event's result: `NOTIFY fulfillment_events,
-/// '<kind>:<eventId>'` once the event's transaction committed.
+/// Wakes the ingress requests waiting for an event's result (`EventLeaseStore.announceCompleted`)
+/// once the event's transaction committed.
 ///
 /// Notifications sent at the same moment share one statement: PostgreSQL serialises the commits
 /// of transactions that notify, so one commit per event would cap the worker pool. A lost
 /// notification only delays an answer (the ingress also re-reads when its wait ends).
 struct FulfillmentNotifier: Sendable {
-    static let channel = "fulfillment_events"
-    private let batches: GroupCommit<String, Void>
+    private let batches: GroupCommit<ClaimedEvent, Void>
     private let logger: Logger
 
-    init(pool: PostgresPool, logger: Logger) {
+    init(leases: EventLeaseStore, logger: Logger) {
         self.logger = logger
-        batches = GroupCommit(maxBatchSize: 256, maxConcurrentBatches: 1) { payloads in
-            try await pool.query(
-                "SELECT pg_notify(\(Self.channel), p) FROM unnest(\(PostgresArray(payloads))::text[]) AS p")
-            return payloads.map { _ in () }
+        batches = GroupCommit(maxBatchSize: 256, maxConcurrentBatches: 1) { events in
+            try await leases.announceCompleted(events.map { ($0.kind, $0.id) })
+            return events.map { _ in () }
         }
     }
 
@@ -30,11 +28,10 @@ struct FulfillmentNotifier: Sendable {
     /// notification's result, and a NOTIFY per notification cost each event a commit of its own.
     func notify(_ event: ClaimedEvent) {
         guard event.kind == .submission else { return }
-        let payload = "\(event.kind.rawValue):\(event.id)"
         let (batches, logger) = (batches, logger)
         Task {
             do {
-                try await batches.submit(payload)
+                try await batches.submit(event)
             } catch {
                 logger.warning("could not notify the ingress", ["event.id": .int(event.id), "error": .string("\(error)")])
             }

@@ -25,8 +25,8 @@ public struct IngressApplication: Sendable {
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
         producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
-        let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
-        let publisher = EventPublisher(producer: producer, store: store, logger: logger)
+        let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
         intake = NotificationIntake(store: store, publisher: publisher)
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,

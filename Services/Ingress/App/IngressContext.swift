@@ -8,7 +8,7 @@ import Storage
 struct IngressContext: Sendable {
     let configuration: IngressConfiguration
     let pool: PostgresPool
-    let store: EventStore
+    let store: EventIntakeStore
     let intake: NotificationIntake
     let verifier: SignedDataVerifier
     let cipher: PayloadCipher

@@ -10,7 +10,7 @@ import Storage
 /// are committed. Publishing happens after the commit; if it fails or the process dies first, the
 /// outbox relay publishes the row later.
 public struct NotificationIntake: Sendable {
-    public let store: EventStore
+    public let store: EventIntakeStore
     public let publisher: EventPublisher
     private let accepted = MetricsRegistry.shared.counter(
         "subs_notifications_accepted_total", help: "Notifications stored (new)")
@@ -24,7 +24,7 @@ public struct NotificationIntake: Sendable {
         var awaitPublish: Bool
     }
 
-    public init(store: EventStore, publisher: EventPublisher, maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4) {
+    public init(store: EventIntakeStore, publisher: EventPublisher, maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4) {
         self.store = store
         self.publisher = publisher
         batches = GroupCommit(maxBatchSize: maxBatchSize, maxConcurrentBatches: maxConcurrentBatches) { submissions in

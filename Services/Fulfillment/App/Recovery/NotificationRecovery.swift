@@ -11,7 +11,7 @@ import Storage
 /// row), so a notification Apple delivered meanwhile, or a second recovery, writes nothing new.
 /// Progress is checkpointed after each page: another worker resumes an interrupted recovery.
 struct NotificationRecovery: Sendable {
-    let events: EventStore
+    let events: EventIntakeStore
     let publisher: EventPublisher
     let cipher: PayloadCipher
     let verifier: SignedDataVerifier
@@ -28,7 +28,7 @@ struct NotificationRecovery: Sendable {
         })
 
     init(
-        events: EventStore, publisher: EventPublisher, cipher: PayloadCipher, verifier: SignedDataVerifier,
+        events: EventIntakeStore, publisher: EventPublisher, cipher: PayloadCipher, verifier: SignedDataVerifier,
         clients: AppStoreAPIClients, logger: Logger
     ) {
         self.events = events
@@ -43,7 +43,7 @@ struct NotificationRecovery: Sendable {
     func run(
         _ task: ClaimedTask, start: Date, end: Date, from token: String?,
         checkpoint: (String?, TaskResult) async throws -> Bool
-    ) async throws(TaskFailure) -> TaskResult {
+    ) async throws(ProcessingFailure) -> TaskResult {
         guard let client = clients.client(for: task.environment),
             let environment = AppStoreEnvironment(rawValue: task.environment)
         else {
@@ -106,7 +106,7 @@ struct NotificationRecovery: Sendable {
 
     /// The row the webhook would store, or nil for a payload the webhook would refuse for good.
     private func verifiedEvent(_ signedPayload: String, environment: AppStoreEnvironment, task: ClaimedTask)
-        async throws(TaskFailure) -> NewNotificationEvent?
+        async throws(ProcessingFailure) -> NewNotificationEvent?
     {
         let payload: ResponseBodyV2DecodedPayload
         do {

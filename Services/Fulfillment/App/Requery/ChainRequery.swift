@@ -16,14 +16,14 @@ import Storage
 /// The event's outer envelope is ours, not Apple's, and carries no signature: it is sealed with
 /// the payload key like every stored payload, which is what proves a worker wrote it.
 struct ChainRequery: Sendable {
-    let events: EventStore
+    let events: EventIntakeStore
     let publisher: EventPublisher
     let cipher: PayloadCipher
     let clients: AppStoreAPIClients
     let bundleID: String
     let logger: Logger
 
-    func run(_ task: ClaimedTask, originalTransactionID: String) async throws(TaskFailure) -> TaskResult {
+    func run(_ task: ClaimedTask, originalTransactionID: String) async throws(ProcessingFailure) -> TaskResult {
         guard let client = clients.client(for: task.environment) else {
             throw .permanent(code: "ENVIRONMENT_NOT_SERVED", message: "this deployment does not serve \(task.environment)")
         }
@@ -96,44 +96,5 @@ struct ChainRequery: Sendable {
         payload.data = data
         let header = Base64URL.encode(Array(#"{"alg":"none"}"#.utf8))
         return header + "." + Base64URL.encode(Array(try AppStoreJSON.encoder().encode(payload))) + "."
-    }
-
-    /// Flags the chains whose stored facts disagree, looking at the renewal infos changed within
-    /// `window`. A chain disagrees when its newest renewal info was signed after the transaction
-    /// the projection calls current (`user_subscription.last_transaction_id`) and either names
-    /// another current product (an upgrade or crossgrade transaction never arrived) or renews
-    /// more than a minute after that transaction expires without being in billing retry (a
-    /// renewal transaction never arrived).
-    /// Frozen chains and revoked current transactions are left alone; a chain re-queried within
-    /// `cooldown` is not flagged again. Returns the chains flagged.
-    static func flagDisagreeingChains(
-        pool: PostgresPool, environments: [String], window: Duration, cooldown: Duration, requestedBy: String
-    ) async throws -> [String] {
-        let rows = try await pool.query(
-            """
-            INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)
-            SELECT 'REQUERY', r.environment, r.original_transaction_id,
-                   CASE WHEN r.product_id <> t.product_id
-                        THEN 'FACTS_DISAGREE: renewal info names ' || r.product_id || ', current transaction ' || t.product_id
-                        ELSE 'FACTS_DISAGREE: renewal date after the current transaction expires' END,
-                   \(requestedBy), 'REQUERY/' || r.environment || '/' || r.original_transaction_id
-              FROM apple_renewal_info r
-              JOIN user_subscription s
-                ON s.environment = r.environment AND s.original_transaction_id = r.original_transaction_id
-              JOIN apple_transaction t ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
-             WHERE r.updated_at >= now() - make_interval(secs => \(RetryPolicy.seconds(window)))
-               AND r.environment = ANY(\(PostgresArray(environments))::text[])
-               AND s.frozen_reason IS NULL AND t.revocation_date IS NULL
-               AND r.signed_date > t.signed_date
-               AND (r.product_id <> t.product_id
-                    OR (r.renewal_date > t.expires_date + interval '1 minute' AND NOT r.is_in_billing_retry))
-               AND NOT EXISTS (SELECT 1 FROM fulfillment_task q
-                                WHERE q.kind = 'REQUERY' AND q.environment = r.environment
-                                  AND q.original_transaction_id = r.original_transaction_id
-                                  AND q.created_at > now() - make_interval(secs => \(RetryPolicy.seconds(cooldown))))
-            ON CONFLICT (dedup_key) WHERE status = 'PENDING' DO NOTHING
-            RETURNING environment || ':' || original_transaction_id AS chain
-            """)
-        return try rows.map { try $0.decode("chain") }
     }
 }

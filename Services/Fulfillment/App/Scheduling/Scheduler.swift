@@ -13,6 +13,9 @@ final class Scheduler: Service {
     let name = "fulfillment-scheduler"
     private let configuration: SchedulerConfiguration
     private let tasks: TaskStore
+    /// This worker's id: the owner of its task leases.
+    private let owner: String
+    private let lease: Duration
     /// What needs the App Store Server API.
     private typealias AppleWork = (requery: ChainRequery, recovery: NotificationRecovery)
     /// Nil when the App Store Server API is not configured.
@@ -26,13 +29,15 @@ final class Scheduler: Service {
         "subs_requery_flagged_total", help: "Chains whose facts disagree, flagged for a re-query from Apple")
 
     init(
-        configuration: FulfillmentConfiguration, events: EventStore, publisher: EventPublisher, verifier: SignedDataVerifier,
+        configuration: FulfillmentConfiguration, events: EventIntakeStore, publisher: EventPublisher, verifier: SignedDataVerifier,
         cipher: PayloadCipher, clients: AppStoreAPIClients?, logger: Logger
     ) {
         self.configuration = configuration.schedulers
         pool = events.pool
         self.logger = logger
-        tasks = TaskStore(pool: events.pool, owner: configuration.workerID, lease: configuration.lease)
+        tasks = TaskStore(pool: events.pool)
+        owner = configuration.workerID
+        lease = configuration.lease
         apple = clients.map { clients in
             (
                 ChainRequery(
@@ -76,8 +81,8 @@ final class Scheduler: Service {
         let end = Date()
         do {
             try await tasks.requestRecovery(
-                environment: environment, start: end - RetryPolicy.seconds(configuration.recoveryWindow), end: end,
-                reason: "start-up window", dedupKey: "RECOVERY/STARTUP/\(environment)")
+                environment: environment, start: end - configuration.recoveryWindow.inSeconds, end: end,
+                reason: "start-up window", requestedBy: owner, dedupKey: "RECOVERY/STARTUP/\(environment)")
         } catch {
             logger.warning("start-up recovery not requested", ["error": .string("\(error)")])
         }
@@ -97,9 +102,8 @@ final class Scheduler: Service {
 
     private func flagDisagreeingChains(window: Duration) async {
         do {
-            let chains = try await ChainRequery.flagDisagreeingChains(
-                pool: pool, environments: environments, window: window, cooldown: configuration.requeryCooldown,
-                requestedBy: tasks.owner)
+            let chains = try await tasks.requestRequeriesOfDisagreeingChains(
+                environments: environments, window: window, cooldown: configuration.requeryCooldown, requestedBy: owner)
             flagged.increment(by: chains.count)
             for chain in chains { logger.warning("chain facts disagree, re-query requested", ["appstore.chain": .string(chain)]) }
         } catch {
@@ -111,7 +115,7 @@ final class Scheduler: Service {
     private func runDueTasks(_ apple: AppleWork) async {
         while !stop.isFired {
             let task: ClaimedTask?
-            do { task = try await tasks.claim() } catch {
+            do { task = try await tasks.claim(owner: owner, lease: lease) } catch {
                 logger.warning("tasks not claimed", ["error": .string("\(error)")])
                 return
             }
@@ -129,19 +133,20 @@ final class Scheduler: Service {
                 result = try await apple.requery.run(task, originalTransactionID: original)
             case .recovery(let start, let end, let token):
                 result = try await apple.recovery.run(task, start: start, end: end, from: token) { next, progress in
-                    try await self.tasks.checkpoint(task, paginationToken: next, result: progress)
+                    try await self.tasks.checkpoint(
+                        task, owner: self.owner, lease: self.lease, paginationToken: next, result: progress)
                 }
             }
-            try await tasks.complete(task, result: result)
+            try await tasks.complete(task, owner: owner, result: result)
             outcome("done")
-        } catch let failure as TaskFailure {
+        } catch let failure as ProcessingFailure {
             await record(failure, for: task, log: log)
         } catch {
             await record(.retryable(code: "RETRYABLE_DATABASE", message: "\(error)"), for: task, log: log)
         }
     }
 
-    private func record(_ failure: TaskFailure, for task: ClaimedTask, log: Logger) async {
+    private func record(_ failure: ProcessingFailure, for task: ClaimedTask, log: Logger) async {
         var code = ""
         var message = ""
         var delay: Duration?
@@ -156,7 +161,7 @@ final class Scheduler: Service {
             (code, message) = (c, m)
         }
         do {
-            try await tasks.fail(task, code: code, message: message, retryAt: delay)
+            try await tasks.fail(task, owner: owner, code: code, message: message, retryAt: delay)
         } catch {
             log.warning("task outcome not recorded; its lease runs out", ["error": .string("\(error)")])
         }
@@ -171,7 +176,7 @@ final class Scheduler: Service {
     }
 
     /// The class of an App Store Server API failure.
-    static func failure(_ error: AppStoreAPIError) -> TaskFailure {
+    static func failure(_ error: AppStoreAPIError) -> ProcessingFailure {
         error.isRetryable
             ? .retryable(code: "RETRYABLE_NETWORK", message: error.description)
             : .permanent(code: "APPSTORE_API_\(error.rawAPIError.map(String.init) ?? error.kind.rawValue)", message: error.description)

@@ -1,0 +1,32 @@
+import Postgres
+import Storage
+
+extension FulfillmentStore {
+    /// Locks the event rows whose lease is still ours, then their chains; returns the positions held.
+    /// A chain lock is a transaction advisory lock on "environment/originalTransactionId": it also
+    /// covers a chain with no row yet. Event rows are locked before any chain, and chains in sorted
+    /// order, so two workers never hold one lock each while waiting for the other's. It is its own
+    /// statement so the next statement's snapshot sees everything the previous holders committed.
+    /// Ids are one space across kinds and the claim checked the kind, so the id alone names the row.
+    func lock(_ batch: [PendingEvent], owner: String, on db: PostgresConnection) async throws -> Set<Int> {
+        let rows = try await db.query(
+            """
+            WITH leased AS MATERIALIZED (
+                SELECT id FROM inbound_event
+                 WHERE id = ANY(\(PostgresArray(batch.map(\.event.id)))::bigint[])
+                   AND process_status = \(sql: EventStatus.processing.literal) AND lease_owner = \(owner)
+                   FOR UPDATE
+            ), held AS MATERIALIZED (
+                SELECT e.position, e.chain
+                  FROM unnest(\(PostgresArray(batch.map(\.event.id)))::bigint[],
+                              \(PostgresArray(batch.map(\.chain)))::text[]) WITH ORDINALITY AS e(id, chain, position)
+                 WHERE e.id IN (SELECT id FROM leased)
+            ), chain_lock AS MATERIALIZED (
+                SELECT pg_advisory_xact_lock(hashtextextended(c.chain, 0))
+                  FROM (SELECT DISTINCT chain FROM held WHERE chain IS NOT NULL ORDER BY chain OFFSET 0) AS c
+            )
+            SELECT position FROM held WHERE (SELECT count(*) FROM chain_lock) >= 0
+            """)
+        return Set(try rows.map { Int(try $0.decode("position", as: Int64.self)) - 1 })
+    }
+}

@@ -1,0 +1,71 @@
+import Domain
+import Events
+import Foundation
+import Postgres
+import Storage
+
+extension FulfillmentStore {
+    /// The verdicts that bury the event, each with what it records, in the batch's transaction.
+    func refuse(_ pending: PendingEvent, _ plan: FulfillmentPlan, owner: String, on db: PostgresConnection)
+        async throws
+    {
+        let event = pending.event
+        switch plan.verdict {
+        case .applied, .recorded:
+            return
+        case .unmatched(let reason):
+            try await keepUnmatched(event, pending.verified, reason: reason, on: db)
+            try await leases.fail(
+                event, owner: owner, code: reason.rawValue, message: "kept in unmatched_fact; replay after the fix",
+                retryAt: nil, on: db)
+        case .accountConflict(let attributed, let other):
+            if plan.freezeChain, let chain = pending.facts { try await freeze(chain, on: db) }
+            try await leases.fail(
+                event, owner: owner, code: "ACCOUNT_CONFLICT",
+                message: "attributed to user \(attributed), claimed by user \(other); chain frozen", retryAt: nil,
+                on: db)
+        case .refused(let code, let reason):
+            try await leases.fail(event, owner: owner, code: code, message: reason, retryAt: nil, on: db)
+        }
+    }
+
+    /// Keeps the summary of a fact that could not be attributed, so it can be found and replayed.
+    private func keepUnmatched(
+        _ event: ClaimedEvent, _ verified: VerifiedEvent, reason: UnmatchedReason, on db: PostgresConnection
+    ) async throws {
+        let fact = verified.transaction?.fact
+        var type: String?
+        var subtype: String?
+        if case .notification(let t, let s) = verified.source {
+            type = t
+            subtype = s
+        }
+        var submitter: String?
+        switch verified.source {
+        case .clientSubmission(_, let user), .observedSubmission(let user): submitter = user
+        case .notification: break
+        }
+        try await db.query(
+            """
+            INSERT INTO unmatched_fact (
+                event_kind, event_id, reason, environment, notification_type, subtype, transaction_id,
+                original_transaction_id, product_id, app_account_token, submitted_by)
+            VALUES (\(event.kind.rawValue), \(event.id), \(reason.rawValue), \(event.payload.environment), \(type), \(subtype),
+                    \(fact?.transactionID), \(fact?.originalTransactionID ?? verified.renewal?.originalTransactionID),
+                    \(fact?.productID ?? verified.renewal?.productID), \(fact?.appAccountToken), \(submitter))
+            ON CONFLICT (event_kind, event_id) DO UPDATE SET
+                reason = EXCLUDED.reason, product_id = EXCLUDED.product_id, app_account_token = EXCLUDED.app_account_token,
+                updated_at = now(), replayed_at = NULL
+            """)
+    }
+
+    /// Nothing moves on a chain with an account conflict until an operator clears it.
+    private func freeze(_ chain: (environment: String, original: String), on db: PostgresConnection) async throws {
+        try await db.query(
+            """
+            UPDATE user_subscription SET frozen_reason = 'ACCOUNT_CONFLICT', updated_at = now()
+             WHERE environment = \(chain.environment) AND original_transaction_id = \(chain.original)
+               AND frozen_reason IS NULL
+            """)
+    }
+}

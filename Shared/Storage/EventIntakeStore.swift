@@ -1,0 +1,180 @@
+import Events
+import Foundation
+import Postgres
+import ServiceRuntime
+
+/// Intake of inbound events: a notification or a client's submission stored in `inbound_event`
+/// with its outbox row, in one transaction, before the sender is answered.
+public struct EventIntakeStore: Sendable {
+    public let pool: PostgresPool
+    public let outbox: OutboxStore
+
+    public init(pool: PostgresPool, topic: String) {
+        self.pool = pool
+        outbox = OutboxStore(pool: pool, topic: topic)
+    }
+
+    /// The columns of a notification row, in the order of every insert below.
+    private static let notificationColumns: StaticString = """
+        kind, notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
+        original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id
+        """
+
+    /// Stores a notification and its outbox row in one transaction. A duplicate UUID writes nothing.
+    ///
+    /// The outbox row becomes due only after `publishGrace`, leaving the caller time to publish
+    /// it directly; the relay takes over if the caller crashes or the broker is down.
+    public func insertNotification(_ event: NewNotificationEvent, publishGrace: Duration = .seconds(10))
+        async throws -> StoredEvent
+    {
+        try await pool.transaction { connection in
+            try await insertNotification(event, publishGrace: publishGrace, on: connection)
+        }
+    }
+
+    /// The same, inside a caller's transaction (the ingress commits several notifications at once).
+    public func insertNotification(
+        _ event: NewNotificationEvent, publishGrace: Duration = .seconds(10), on connection: PostgresConnection
+    ) async throws -> StoredEvent {
+        let inserted = try await connection.query(
+            """
+            INSERT INTO inbound_event (\(sql: Self.notificationColumns))
+            VALUES (\(EventKind.notification.rawValue), \(event.notificationUUID), \(event.notificationType),
+                    \(event.subtype), \(event.environment), \(event.signedDate), \(event.transactionID),
+                    \(event.originalTransactionID), \(event.routingKey), \(event.sealedPayload), \(event.payloadKeyID),
+                    \(event.traceID))
+            ON CONFLICT (notification_uuid) DO NOTHING
+            RETURNING id
+            """)
+        guard let row = inserted.first else {
+            let existing = try await connection.query(
+                "SELECT id FROM inbound_event WHERE notification_uuid = \(event.notificationUUID)")
+            return StoredEvent(eventID: try existing.first!.decode("id", as: Int64.self), isNew: false, outbox: nil)
+        }
+        let id = try row.decode("id", as: Int64.self)
+        let entry = try await outbox.enqueue(
+            kind: .notification, eventID: id, routingKey: event.routingKey, traceID: event.traceID,
+            delay: publishGrace, on: connection)
+        return StoredEvent(eventID: id, isNew: true, outbox: entry)
+    }
+
+    /// Stores notifications with their outbox rows in ONE statement (one commit, one round trip:
+    /// the ingress's group commit); returns one result per event, in order. A UUID already
+    /// stored, or repeated within the batch after its first occurrence, writes nothing (isNew false).
+    public func insertNotifications(_ events: [NewNotificationEvent], publishGrace: Duration = .seconds(10))
+        async throws -> [StoredEvent]
+    {
+        guard !events.isEmpty else { return [] }
+        let topic = outbox.topic
+        let inserted = try await pool.query(
+            """
+            WITH input AS (
+                SELECT * FROM unnest(
+                    \(PostgresArray(events.map(\.notificationUUID)))::text[], \(PostgresArray(events.map(\.notificationType)))::text[],
+                    \(PostgresArray(events.map(\.subtype)))::text[], \(PostgresArray(events.map(\.environment)))::text[],
+                    \(PostgresArray(events.map(\.signedDate)))::timestamptz[], \(PostgresArray(events.map(\.transactionID)))::text[],
+                    \(PostgresArray(events.map(\.originalTransactionID)))::text[], \(PostgresArray(events.map(\.routingKey)))::text[],
+                    \(PostgresArray(events.map(\.sealedPayload)))::bytea[], \(PostgresArray(events.map(\.payloadKeyID)))::text[],
+                    \(PostgresArray(events.map(\.traceID)))::text[]
+                ) WITH ORDINALITY AS i(notification_uuid, notification_type, subtype, environment, signed_date,
+                                       transaction_id, original_transaction_id, routing_key, signed_payload,
+                                       payload_key_id, trace_id, position)
+            ), inserted AS (
+                INSERT INTO inbound_event (\(sql: Self.notificationColumns))
+                SELECT \(EventKind.notification.rawValue), notification_uuid, notification_type, subtype, environment,
+                       signed_date, transaction_id, original_transaction_id, routing_key, signed_payload,
+                       payload_key_id, trace_id
+                  FROM input ORDER BY position
+                ON CONFLICT (notification_uuid) DO NOTHING
+                RETURNING id, notification_uuid, routing_key, trace_id
+            ), queued AS (
+                INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, trace_id, next_attempt_at)
+                SELECT \(EventKind.notification.rawValue), id, \(topic), routing_key, trace_id,
+                       now() + make_interval(secs => \(publishGrace.inSeconds))
+                  FROM inserted
+                RETURNING id, event_id
+            )
+            SELECT i.notification_uuid, i.id AS event_id, q.id AS outbox_id
+              FROM inserted i JOIN queued q ON q.event_id = i.id
+            """)
+        var new: [String: (eventID: Int64, outboxID: Int64)] = [:]
+        for row in inserted {
+            new[try row.decode("notification_uuid")] = (try row.decode("event_id"), try row.decode("outbox_id"))
+        }
+        // Duplicates: read after the insert committed, so rows another batch committed meanwhile show.
+        var existing: [String: Int64] = [:]
+        let missing = Set(events.map(\.notificationUUID)).subtracting(new.keys)
+        if !missing.isEmpty {
+            for row in try await pool.query(
+                """
+                SELECT id, notification_uuid FROM inbound_event
+                 WHERE notification_uuid = ANY(\(PostgresArray(Array(missing)))::text[])
+                """)
+            {
+                existing[try row.decode("notification_uuid")] = try row.decode("id")
+            }
+        }
+        return try events.map { event in
+            if let stored = new.removeValue(forKey: event.notificationUUID) {
+                existing[event.notificationUUID] = stored.eventID
+                return StoredEvent(
+                    eventID: stored.eventID, isNew: true,
+                    outbox: OutboxEntry(
+                        id: stored.outboxID,
+                        envelope: EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: event.traceID),
+                        topic: topic, routingKey: event.routingKey))
+            }
+            guard let id = existing[event.notificationUUID] else {
+                throw PostgresError.server(
+                    sqlState: "XX000", message: "notification neither inserted nor found", constraint: nil)
+            }
+            return StoredEvent(eventID: id, isNew: false, outbox: nil)
+        }
+    }
+
+    /// Stores a client's signed transaction (uploaded for an order, or observed) with its outbox
+    /// row; the same JWS submitted again the same way is the same submission (isNew false).
+    public func insertSubmission(_ submission: NewSubmission, publishGrace: Duration = .seconds(10)) async throws
+        -> StoredEvent
+    {
+        try await pool.transaction { connection in
+            let inserted = try await connection.query(
+                """
+                INSERT INTO inbound_event
+                    (kind, submission_kind, user_id, order_no, environment, transaction_id, original_transaction_id,
+                     payload_hash, routing_key, signed_payload, payload_key_id, trace_id)
+                VALUES (\(EventKind.submission.rawValue), \(submission.kind), \(submission.userID), \(submission.orderNo),
+                        \(submission.environment), \(submission.transactionID), \(submission.originalTransactionID),
+                        \(submission.payloadHash), \(submission.originalTransactionID), \(submission.sealedPayload),
+                        \(submission.payloadKeyID), \(submission.traceID))
+                ON CONFLICT (submission_kind, user_id, coalesce(order_no, ''), payload_hash) WHERE kind = 'submission'
+                DO NOTHING
+                RETURNING id
+                """)
+            guard let row = inserted.first else {
+                let existing = try await connection.query(
+                    """
+                    SELECT id FROM inbound_event
+                     WHERE kind = 'submission' AND submission_kind = \(submission.kind) AND user_id = \(submission.userID)
+                       AND coalesce(order_no, '') = coalesce(\(submission.orderNo)::text, '')
+                       AND payload_hash = \(submission.payloadHash)
+                    """)
+                return StoredEvent(eventID: try existing.first!.decode("id", as: Int64.self), isNew: false, outbox: nil)
+            }
+            let id = try row.decode("id", as: Int64.self)
+            let entry = try await outbox.enqueue(
+                kind: .submission, eventID: id, routingKey: submission.originalTransactionID,
+                traceID: submission.traceID, delay: publishGrace, on: connection)
+            return StoredEvent(eventID: id, isNew: true, outbox: entry)
+        }
+    }
+
+    /// Where a stored event stands: its status and error code; nil when no event of that kind has the id.
+    public func status(of kind: EventKind, id: Int64) async throws -> (status: String, errorCode: String?)? {
+        let rows = try await pool.query(
+            "SELECT process_status, error_code FROM inbound_event WHERE id = \(id) AND kind = \(kind.rawValue)")
+        guard let row = rows.first else { return nil }
+        return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
+    }
+
+}

@@ -1,0 +1,379 @@
+import Foundation
+import Postgres
+import ServiceRuntime
+
+/// What a task does (`fulfillment_task.kind`).
+public enum TaskKind: String, Sendable, StoredStatus {
+    /// Get All Subscription Statuses for one chain.
+    case requery = "REQUERY"
+    /// Get Notification History over a range.
+    case recovery = "RECOVERY"
+
+    /// The value as an SQL literal, for predicates the partial indexes must match.
+    public var literal: StaticString {
+        switch self {
+        case .requery: "'REQUERY'"
+        case .recovery: "'RECOVERY'"
+        }
+    }
+}
+
+/// Where a task stands (`fulfillment_task.status`).
+public enum TaskStatus: String, Sendable, StoredStatus {
+    /// Waiting for a worker, or held by one under a lease.
+    case pending = "PENDING"
+    case done = "DONE"
+    case failed = "FAILED"
+
+    /// The value as an SQL literal, for predicates the partial indexes must match.
+    public var literal: StaticString {
+        switch self {
+        case .pending: "'PENDING'"
+        case .done: "'DONE'"
+        case .failed: "'FAILED'"
+        }
+    }
+}
+
+/// A re-query or a recovery, held by a worker under a lease.
+public struct ClaimedTask: Sendable {
+    public enum Work: Sendable, Equatable {
+        case requery(originalTransactionID: String)
+        /// Get Notification History over `start..<end`, from `paginationToken` on (nil: the first page).
+        case recovery(start: Date, end: Date, paginationToken: String?)
+    }
+    public var id: Int64
+    /// `Production` or `Sandbox`.
+    public var environment: String
+    public var work: Work
+    /// Attempts so far, this one included.
+    public var attempts: Int
+    /// What earlier attempts (or pages) counted.
+    public var result: TaskResult
+}
+
+/// What a task did, kept in `fulfillment_task.result` for the operator who asked.
+public struct TaskResult: Codable, Sendable, Equatable {
+    /// Notifications received from Apple (recovery) or subscriptions in Apple's answer (re-query).
+    public var fetched = 0
+    /// Events written (new notification UUIDs).
+    public var stored = 0
+    /// Already stored: nothing written.
+    public var duplicates = 0
+    /// Refused by verification (not Apple's, another app, another environment).
+    public var refused = 0
+    public var pages = 0
+    /// The events written or found, to follow them.
+    public var eventIDs: [Int64] = []
+
+    public init() {}
+
+    /// Absent counters are zero: a new task's result is `{}`.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        fetched = try container.decodeIfPresent(Int.self, forKey: .fetched) ?? 0
+        stored = try container.decodeIfPresent(Int.self, forKey: .stored) ?? 0
+        duplicates = try container.decodeIfPresent(Int.self, forKey: .duplicates) ?? 0
+        refused = try container.decodeIfPresent(Int.self, forKey: .refused) ?? 0
+        pages = try container.decodeIfPresent(Int.self, forKey: .pages) ?? 0
+        eventIDs = try container.decodeIfPresent([Int64].self, forKey: .eventIDs) ?? []
+    }
+
+    var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
+}
+
+/// A task row as the operator who asked sees it.
+public struct TaskOutcome: Sendable {
+    public var id: Int64
+    public var status: TaskStatus
+    /// The `result` document as stored (counters, event ids).
+    public var resultJSON: String
+    public var errorCode: String?
+    public var errorMessage: String?
+}
+
+/// The SQL of `fulfillment_task`: requests (workers' and operators'), leases, checkpoints and
+/// outcomes. Safe with many workers: a claim takes one due row with SKIP LOCKED and a lease, and
+/// every later write checks the lease is still its owner's.
+public struct TaskStore: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) {
+        self.pool = pool
+    }
+
+    /// Asks for a recovery; one with the same key that no worker took yet is widened to cover
+    /// this range too (a claimed one gave up its key, so a later gap gets its own task). Returns its id.
+    @discardableResult
+    public func requestRecovery(
+        environment: String, start: Date, end: Date, reason: String, requestedBy: String, dedupKey: String?
+    ) async throws -> Int64 {
+        try await pool.withConnection { db in
+            try await requestRecovery(
+                environment: environment, start: start, end: end, reason: reason, requestedBy: requestedBy,
+                dedupKey: dedupKey, on: db)
+        }
+    }
+
+    private func requestRecovery(
+        environment: String, start: Date, end: Date, reason: String, requestedBy: String, dedupKey: String?,
+        on db: PostgresConnection
+    ) async throws -> Int64 {
+        try await db.query(
+            """
+            INSERT INTO fulfillment_task (kind, environment, range_start, range_end, reason, requested_by, dedup_key)
+            VALUES (\(TaskKind.recovery), \(environment), \(start), \(end), \(reason), \(requestedBy), \(dedupKey))
+            ON CONFLICT (dedup_key) WHERE status = \(sql: TaskStatus.pending.literal) DO UPDATE
+               SET range_start = least(fulfillment_task.range_start, EXCLUDED.range_start),
+                   range_end = greatest(fulfillment_task.range_end, EXCLUDED.range_end), updated_at = now()
+            RETURNING id
+            """
+        ).first!.decode("id", as: Int64.self)
+    }
+
+    /// An operator's recovery (`subsctl recover`), with its audit row in the same transaction.
+    public func requestRecovery(
+        environment: String, start: Date, end: Date, reason: String, operator operatorName: String
+    ) async throws -> Int64 {
+        try await pool.transaction { db in
+            let id = try await requestRecovery(
+                environment: environment, start: start, end: end, reason: reason, requestedBy: operatorName,
+                dedupKey: nil, on: db)
+            try await audit(id, action: "RECOVERY_REQUESTED", operator: operatorName, reason: reason, on: db)
+            return id
+        }
+    }
+
+    /// An operator's re-query of a chain (`subsctl requery`), with its audit row; an equal pending
+    /// request is reused and made due now. Returns the task id.
+    public func requestRequery(
+        environment: String, originalTransactionID: String, reason: String, operator operatorName: String
+    ) async throws -> Int64 {
+        try await pool.transaction { db in
+            let id: Int64 = try await db.query(
+                """
+                INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)
+                VALUES (\(TaskKind.requery), \(environment), \(originalTransactionID), \(reason), \(operatorName),
+                        \(Self.requeryKey(environment: environment, originalTransactionID: originalTransactionID)))
+                ON CONFLICT (dedup_key) WHERE status = \(sql: TaskStatus.pending.literal)
+                DO UPDATE SET next_attempt_at = least(fulfillment_task.next_attempt_at, now()), updated_at = now()
+                RETURNING id
+                """
+            ).first!.decode("id")
+            try await audit(id, action: "REQUERY_REQUESTED", operator: operatorName, reason: reason, on: db)
+            return id
+        }
+    }
+
+    /// The deduplication key of a chain's pending re-query (the scan below builds the same in SQL).
+    static func requeryKey(environment: String, originalTransactionID: String) -> String {
+        "\(TaskKind.requery.rawValue)/\(environment)/\(originalTransactionID)"
+    }
+
+    /// The request's audit row: the task as stored, without its (empty) result.
+    private func audit(_ id: Int64, action: String, operator operatorName: String, reason: String, on db: PostgresConnection)
+        async throws
+    {
+        let task: String = try await db.query(
+            "SELECT (to_jsonb(t) - 'result')::text AS task FROM fulfillment_task t WHERE t.id = \(id)"
+        ).first!.decode("task")
+        try await AuditLog.record(
+            on: db, operator: operatorName, action: action, reason: reason, before: nil,
+            after: try JSONDecoder().decode(StoredJSON.self, from: Data(task.utf8)))
+    }
+
+    /// Flags the chains whose stored facts disagree, looking at the renewal infos changed within
+    /// `window`. A chain disagrees when its newest renewal info was signed after the transaction
+    /// the projection calls current (`user_subscription.last_transaction_id`) and either names
+    /// another current product (an upgrade or crossgrade transaction never arrived) or renews
+    /// more than a minute after that transaction expires without being in billing retry (a
+    /// renewal transaction never arrived).
+    /// Frozen chains and revoked current transactions are left alone; a chain re-queried within
+    /// `cooldown` is not flagged again. Returns the chains flagged.
+    public func requestRequeriesOfDisagreeingChains(
+        environments: [String], window: Duration, cooldown: Duration, requestedBy: String
+    ) async throws -> [String] {
+        let rows = try await pool.query(
+            """
+            INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)
+            SELECT \(sql: TaskKind.requery.literal), r.environment, r.original_transaction_id,
+                   CASE WHEN r.product_id <> t.product_id
+                        THEN 'FACTS_DISAGREE: renewal info names ' || r.product_id || ', current transaction ' || t.product_id
+                        ELSE 'FACTS_DISAGREE: renewal date after the current transaction expires' END,
+                   \(requestedBy), \(sql: TaskKind.requery.literal) || '/' || r.environment || '/' || r.original_transaction_id
+              FROM apple_renewal_info r
+              JOIN user_subscription s
+                ON s.environment = r.environment AND s.original_transaction_id = r.original_transaction_id
+              JOIN apple_transaction t ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
+             WHERE r.updated_at >= now() - make_interval(secs => \(window.inSeconds))
+               AND r.environment = ANY(\(PostgresArray(environments))::text[])
+               AND s.frozen_reason IS NULL AND t.revocation_date IS NULL
+               AND r.signed_date > t.signed_date
+               AND (r.product_id <> t.product_id
+                    OR (r.renewal_date > t.expires_date + interval '1 minute' AND NOT r.is_in_billing_retry))
+               AND NOT EXISTS (SELECT 1 FROM fulfillment_task q
+                                WHERE q.kind = \(sql: TaskKind.requery.literal) AND q.environment = r.environment
+                                  AND q.original_transaction_id = r.original_transaction_id
+                                  AND q.created_at > now() - make_interval(secs => \(cooldown.inSeconds)))
+            ON CONFLICT (dedup_key) WHERE status = \(sql: TaskStatus.pending.literal) DO NOTHING
+            RETURNING environment || ':' || original_transaction_id AS chain
+            """)
+        return try rows.map { try $0.decode("chain") }
+    }
+
+    /// Takes the oldest due task nobody holds, or nil. The task gives up its deduplication key:
+    /// what is asked from now on may be past what it covers, so it becomes a task of its own.
+    public func claim(owner: String, lease: Duration) async throws -> ClaimedTask? {
+        guard
+            let row = try await pool.query(
+                """
+                UPDATE fulfillment_task t
+                   SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(lease.inSeconds)),
+                       attempts = t.attempts + 1, dedup_key = NULL, updated_at = now()
+                 WHERE t.id = (SELECT id FROM fulfillment_task
+                                WHERE status = \(sql: TaskStatus.pending.literal) AND next_attempt_at <= now()
+                                  AND (lease_expires_at IS NULL OR lease_expires_at < now())
+                                ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                RETURNING t.id, t.kind, t.environment, t.original_transaction_id, t.range_start, t.range_end,
+                          t.pagination_token, t.attempts, t.result::text AS result
+                """
+            ).first
+        else { return nil }
+        let work: ClaimedTask.Work
+        switch try row.decode("kind", as: TaskKind.self) {
+        case .requery:
+            work = .requery(originalTransactionID: try row.decode("original_transaction_id"))
+        case .recovery:
+            work = .recovery(
+                start: try row.decode("range_start"), end: try row.decode("range_end"),
+                paginationToken: try row.decode("pagination_token", as: String?.self))
+        }
+        let result = try JSONDecoder().decode(TaskResult.self, from: Data(try row.decode("result", as: String.self).utf8))
+        return ClaimedTask(
+            id: try row.decode("id"), environment: try row.decode("environment"), work: work,
+            attempts: try row.decode("attempts"), result: result)
+    }
+
+    /// Records progress and renews the lease; false when the lease is no longer `owner`'s.
+    public func checkpoint(
+        _ task: ClaimedTask, owner: String, lease: Duration, paginationToken: String?, result: TaskResult
+    ) async throws -> Bool {
+        try await pool.query(
+            """
+            UPDATE fulfillment_task
+               SET pagination_token = \(paginationToken), result = \(result.json)::jsonb,
+                   lease_expires_at = now() + make_interval(secs => \(lease.inSeconds)), updated_at = now()
+             WHERE id = \(task.id) AND status = \(sql: TaskStatus.pending.literal) AND lease_owner = \(owner)
+            """
+        ).affectedRows == 1
+    }
+
+    public func complete(_ task: ClaimedTask, owner: String, result: TaskResult) async throws {
+        try await pool.query(
+            """
+            UPDATE fulfillment_task
+               SET status = \(TaskStatus.done), result = \(result.json)::jsonb, error_code = NULL, error_message = NULL,
+                   lease_owner = NULL, lease_expires_at = NULL, completed_at = now(), updated_at = now()
+             WHERE id = \(task.id) AND status = \(sql: TaskStatus.pending.literal) AND lease_owner = \(owner)
+            """)
+    }
+
+    /// Gives the task back for a later attempt, or marks it FAILED when `retryAt` is nil.
+    public func fail(_ task: ClaimedTask, owner: String, code: String, message: String, retryAt delay: Duration?)
+        async throws
+    {
+        try await pool.query(
+            """
+            UPDATE fulfillment_task
+               SET status = \(delay == nil ? TaskStatus.failed : TaskStatus.pending),
+                   next_attempt_at = now() + make_interval(secs => \(delay?.inSeconds ?? 0)),
+                   completed_at = CASE WHEN \(delay == nil) THEN now() END,
+                   error_code = \(code), error_message = \(message), lease_owner = NULL, lease_expires_at = NULL,
+                   updated_at = now()
+             WHERE id = \(task.id) AND status = \(sql: TaskStatus.pending.literal) AND lease_owner = \(owner)
+            """)
+    }
+
+    /// The task as the operator who asked sees it.
+    public func outcome(of id: Int64) async throws -> TaskOutcome? {
+        guard
+            let row = try await pool.query(
+                "SELECT status, result::text AS result, error_code, error_message FROM fulfillment_task WHERE id = \(id)"
+            ).first
+        else { return nil }
+        return TaskOutcome(
+            id: id, status: try row.decode("status"), resultJSON: try row.decode("result"),
+            errorCode: try row.decode("error_code", as: String?.self),
+            errorMessage: try row.decode("error_message", as: String?.self))
+    }
+}
+
+/// A chain as `subsctl requery` shows it once Apple's answer is applied.
+public struct RequeriedChain: Sendable {
+    public var status: String
+    public var activeProductID: String
+    public var pendingProductID: String?
+    public var expiresAt: Date?
+    public var autoRenewEnabled: Bool
+}
+
+extension TaskStore {
+    /// The chain's subscription row after a re-query; nil when there is none.
+    public func chain(environment: String, originalTransactionID: String) async throws -> RequeriedChain? {
+        guard
+            let row = try await pool.query(
+                """
+                SELECT status, active_product_id, pending_product_id, expires_at, auto_renew_enabled
+                  FROM user_subscription WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+                """
+            ).first
+        else { return nil }
+        return RequeriedChain(
+            status: try row.decode("status"), activeProductID: try row.decode("active_product_id"),
+            pendingProductID: try row.decode("pending_product_id", as: String?.self),
+            expiresAt: try row.decode("expires_at", as: Date?.self), autoRenewEnabled: try row.decode("auto_renew_enabled"))
+    }
+}
+
+/// Any JSON document, decoded and encoded again unchanged (a row read as jsonb for the audit log).
+private enum StoredJSON: Codable, Sendable {
+    case null
+    case bool(Bool)
+    case integer(Int64)
+    case number(Double)
+    case string(String)
+    case array([StoredJSON])
+    case object([String: StoredJSON])
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .integer(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([StoredJSON].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: StoredJSON].self))
+        }
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .integer(let value): try container.encode(value)
+        case .number(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+}

@@ -1,0 +1,103 @@
+import Events
+import Foundation
+import Postgres
+import Storage
+import Testing
+
+/// Migration 0010: the two event tables become one with one id space, and whatever named a
+/// submission by (kind, id) follows it to its new id.
+@Suite struct EventMigrationTests {
+    @Test func submissionsAreRenumberedAboveEveryIdAndTheirReferencesFollow() async throws {
+        try await Fixture.withSchema { pool, _ in
+            let all = try Migrator.bundled()
+            let migrator = Migrator(pool: pool, logger: Fixture.logger)
+            try await migrator.migrate(all.filter { $0.version < 10 })
+            try await pool.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        INSERT INTO apple_notification_event (notification_uuid, notification_type, environment, routing_key)
+                        VALUES ('n1', 'DID_RENEW', 'Sandbox', 'o1'), ('n2', 'DID_RENEW', 'Sandbox', 'o2');
+                        INSERT INTO transaction_submission (submission_kind, user_id, order_no, environment, transaction_id,
+                            original_transaction_id, payload_hash, routing_key, process_status, error_code)
+                        SELECT 'CLIENT', 'alice', 'order-' || n, 'Sandbox', 't' || n, 'o' || n, 'hash' || n, 'o' || n,
+                               CASE WHEN n = 2 THEN 'DEAD' ELSE 'SUCCEEDED' END, CASE WHEN n = 2 THEN 'UNMATCHED_ACCOUNT' END
+                          FROM generate_series(1, 5) AS n;
+                        INSERT INTO event_outbox (event_kind, event_id, topic, routing_key)
+                        VALUES ('submission', 3, 't', 'o3'), ('notification', 2, 't', 'o2');
+                        INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
+                        VALUES ('submission', 1, 'w', 1), ('submission', 4, 'w', 1), ('notification', 1, 'w', 1);
+                        INSERT INTO status_history (entity_type, entity_key, current_status, cause, event_kind, event_id)
+                        VALUES ('ORDER', 'order-1', 'FULFILLED', 'CLIENT_SUBMISSION', 'submission', 1);
+                        INSERT INTO unmatched_fact (event_kind, event_id, reason, environment)
+                        VALUES ('submission', 2, 'UNMATCHED_ACCOUNT', 'Sandbox');
+                        """))
+            try await migrator.migrate(all)
+
+            func ids(_ sql: String) async throws -> [Int64] {
+                try await pool.query(PostgresQuery(unsafeSQL: sql)).map { try $0.decode(0, as: Int64.self) }
+            }
+            // Notifications keep their ids; submissions follow in their old order above both series.
+            #expect(try await ids("SELECT id FROM inbound_event WHERE kind = 'notification' ORDER BY id") == [1, 2])
+            let submissions = try await ids("SELECT id FROM inbound_event WHERE kind = 'submission' ORDER BY order_no")
+            #expect(submissions.count == 5)
+            #expect(submissions == submissions.sorted() && submissions[0] > 5)
+            let new = Dictionary(uniqueKeysWithValues: zip(Int64(1)...5, submissions))
+            #expect(try await ids("SELECT event_id FROM event_outbox WHERE event_kind = 'submission'") == [new[3]!])
+            #expect(try await ids("SELECT event_id FROM event_outbox WHERE event_kind = 'notification'") == [2])
+            #expect(
+                try await ids("SELECT event_id FROM processed_event WHERE event_kind = 'submission' ORDER BY event_id")
+                    == [new[1]!, new[4]!])
+            #expect(try await ids("SELECT event_id FROM status_history") == [new[1]!])
+            #expect(try await ids("SELECT event_id FROM unmatched_fact") == [new[2]!])
+            #expect(
+                try await ids("SELECT id FROM inbound_event WHERE process_status = 'DEAD' AND error_code = 'UNMATCHED_ACCOUNT'")
+                    == [new[2]!])
+
+            // New events continue the one sequence, and the deduplication of each kind still holds.
+            let store = EventIntakeStore(pool: pool, topic: "t")
+            let notification = try await store.insertNotification(
+                NewNotificationEvent(notificationUUID: "n3", notificationType: "DID_RENEW", environment: "Sandbox", routingKey: "o3"))
+            #expect(notification.eventID > submissions.last!)
+            let again = try await store.insertNotification(
+                NewNotificationEvent(notificationUUID: "n1", notificationType: "DID_RENEW", environment: "Sandbox", routingKey: "o1"))
+            #expect(!again.isNew && again.eventID == 1)
+            let resubmitted = try await store.insertSubmission(
+                NewSubmission(
+                    kind: "CLIENT", userID: "alice", orderNo: "order-3", environment: "Sandbox", transactionID: "t3",
+                    originalTransactionID: "o3", payloadHash: "hash3", sealedPayload: [1], payloadKeyID: "k", traceID: nil))
+            #expect(!resubmitted.isNew && resubmitted.eventID == new[3]!)
+
+            // The status of an id is only the status of the event of that kind.
+            #expect(try await store.status(of: .submission, id: new[2]!)?.status == "DEAD")
+            #expect(try await store.status(of: .notification, id: new[2]!) == nil)
+
+            // replay_dead_events covers every kind with one statement.
+            let replayed = try await EventLeaseStore(pool: pool).replayDead(
+                errorCode: "UNMATCHED_ACCOUNT", operator: "test", reason: "user added")
+            #expect(replayed == 1)
+            #expect(try await store.status(of: .submission, id: new[2]!)?.status == "RECEIVED")
+        }
+    }
+
+    /// An envelope published before the renumbering names a submission by an id that is now a
+    /// notification's (or nobody's): the claim takes nothing, so the wrong event is never applied.
+    @Test func aClaimWhoseKindDiffersFromTheStoredEventTakesNothing() async throws {
+        try await Fixture.withSchema { pool, _ in
+            try await Migrator(pool: pool, logger: Fixture.logger).migrate(try Migrator.bundled())
+            let store = EventIntakeStore(pool: pool, topic: "t")
+            let stored = try await store.insertNotification(
+                NewNotificationEvent(notificationUUID: "n1", notificationType: "DID_RENEW", environment: "Sandbox", routingKey: "o1"))
+            let leases = EventLeaseStore(pool: pool)
+            let claimed = try await leases.claim(
+                [
+                    EventEnvelope(kind: .submission, eventID: stored.eventID, traceID: nil),
+                    EventEnvelope(kind: .submission, eventID: stored.eventID + 100, traceID: nil),
+                ], owner: "w", lease: .seconds(60))
+            #expect(claimed.allSatisfy { $0 == nil })
+            #expect(try await store.status(of: .notification, id: stored.eventID)?.status == "RECEIVED")
+            let right = try await leases.claim(
+                [EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: nil)], owner: "w", lease: .seconds(60))
+            #expect(right.first??.id == stored.eventID)
+        }
+    }
+}
