@@ -159,6 +159,14 @@ let package = Package(
         .testTarget(
             name: "CreditsTests", dependencies: ["Credits", "Domain", "Postgres", "ServiceRuntime", "TestSupport"],
             path: "Tests/CreditsTests", swiftSettings: swiftSettings),
+        // The ingress's routes called in process: a database per test, no broker, no socket.
+        .testTarget(
+            name: "IngressAppTests",
+            dependencies: [
+                "TestSupport", "Postgres", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime", "AppStore",
+                "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "Credits", "HTTPServer",
+            ],
+            path: "Tests/IngressAppTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
