@@ -57,9 +57,9 @@ let package = Package(
             name: "AppStore", dependencies: ["Crypto", "ServiceRuntime"], path: "Shared/AppStore",
             swiftSettings: swiftSettings),
 
-        // Storage: migrations and the SQL of the event pipeline.
+        // Storage: migrations and the stores that own the SQL (event pipeline, orders, users, subscriptions…).
         .target(
-            name: "Storage", dependencies: ["Postgres", "ServiceRuntime", "Events"], path: "Shared/Storage",
+            name: "Storage", dependencies: ["Postgres", "ServiceRuntime", "Events", "Domain"], path: "Shared/Storage",
             resources: [.copy("Migrations")], swiftSettings: swiftSettings),
         // The event pipeline shared by both services: settings, start-up, outbox relay, sweeper.
         .target(
@@ -159,6 +159,14 @@ let package = Package(
         .testTarget(
             name: "CreditsTests", dependencies: ["Credits", "Domain", "Postgres", "ServiceRuntime", "TestSupport"],
             path: "Tests/CreditsTests", swiftSettings: swiftSettings),
+        // The ingress's routes called in process: a database per test, no broker, no socket.
+        .testTarget(
+            name: "IngressAppTests",
+            dependencies: [
+                "TestSupport", "Postgres", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime", "AppStore",
+                "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "Credits", "HTTPServer",
+            ],
+            path: "Tests/IngressAppTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [

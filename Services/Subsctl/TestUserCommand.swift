@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Storage
 
 /// `subsctl test-user`: flags (or unflags) a business user as a test user, with an audit row.
 ///
@@ -28,22 +29,7 @@ enum TestUserCommand: SubsctlCommand {
         default: return usageError("--enable must be true or false")
         }
         return await Subsctl.withDatabase { pool in
-            let before = try await pool.transaction { db in
-                try await db.query("INSERT INTO app_user (user_id) VALUES (\(user)) ON CONFLICT DO NOTHING")
-                // The row lock orders concurrent changes of one user: the audit trail reads in commit order.
-                let before: Bool = try await db.query(
-                    "SELECT is_test_user FROM app_user WHERE user_id = \(user) FOR UPDATE"
-                ).first!.decode("is_test_user")
-                try await db.query("UPDATE app_user SET is_test_user = \(enable) WHERE user_id = \(user)")
-                try await db.query(
-                    """
-                    INSERT INTO audit_log (operator, action, reason, before, after)
-                    VALUES (\(operatorName), 'TEST_USER_FLAGGED', \(reason),
-                            jsonb_build_object('userId', \(user)::text, 'isTestUser', \(before)::boolean),
-                            jsonb_build_object('userId', \(user)::text, 'isTestUser', \(enable)::boolean))
-                    """)
-                return before
-            }
+            let before = try await UserStore(pool: pool).setTestUser(user, enabled: enable, operator: operatorName, reason: reason)
             Subsctl.printOutput("user=\(user) testUser=\(enable) (was \(before))")
             return ExitStatus.success
         }

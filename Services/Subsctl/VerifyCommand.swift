@@ -57,10 +57,7 @@ enum VerifyCommand: SubsctlCommand {
     /// The payload segment of a token the verifier accepted, as a JSON object with Apple's
     /// exact fields (unknown ones included).
     private static func decodedPayload(_ token: String) throws(VerificationError) -> Any {
-        let segments = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard segments.count == 3, let bytes = Base64URL.decode(segments[1]),
-            let object = try? JSONSerialization.jsonObject(with: Data(bytes))
-        else { throw VerificationError(.malformed, "the verified payload does not re-read as JSON") }
+        guard let object = JWSParts(token)?.payloadJSON else { throw VerificationError(.malformed, "the verified payload does not re-read as JSON") }
         return object
     }
 }

@@ -92,3 +92,29 @@ struct SigningHeader {
         rootFingerprint = SHA256.hash(certificates[2])
     }
 }
+
+/// The three dot-separated segments of a compact JWS as text, nothing checked: for code that
+/// reads a part without verifying it here (a claim that only chooses how to verify, a payload
+/// printed after verification, a bearer token checked with its own key). The verifier itself
+/// works on `CompactJWS`, in place.
+public struct JWSParts: Sendable {
+    public let header: Substring
+    public let payload: Substring
+    public let signature: Substring
+
+    /// Nil unless `token` has exactly three segments (empty ones allowed).
+    public init?(_ token: String) {
+        let parts = token.split(separator: ".", maxSplits: 3, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        (header, payload, signature) = (parts[0], parts[1], parts[2])
+    }
+
+    /// `header.payload` exactly as received: what the signature covers.
+    public var signingInput: Substring { header.base[header.startIndex..<payload.endIndex] }
+
+    /// The payload segment decoded and parsed as JSON, nil when it is not base64url JSON.
+    public var payloadJSON: Any? {
+        guard let bytes = Base64URL.decode(payload) else { return nil }
+        return try? JSONSerialization.jsonObject(with: Data(bytes))
+    }
+}

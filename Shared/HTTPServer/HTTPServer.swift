@@ -5,50 +5,6 @@ import Foundation
 import ServiceRuntime
 import Synchronization
 
-/// Limits and sizing of an `HTTPServer`.
-public struct HTTPServerConfiguration: Sendable {
-    /// A numeric IPv4 or IPv6 address (or `localhost`) to listen on.
-    public var host: String
-    /// 0 picks a free port; read `HTTPServer.port` after `start()`.
-    public var port: Int
-    /// MHD event-loop threads. On 2 cores 4 beat 1 and 2 (Tests/Benchmarks/http-vs-nginx.sh):
-    /// a preempted thread then stalls fewer connections.
-    public var threadPoolSize: Int
-    /// Larger bodies get 413 `PAYLOAD_TOO_LARGE`: at once from Content-Length, before any body
-    /// byte is read, or when a chunked body crosses the limit.
-    public var maxBodyBytes: Int
-    /// Approximate bound on the request line plus headers (it sizes MHD's per-connection memory
-    /// pool; a larger head is answered by MHD itself with a 4xx).
-    public var maxHeaderBytes: Int
-    /// Open connections beyond this are refused.
-    public var connectionLimit: Int
-    /// A connection idle this long (a request head or body trickling in counts as idle between
-    /// bytes) is closed; rounded up to whole seconds.
-    public var idleTimeout: Duration
-    /// How long `shutdown()` waits for running handlers before answering them 503 itself.
-    public var shutdownGracePeriod: Duration
-
-    public init(
-        host: String = "0.0.0.0", port: Int = 8080, threadPoolSize: Int = 4, maxBodyBytes: Int = 256 * 1024,
-        maxHeaderBytes: Int = 16 * 1024, connectionLimit: Int = 4096, idleTimeout: Duration = .seconds(30),
-        shutdownGracePeriod: Duration = .seconds(10)
-    ) {
-        self.host = host
-        self.port = port
-        self.threadPoolSize = threadPoolSize
-        self.maxBodyBytes = maxBodyBytes
-        self.maxHeaderBytes = maxHeaderBytes
-        self.connectionLimit = connectionLimit
-        self.idleTimeout = idleTimeout
-        self.shutdownGracePeriod = shutdownGracePeriod
-    }
-}
-
-/// Why the server could not start.
-public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
-    public let description: String
-}
-
 /// An HTTP/1.1 server on libmicrohttpd that runs async handlers through a `Router`.
 ///
 /// A complete request's handler starts on the MHD thread that parsed it (`Task.immediate`) and
@@ -64,13 +20,15 @@ public final class HTTPServer: Service, Sendable {
 
     /// `admission` runs on the request head before any body byte is read; returning a response
     /// rejects the request at once (used for 413/415/429 decisions by apps).
-    public init(
-        configuration: HTTPServerConfiguration, router: Router, logger: Logger,
+    public init<Context>(
+        configuration: HTTPServerConfiguration, router: Router<Context>, logger: Logger,
         admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)? = nil
     ) {
         var router = router
         if router.logger == nil { router.logger = logger }
-        core = ServerCore(configuration: configuration, router: router, logger: logger, admission: admission)
+        core = ServerCore(
+            configuration: configuration, responder: { [router] in await router.dispatch($0) }, logger: logger,
+            admission: admission)
     }
 
     public var name: String { "http" }
@@ -105,13 +63,14 @@ final class ServerCore: @unchecked Sendable {
         var daemon: OpaquePointer?
         var port = 0
         /// Requests from the start of their handler until MHD has written their response.
-        var inFlight: [ObjectIdentifier: RequestContext] = [:]
+        var inFlight: [ObjectIdentifier: ConnectionRequest] = [:]
         /// Fired when `inFlight` becomes empty, for a shutdown waiting on it.
         var drainWaiter: ShutdownTrigger?
     }
 
     let configuration: HTTPServerConfiguration
-    let router: Router
+    /// The router's dispatch, whatever its context type.
+    let responder: @Sendable (HTTPRequest) async -> (response: HTTPResponse, route: RouteMetrics)
     let logger: Logger
     let admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)?
     let state = Mutex(State())
@@ -127,6 +86,8 @@ final class ServerCore: @unchecked Sendable {
     let rejectedByAdmission = ServerCore.rejected("admission")
     let rejectedShuttingDown = ServerCore.rejected("shutting_down")
 
+    static let shuttingDown = HTTPError(status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down")
+
     static func rejected(_ reason: String) -> Counter {
         MetricsRegistry.shared.counter(
             "http_server_rejected_requests_total", help: "Requests answered without running a handler, by reason.",
@@ -134,11 +95,12 @@ final class ServerCore: @unchecked Sendable {
     }
 
     init(
-        configuration: HTTPServerConfiguration, router: Router, logger: Logger,
+        configuration: HTTPServerConfiguration,
+        responder: @escaping @Sendable (HTTPRequest) async -> (response: HTTPResponse, route: RouteMetrics), logger: Logger,
         admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)?
     ) {
         self.configuration = configuration
-        self.router = router
+        self.responder = responder
         self.logger = logger
         self.admission = admission
     }
@@ -248,9 +210,7 @@ final class ServerCore: @unchecked Sendable {
                 "http handlers still running at the end of the grace period",
                 ["http.requests": .int(Int64(stragglers.count))])
             for context in stragglers {
-                let response = HTTPResponse.error(
-                    status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
-                    traceID: context.head.traceID)
+                let response = ServerCore.shuttingDown.response(traceID: context.head.traceID)
                 finish(context, response, route: .unmatched, cancel: true)
             }
             // Give MHD a moment to write those answers before stopping it closes the sockets.
@@ -291,8 +251,8 @@ final class ServerCore: @unchecked Sendable {
     // MARK: Requests (called on MHD threads)
 
     /// First call for a request: the head is complete and no body byte has been read yet.
-    func begin(_ connection: OpaquePointer, url: String, method: String) -> RequestContext {
-        let context = RequestContext(head: readHead(connection, url: url, method: method), connection: connection)
+    func begin(_ connection: OpaquePointer, url: String, method: String) -> ConnectionRequest {
+        let context = ConnectionRequest(head: readHead(connection, url: url, method: method), connection: connection)
         let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
         if length > configuration.maxBodyBytes {
             rejectedTooLarge.increment()
@@ -307,7 +267,7 @@ final class ServerCore: @unchecked Sendable {
     }
 
     /// Every later call: body bytes, then the end of the request, then (after resume) the answer.
-    func proceed(_ context: RequestContext, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>)
+    func proceed(_ context: ConnectionRequest, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>)
         -> MHD_Result
     {
         switch context.phase {
@@ -337,11 +297,11 @@ final class ServerCore: @unchecked Sendable {
         }
     }
 
-    func respondEarly(_ context: RequestContext) -> MHD_Result {
+    func respondEarly(_ context: ConnectionRequest) -> MHD_Result {
         queue(context.early!, for: context, route: .unmatched)
     }
 
-    private func dispatch(_ context: RequestContext) -> MHD_Result {
+    private func dispatch(_ context: ConnectionRequest) -> MHD_Result {
         let admitted = state.withLock { s in
             guard s.phase == .running || s.phase == .draining else { return false }
             s.inFlight[ObjectIdentifier(context)] = context
@@ -349,20 +309,17 @@ final class ServerCore: @unchecked Sendable {
         }
         guard admitted else {
             rejectedShuttingDown.increment()
-            return queue(
-                .error(
-                    status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down",
-                    traceID: context.head.traceID), for: context, route: .unmatched)
+            return queue(ServerCore.shuttingDown.response(traceID: context.head.traceID), for: context, route: .unmatched)
         }
         context.phase = .handling
         activeRequests.add(1)
         let request = HTTPRequest(head: context.head, body: context.body)
         context.body = []
-        let router = router
+        let responder = responder
         // The handler starts right here and keeps this thread only until its first suspension:
         // a handler that never suspends is answered without a thread hop or an MHD suspend.
         let task = Task.immediate {
-            let (response, route) = await router.dispatch(request)
+            let (response, route) = await responder(request)
             self.finish(context, response, route: route, cancel: false)
         }
         guard let (response, route) = context.suspendUnlessCompleted(task) else { return .YES }
@@ -371,14 +328,14 @@ final class ServerCore: @unchecked Sendable {
 
     /// Hands a result to a request, resuming its connection if it was suspended; only the first
     /// result counts (a handler finishing after shutdown already answered 503 is ignored).
-    private func finish(_ context: RequestContext, _ response: HTTPResponse, route: RouteMetrics, cancel: Bool) {
+    private func finish(_ context: ConnectionRequest, _ response: HTTPResponse, route: RouteMetrics, cancel: Bool) {
         guard let suspended = context.complete(response, route: route, cancel: cancel) else { return }
         activeRequests.add(-1)
         if suspended { MHD_resume_connection(context.connection) }
     }
 
     /// MHD is done with a request (answered and written, or the connection failed).
-    fileprivate func completed(_ context: RequestContext) {
+    func completed(_ context: ConnectionRequest) {
         state.withLock { s in
             guard s.inFlight.removeValue(forKey: ObjectIdentifier(context)) != nil, s.inFlight.isEmpty else { return }
             s.drainWaiter?.fire()
@@ -386,7 +343,7 @@ final class ServerCore: @unchecked Sendable {
         }
     }
 
-    private func queue(_ response: HTTPResponse, for context: RequestContext, route: RouteMetrics) -> MHD_Result {
+    private func queue(_ response: HTTPResponse, for context: ConnectionRequest, route: RouteMetrics) -> MHD_Result {
         context.phase = .done
         var headers = response.headers
         headers.append(("X-Request-Id", context.head.traceID))
@@ -416,10 +373,10 @@ final class ServerCore: @unchecked Sendable {
         return result
     }
 
-    private func tooLarge(_ context: RequestContext) -> HTTPResponse {
-        .error(
-            status: 413, code: "PAYLOAD_TOO_LARGE",
-            message: "the request body exceeds \(configuration.maxBodyBytes) bytes", traceID: context.head.traceID)
+    private func tooLarge(_ context: ConnectionRequest) -> HTTPResponse {
+        HTTPError(
+            status: 413, code: "PAYLOAD_TOO_LARGE", message: "the request body exceeds \(configuration.maxBodyBytes) bytes"
+        ).response(traceID: context.head.traceID)
     }
 
     private func readHead(_ connection: OpaquePointer, url: String, method: String) -> HTTPRequestHead {
@@ -438,7 +395,7 @@ final class ServerCore: @unchecked Sendable {
 
     /// MHD reports both why it cannot start and every malformed request or dropped client; only
     /// the former (and hitting the connection limit) deserve an operator's attention.
-    fileprivate func logDaemonMessage(_ message: String) {
+    func logDaemonMessage(_ message: String) {
         let level: LogLevel =
             !serving.load(ordering: .relaxed) ? .error : message.contains("limit") ? .warning : .debug
         logger.log(level, "libmicrohttpd", ["mhd.message": .string(message)])
@@ -451,7 +408,7 @@ final class ServerCore: @unchecked Sendable {
 /// this connection, which MHD never runs concurrently; the handler Task and `shutdown()` share
 /// only `slot`, behind its Mutex. `connection` stays valid while the request is suspended, the
 /// only time other threads use it (to resume it, once, guarded by `slot`).
-final class RequestContext: @unchecked Sendable {
+final class ConnectionRequest: @unchecked Sendable {
     enum Phase { case receiving, handling, done }
     private struct Slot {
         var result: (HTTPResponse, RouteMetrics)?
@@ -502,65 +459,4 @@ final class RequestContext: @unchecked Sendable {
 
     /// The stored result, taken once the connection has been resumed.
     func result() -> (HTTPResponse, RouteMetrics)? { slot.withLock { $0.result.take() } }
-}
-
-/// Header fields and query arguments gathered by `collectField`.
-private struct HeadFields {
-    var headers: [String: String] = [:]
-    var query: [String: String] = [:]
-}
-
-// MARK: C callbacks (no captures: state arrives through the `cls` pointers)
-
-private let accessHandler: MHD_AccessHandlerCallback = {
-    cls, connection, url, method, _, uploadData, uploadSize, contextPointer in
-    guard let cls, let connection, let uploadSize, let contextPointer else { return .NO }
-    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
-    if let existing = contextPointer.pointee {
-        let context = Unmanaged<RequestContext>.fromOpaque(existing).takeUnretainedValue()
-        return core.proceed(context, uploadData: uploadData, uploadSize: uploadSize)
-    }
-    let context = core.begin(
-        connection, url: url.map { String(cString: $0) } ?? "/",
-        method: method.map { String(cString: $0) } ?? "")
-    contextPointer.pointee = Unmanaged.passRetained(context).toOpaque()
-    return context.early == nil ? .YES : core.respondEarly(context)
-}
-
-private let requestCompleted: MHD_RequestCompletedCallback = { cls, _, contextPointer, _ in
-    guard let cls, let contextPointer, let pointer = contextPointer.pointee else { return }
-    let context = Unmanaged<RequestContext>.fromOpaque(pointer).takeRetainedValue()
-    contextPointer.pointee = nil
-    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().completed(context)
-}
-
-private let daemonLog: MHD_LogCallback = { cls, format, arguments in
-    guard let cls, let format, let arguments else { return }
-    var buffer = [CChar](repeating: 0, count: 512)
-    _ = vsnprintf(&buffer, buffer.count, format, arguments)
-    let message = String(nulTerminated: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
-    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().logDaemonMessage(message)
-}
-
-private let keepEscapes: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<CChar>?) -> Int = {
-    _, _, text in text.map { strlen($0) } ?? 0
-}
-
-private let collectField: MHD_KeyValueIterator = { cls, kind, key, value in
-    guard let cls, let key else { return .YES }
-    let fields = cls.assumingMemoryBound(to: HeadFields.self)
-    let name = String(cString: key)
-    let text = value.map { String(cString: $0) } ?? ""
-    if kind == .HEADER_KIND {
-        let lowered = name.lowercased()
-        fields.pointee.headers[lowered] = fields.pointee.headers[lowered].map { $0 + ", " + text } ?? text
-    } else {
-        let decode = { (s: String) in
-            let spaced = s.replacingOccurrences(of: "+", with: " ")
-            return spaced.removingPercentEncoding ?? spaced
-        }
-        let decodedName = decode(name)
-        if fields.pointee.query[decodedName] == nil { fields.pointee.query[decodedName] = decode(text) }
-    }
-    return .YES
 }

@@ -104,21 +104,6 @@ public struct HTTPResponse: Sendable {
     }
 }
 
-/// A failure a handler reports to its client as `status` with a JSON error body carrying `code`.
-public struct HTTPError: Error, Sendable, CustomStringConvertible {
-    public var status: Int
-    public var code: String
-    public var message: String
-
-    public init(status: Int, code: String, message: String) {
-        self.status = status
-        self.code = code
-        self.message = message
-    }
-
-    public var description: String { "HTTP \(status) \(code): \(message)" }
-}
-
 /// Request identifiers: the client's when it is safe to log and echo, else a random one.
 public enum TraceID {
     /// 16 pseudo-random bytes as 32 lowercase hex digits, unique within the process.

@@ -1,35 +1,47 @@
 import Foundation
 import ServiceRuntime
 
-/// The code that answers one route.
+/// The code that answers one route, for routes that need nothing from the request context.
 public typealias HTTPHandler = @Sendable (HTTPRequest) async throws -> HTTPResponse
 
-/// Maps a method and a path pattern such as `/api/v1/orders/{orderNo}/cancel` to a handler.
+/// Maps a method and a path pattern such as `/api/v1/orders/{orderNo}/cancel` to a handler,
+/// through the middleware of the router and of the route's group.
 ///
 /// A literal segment beats a parameter at the same position whatever the registration order, so
 /// `/orders/search` wins over `/orders/{id}`. Usable without a server (tests call `handle`).
-public struct Router: Sendable {
-    /// Where handler failures other than `HTTPError` are logged; the server fills it in when nil.
+/// Middleware added with `add(middleware:)` wraps the routes added after it; a group's wraps the
+/// group's routes, inside the router's.
+public struct Router<Context: RequestContext>: Sendable {
+    /// Where handler failures other than `HTTPResponseError` are logged; the server fills it in when nil.
     public var logger: Logger?
-    private var routes: [Route] = []
+    private var routes: [Route<Context>] = []
+    private var middleware: [any RouterMiddleware<Context>] = []
 
-    public init(logger: Logger? = nil) { self.logger = logger }
+    /// A router whose handlers get a `Context` (`Router(context: AppRequestContext.self)`).
+    public init(context: Context.Type, logger: Logger? = nil) { self.logger = logger }
 
-    public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping HTTPHandler) {
-        let route = Route(method: method.uppercased(), pattern: pattern, handler: handler)
+    /// Wraps every route added after this call.
+    public mutating func add(middleware: some RouterMiddleware<Context>) { self.middleware.append(middleware) }
+
+    public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping RouteHandler<Context>) {
+        let route = Route(method: method.uppercased(), pattern: pattern, handler: middleware.wrapping(handler))
         let index = routes.firstIndex { route.isMoreSpecific(than: $0) } ?? routes.endIndex
         routes.insert(route, at: index)
     }
 
+    /// Routes under `prefix` that share `middleware` (run inside the router's own): `build`
+    /// registers them on the group.
+    public mutating func group(
+        _ prefix: String, middleware: [any RouterMiddleware<Context>] = [],
+        _ build: (inout RouterGroup<Context>) throws -> Void
+    ) rethrows {
+        var group = RouterGroup<Context>(prefix: prefix, middleware: middleware)
+        try build(&group)
+        for route in group.routes { add(route.method, route.pattern, route.handler) }
+    }
+
     /// Method and pattern of every route, most specific first (for checks that an API document covers them).
     public var registeredRoutes: [(method: String, pattern: String)] { routes.map { ($0.method, $0.pattern) } }
-
-    public mutating func get(_ pattern: String, _ handler: @escaping HTTPHandler) { add("GET", pattern, handler) }
-    public mutating func post(_ pattern: String, _ handler: @escaping HTTPHandler) { add("POST", pattern, handler) }
-    public mutating func put(_ pattern: String, _ handler: @escaping HTTPHandler) { add("PUT", pattern, handler) }
-    public mutating func delete(_ pattern: String, _ handler: @escaping HTTPHandler) {
-        add("DELETE", pattern, handler)
-    }
 
     /// Runs the matching handler; 404 `NOT_FOUND` when no pattern matches the path, 405
     /// `METHOD_NOT_ALLOWED` with `Allow` when patterns match but not for this method.
@@ -53,27 +65,28 @@ public struct Router: Sendable {
         }
         if allowed.isEmpty {
             return (
-                .error(status: 404, code: "NOT_FOUND", message: "no such resource", traceID: request.traceID),
+                HTTPError(status: 404, code: "NOT_FOUND", message: "no such resource").response(traceID: request.traceID),
                 RouteMetrics.unmatched
             )
         }
-        var response = HTTPResponse.error(
+        let error = HTTPError(
             status: 405, code: "METHOD_NOT_ALLOWED", message: "method not allowed for this resource",
-            traceID: request.traceID)
-        response.headers.append(("Allow", allowed.sorted().joined(separator: ", ")))
-        return (response, RouteMetrics.unmatched)
+            headers: [("Allow", allowed.sorted().joined(separator: ", "))])
+        return (error.response(traceID: request.traceID), RouteMetrics.unmatched)
     }
 
-    private func run(_ route: Route, _ request: HTTPRequest) async -> HTTPResponse {
+    private func run(_ route: Route<Context>, _ request: HTTPRequest) async -> HTTPResponse {
+        let logger = logger ?? Logger(label: "http")
+        let context = Context(traceID: request.traceID, logger: logger.with(["trace.id": .string(request.traceID)]))
         do {
-            return try await route.handler(request)
-        } catch let error as HTTPError {
-            return .error(status: error.status, code: error.code, message: error.message, traceID: request.traceID)
+            return try await route.handler(request, context)
+        } catch let error as any HTTPResponseError {
+            return error.response(traceID: request.traceID)
         } catch {
-            (logger ?? Logger(label: "http")).error(
+            logger.error(
                 "request handler failed",
                 ["http.route": .string(route.pattern), "trace.id": .string(request.traceID), "error": .string("\(error)")])
-            return .error(status: 500, code: "INTERNAL_ERROR", message: "internal error", traceID: request.traceID)
+            return HTTPError(status: 500, code: "INTERNAL_ERROR", message: "internal error").response(traceID: request.traceID)
         }
     }
 
@@ -85,8 +98,68 @@ public struct Router: Sendable {
     }
 }
 
+extension Router where Context == BasicRequestContext {
+    /// A router whose handlers need no context of their own.
+    public init(logger: Logger? = nil) { self.init(context: BasicRequestContext.self, logger: logger) }
+}
+
+/// Registration by method, shared by routers and groups.
+public protocol RouteRegistering<Context> {
+    associatedtype Context: RequestContext
+    mutating func add(_ method: String, _ pattern: String, _ handler: @escaping RouteHandler<Context>)
+}
+
+extension Router: RouteRegistering {}
+
+extension RouteRegistering {
+    public mutating func get(_ pattern: String, _ handler: @escaping RouteHandler<Context>) { add("GET", pattern, handler) }
+    public mutating func post(_ pattern: String, _ handler: @escaping RouteHandler<Context>) { add("POST", pattern, handler) }
+    public mutating func put(_ pattern: String, _ handler: @escaping RouteHandler<Context>) { add("PUT", pattern, handler) }
+    public mutating func delete(_ pattern: String, _ handler: @escaping RouteHandler<Context>) {
+        add("DELETE", pattern, handler)
+    }
+
+    public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping HTTPHandler) {
+        add(method, pattern) { request, _ in try await handler(request) }
+    }
+    public mutating func get(_ pattern: String, _ handler: @escaping HTTPHandler) { add("GET", pattern, handler) }
+    public mutating func post(_ pattern: String, _ handler: @escaping HTTPHandler) { add("POST", pattern, handler) }
+    public mutating func put(_ pattern: String, _ handler: @escaping HTTPHandler) { add("PUT", pattern, handler) }
+    public mutating func delete(_ pattern: String, _ handler: @escaping HTTPHandler) { add("DELETE", pattern, handler) }
+}
+
+/// Routes under one path prefix sharing middleware; made by `Router.group`, which adds its routes
+/// when `build` returns.
+public struct RouterGroup<Context: RequestContext>: RouteRegistering {
+    let prefix: String
+    let middleware: [any RouterMiddleware<Context>]
+    var routes: [(method: String, pattern: String, handler: RouteHandler<Context>)] = []
+
+    init(prefix: String, middleware: [any RouterMiddleware<Context>]) {
+        self.prefix = prefix.hasSuffix("/") ? String(prefix.dropLast()) : prefix
+        self.middleware = middleware
+    }
+
+    /// `pattern` is relative to the group's prefix (`""` for the prefix itself).
+    public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping RouteHandler<Context>) {
+        let path = pattern.isEmpty ? prefix : prefix + (pattern.hasPrefix("/") ? pattern : "/" + pattern)
+        routes.append((method, path, middleware.wrapping(handler)))
+    }
+
+    /// A nested group: its middleware runs inside this one's.
+    public mutating func group(
+        _ prefix: String, middleware: [any RouterMiddleware<Context>] = [],
+        _ build: (inout RouterGroup<Context>) throws -> Void
+    ) rethrows {
+        var nested = RouterGroup(prefix: "", middleware: middleware)
+        try build(&nested)
+        let base = prefix.isEmpty ? "" : (prefix.hasPrefix("/") ? prefix : "/" + prefix)
+        for route in nested.routes { add(route.method, base + (route.pattern.isEmpty ? "" : route.pattern), route.handler) }
+    }
+}
+
 /// One registered route.
-private struct Route: Sendable {
+private struct Route<Context: RequestContext>: Sendable {
     enum Segment: Sendable, Equatable {
         case literal(String)
         case parameter(String)
@@ -95,10 +168,10 @@ private struct Route: Sendable {
     let method: String
     let pattern: String
     let segments: [Segment]
-    let handler: HTTPHandler
+    let handler: RouteHandler<Context>
     let metrics: RouteMetrics
 
-    init(method: String, pattern: String, handler: @escaping HTTPHandler) {
+    init(method: String, pattern: String, handler: @escaping RouteHandler<Context>) {
         self.method = method
         self.pattern = pattern
         self.handler = handler

@@ -11,27 +11,27 @@ struct ContractTests {
         guard FileManager.default.isExecutableFile(atPath: schemathesis.path) else {
             throw MissingServiceError(variable: "schemathesis in .local/venv (deploy/local/install.sh installs it)")
         }
-        let harness = try await IngressHarness.start(extra: [
+        try await IngressHarness.with(extra: [
             "INGRESS_NOTIFICATION_RATE_PER_SECOND": "100000", "INGRESS_NOTIFICATION_RATE_BURST": "100000",
             "INGRESS_FULFILLMENT_WAIT_MS": "100",
-        ])
-        defer { Task { await harness.stop() } }
-        try await OrderEndpointTests.seedCatalogue(harness)
-        let base = harness.client.baseURL.absoluteString
-        let run = try ServiceProcess(
-            executablePath: schemathesis.path, name: "schemathesis",
-            arguments: [
-                "run", "\(base)/openapi.json", "--url", base,
-                "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
-                "--max-examples", "10", "--seed", "20261129", "--workers", "1", "--max-time", "60",
-                "--header", "Authorization: Bearer \(harness.userToken("contract-user"))",
-                "--no-color", "--output-sanitize", "true", "--generation-database", "none",
-            ],
-            environment: ["HOME": FileManager.default.temporaryDirectory.path])
-        let finished = await eventually(timeout: 240, every: .milliseconds(500)) { !run.isRunning }
-        #expect(finished, "schemathesis did not finish")
-        let status = run.terminate()
-        #expect(status == 0, "schemathesis found problems:\n\(run.output.suffix(6000))")
-        #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
+        ]) { harness in
+            try await harness.seedOrderCatalogue()
+            let base = harness.client.baseURL.absoluteString
+            let run = try ServiceProcess(
+                executablePath: schemathesis.path, name: "schemathesis",
+                arguments: [
+                    "run", "\(base)/openapi.json", "--url", base,
+                    "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+                    "--max-examples", "10", "--seed", "20261129", "--workers", "1", "--max-time", "60",
+                    "--header", "Authorization: Bearer \(harness.userToken("contract-user"))",
+                    "--no-color", "--output-sanitize", "true", "--generation-database", "none",
+                ],
+                environment: ["HOME": FileManager.default.temporaryDirectory.path])
+            let finished = await eventually(timeout: 240, every: .milliseconds(500)) { !run.isRunning }
+            #expect(finished, "schemathesis did not finish")
+            let status = run.terminate()
+            #expect(status == 0, "schemathesis found problems:\n\(run.output.suffix(6000))")
+            #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
+        }
     }
 }

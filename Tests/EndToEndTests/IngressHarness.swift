@@ -45,6 +45,22 @@ struct IngressHarness {
             userTokenSecret: secret, pool: pool, environment: environment)
     }
 
+    /// Runs `body` with a started harness, stopped afterwards whatever happens.
+    static func with<R>(
+        environment appleEnvironment: AppStoreEnvironment = .sandbox, partitions: Int = 6, extra: [String: String] = [:],
+        _ body: (IngressHarness) async throws -> R
+    ) async throws -> R {
+        let harness = try await start(environment: appleEnvironment, partitions: partitions, extra: extra)
+        do {
+            let result = try await body(harness)
+            await harness.stop()
+            return result
+        } catch {
+            await harness.stop()
+            throw error
+        }
+    }
+
     /// Starts an ingress process with `environment` and waits until it listens.
     static func launch(_ environment: [String: String]) async throws -> ServiceProcess {
         let process = try ServiceProcess(executable: "ingress", name: "ingress", environment: environment)

@@ -12,6 +12,17 @@ extension IngressHarness {
         try await CatalogueStore(pool: pool).apply(file, operator: "e2e", reason: "fixture")
     }
 
+    /// Two products of one group for the order endpoints: the starter (level 2) and pro (level 1) monthly plans.
+    func seedOrderCatalogue() async throws {
+        for (product, level, credits) in [("com.example.starter.monthly", 2, 1000), ("com.example.pro.monthly", 1, 3000)] {
+            try await pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
+                VALUES (\(IngressHarness.bundleID), \(product), 'group-1', \(product), \(level), 'MONTH', \(credits))
+                """)
+        }
+    }
+
     func addUser(_ userID: String) async throws {
         try await pool.query("INSERT INTO app_user (user_id) VALUES (\(userID)) ON CONFLICT DO NOTHING")
     }

@@ -141,8 +141,8 @@ func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async thr
 }
 
 /// Starts a server on 127.0.0.1 with an ephemeral port, runs `body`, and always shuts it down.
-func withServer(
-    _ router: Router, logger: Logger = Logger(label: "test", level: .error, sink: .memory()),
+func withServer<Context>(
+    _ router: Router<Context>, logger: Logger = Logger(label: "test", level: .error, sink: .memory()),
     admission: (@Sendable (HTTPRequestHead) -> HTTPResponse?)? = nil,
     configure: (inout HTTPServerConfiguration) -> Void = { _ in },
     _ body: (HTTPServer) async throws -> Void

@@ -4,7 +4,7 @@ import ServiceRuntime
 import Testing
 
 /// The routes most server tests share.
-func testRouter() -> Router {
+func testRouter() -> Router<BasicRequestContext> {
     var router = Router()
     router.get("/hello/{name}") { request in
         .json([

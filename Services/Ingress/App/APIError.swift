@@ -1,5 +1,4 @@
 import HTTPServer
-import Postgres
 
 /// The stable error codes of the REST contract (domain.md) with their HTTP statuses.
 /// Clients key on `code`; `message` is for people and never carries secrets or payloads.
@@ -16,7 +15,9 @@ enum APIError {
         HTTPError(status: 415, code: "UNSUPPORTED_MEDIA_TYPE", message: "Content-Type must be application/json")
     }
     static func rateLimited() -> HTTPError {
-        HTTPError(status: 429, code: "RATE_LIMITED", message: "too many requests from this source; retry later")
+        HTTPError(
+            status: 429, code: "RATE_LIMITED", message: "too many requests from this source; retry later",
+            headers: [("Retry-After", "1")])
     }
     static func serviceUnavailable(_ message: String = "a dependency is unavailable; retry later") -> HTTPError {
         HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: message)
@@ -51,20 +52,5 @@ enum APIError {
     }
     static func idempotencyConflict(_ message: String) -> HTTPError {
         HTTPError(status: 409, code: "IDEMPOTENCY_CONFLICT", message: message)
-    }
-
-    /// Database trouble is the client's cue to retry (503); a value the database cannot hold
-    /// (SQLSTATE class 22: NUL characters, overlong text) is the client's mistake (400); business
-    /// errors pass through.
-    static func databaseCall<R>(_ body: () async throws -> R) async throws -> R {
-        do {
-            return try await body()
-        } catch let error as HTTPError {
-            throw error
-        } catch let error as PostgresError where error.isRetryable {
-            throw APIError.serviceUnavailable()
-        } catch let error as PostgresError where error.sqlState?.hasPrefix("22") == true {
-            throw APIError.invalidRequest("a value in the request is not acceptable")
-        }
     }
 }

@@ -7,7 +7,7 @@ import Postgres
 import ServiceRuntime
 import Storage
 
-/// The ingress process: its services in start order and its HTTP routes.
+/// The ingress process: its services in start order, serving the routes of `buildRouter`.
 public struct IngressApplication: Sendable {
     public let configuration: IngressConfiguration
     public let pool: PostgresPool
@@ -27,35 +27,21 @@ public struct IngressApplication: Sendable {
         producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
         let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
-        intake = NotificationIntake(store: store, publisher: publisher)
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
             stuckAfter: configuration.pipeline.stuckAfter, logger: logger,
             ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
-        // `load` refuses a configuration without keys; a hand-made one must carry them.
-        guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
-        let context = IngressContext(
-            configuration: configuration, pool: pool, store: store, intake: intake,
-            verifier: try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger),
-            cipher: cipher, authenticator: try UserAuthenticator(settings: configuration.userTokens),
-            clock: clock, logger: logger)
-        var router = Router()
-        HealthRoutes(pool: pool, configuration: configuration.pipeline, logger: logger).register(in: &router)
-        let notifications = NotificationRoutes(context: context)
-        notifications.register(in: &router)
-        OrderRoutes(context: context).register(in: &router)
-        waiter = FulfillmentWaiter(pool: pool, logger: logger)
-        SubmissionRoutes(context: context, waiter: waiter).register(in: &router)
-        CatalogueRoutes(context: context).register(in: &router)
-        AccountRoutes(context: context).register(in: &router)
-        CreditsRoutes(context: context).register(in: &router)
-        try OpenAPIRoutes().register(in: &router)
+        let context = try IngressContext(
+            configuration: configuration, pool: pool, publisher: publisher, clock: clock, logger: logger)
+        intake = context.intake
+        waiter = context.waiter
+        let router = try buildRouter(context)
         routes = router.registeredRoutes
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,
                 threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes),
-            router: router, logger: logger, admission: notifications.admission)
+            router: router, logger: logger, admission: NotificationAdmission(configuration: configuration).check)
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).

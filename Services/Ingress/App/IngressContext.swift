@@ -1,4 +1,5 @@
 import AppStore
+import HTTPServer
 import Pipeline
 import Postgres
 import ServiceRuntime
@@ -13,6 +14,64 @@ struct IngressContext: Sendable {
     let verifier: SignedDataVerifier
     let cipher: PayloadCipher
     let authenticator: UserAuthenticator
+    let services: ServiceAuthenticator
+    /// Wakes submissions when their worker is done; the application runs it as a service.
+    let waiter: FulfillmentWaiter
+    let orders: OrderStore
+    let users: UserStore
+    let subscriptions: SubscriptionStore
+    let credits: CreditStatementStore
     let clock: any WallClock
     let logger: Logger
+
+    /// The ingress's dependencies on `pool`, handing what it commits to the outbox to `publisher`.
+    init(
+        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing, clock: any WallClock,
+        logger: Logger
+    ) throws {
+        self.configuration = configuration
+        self.pool = pool
+        self.clock = clock
+        self.logger = logger
+        store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        intake = NotificationIntake(store: store, publisher: publisher)
+        verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
+        // `load` refuses a configuration without keys; a hand-made one must carry them.
+        guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
+        self.cipher = cipher
+        authenticator = try UserAuthenticator(settings: configuration.userTokens)
+        services = ServiceAuthenticator(settings: configuration.serviceTokens)
+        waiter = FulfillmentWaiter(pool: pool, logger: logger)
+        orders = OrderStore(pool: pool)
+        users = UserStore(pool: pool)
+        subscriptions = SubscriptionStore(pool: pool)
+        credits = CreditStatementStore(pool: pool)
+    }
+}
+
+/// What the ingress's middleware established for one request.
+struct IngressRequestContext: RequestContext {
+    let traceID: String
+    var logger: Logger
+    /// Set by `UserAuthentication` on the user routes.
+    var user: AuthenticatedUser?
+    /// Set by `ServiceAuthentication` on the metering routes.
+    var service: AuthenticatedService?
+
+    init(traceID: String, logger: Logger) {
+        self.traceID = traceID
+        self.logger = logger
+    }
+
+    /// The authenticated user; a route outside the user group has none (401, as for no token).
+    func requireUser() throws(HTTPError) -> AuthenticatedUser {
+        guard let user else { throw APIError.unauthorized() }
+        return user
+    }
+
+    /// The authenticated service; a route outside the metering group has none.
+    func requireService() throws(HTTPError) -> AuthenticatedService {
+        guard let service else { throw APIError.unauthorized("a service bearer token is required") }
+        return service
+    }
 }

@@ -11,7 +11,7 @@ import Storage
 /// outbox relay publishes the row later.
 public struct NotificationIntake: Sendable {
     public let store: EventIntakeStore
-    public let publisher: EventPublisher
+    public let publisher: any OutboxPublishing
     private let accepted = MetricsRegistry.shared.counter(
         "subs_notifications_accepted_total", help: "Notifications stored (new)")
     private let duplicates = MetricsRegistry.shared.counter(
@@ -24,7 +24,7 @@ public struct NotificationIntake: Sendable {
         var awaitPublish: Bool
     }
 
-    public init(store: EventIntakeStore, publisher: EventPublisher, maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4) {
+    public init(store: EventIntakeStore, publisher: any OutboxPublishing, maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4) {
         self.store = store
         self.publisher = publisher
         batches = GroupCommit(maxBatchSize: maxBatchSize, maxConcurrentBatches: maxConcurrentBatches) { submissions in

@@ -1,3 +1,4 @@
+import AppStore
 import Crypto
 import Foundation
 import HTTPServer
@@ -55,15 +56,14 @@ struct UserAuthenticator: Sendable {
     private func verifyFully(_ token: String, at current: TimeInterval) throws(HTTPError)
         -> (AuthenticatedUser, expiry: TimeInterval)
     {
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, token.utf8.count <= 8192,
-            let headerBytes = Base64URL.decode(parts[0]), let payloadBytes = Base64URL.decode(parts[1]),
-            let signature = Base64URL.decode(parts[2]),
+        guard token.utf8.count <= 8192, let parts = JWSParts(token),
+            let headerBytes = Base64URL.decode(parts.header), let payloadBytes = Base64URL.decode(parts.payload),
+            let signature = Base64URL.decode(parts.signature),
             let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
             let claims = try? JSONSerialization.jsonObject(with: Data(payloadBytes)) as? [String: Any],
             let alg = header["alg"] as? String
         else { throw APIError.unauthorized("malformed bearer token") }
-        let signedInput = Array(token.utf8.prefix(parts[0].utf8.count + 1 + parts[1].utf8.count))
+        let signedInput = Array(parts.signingInput.utf8)
         let valid: Bool
         switch (method, alg) {
         case (.hs256(let secret), "HS256"):

@@ -2,7 +2,6 @@ import Credits
 import Domain
 import Foundation
 import HTTPServer
-import Postgres
 import ServiceRuntime
 import Storage
 
@@ -12,12 +11,6 @@ import Storage
 /// strings of credits (`"1000"`, `"0.25"`) so no client parses money through a float, and the
 /// balance adds the whole credits spendable now and the exact micro-credit total.
 struct AccountRoutes: Sendable {
-    static let currentPath = "/api/v1/subscriptions/current"
-    static let balancePath = "/api/v1/credits/balance"
-    static let grantsPath = "/api/v1/credits/grants"
-    static let dailyBillsPath = "/api/v1/credits/daily-bills"
-    static let consentPath = "/api/v1/subscriptions/consumption-consent"
-
     let context: IngressContext
     let cursors: PageCursorSigner
 
@@ -26,13 +19,15 @@ struct AccountRoutes: Sendable {
         cursors = PageCursorSigner(key: context.configuration.cursorSigningKey)
     }
 
-    func register(in router: inout Router) {
-        router.get(Self.currentPath) { request in try await current(request) }
-        router.get(Self.balancePath) { request in try await balance(request) }
-        router.get(Self.grantsPath) { request in try await grants(request) }
-        router.get(Self.dailyBillsPath) { request in try await dailyBills(request) }
-        router.get(Self.consentPath) { request in try await consent(request) }
-        router.put(Self.consentPath) { request in try await recordConsent(request) }
+    func register(in api: inout RouterGroup<IngressRequestContext>) {
+        api.get("subscriptions/current") { _, context in try await current(user: try context.requireUser()) }
+        api.get("credits/balance") { _, context in try await balance(user: try context.requireUser()) }
+        api.get("credits/grants") { request, context in try await grants(request, user: try context.requireUser()) }
+        api.get("credits/daily-bills") { request, context in try await dailyBills(request, user: try context.requireUser()) }
+        api.get("subscriptions/consumption-consent") { _, context in try await consent(user: try context.requireUser()) }
+        api.put("subscriptions/consumption-consent") { request, context in
+            try await recordConsent(request, user: try context.requireUser())
+        }
     }
 
     // MARK: - Consent
@@ -43,20 +38,16 @@ struct AccountRoutes: Sendable {
         let consumptionData: ConsumptionConsent
     }
 
-    func consent(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
-        let consent = try await APIError.databaseCall { try await ConsentStore.load(userID: user.userID, pool: context.pool) }
+    func consent(user: AuthenticatedUser) async throws -> HTTPResponse {
+        let consent = try await ConsentStore.load(userID: user.userID, pool: context.pool)
         return .json(ConsentView(consumptionData: consent))
     }
 
-    func recordConsent(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
+    func recordConsent(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let body = try request.decodeJSON(ConsentView.self)
-        let outcome = try await APIError.databaseCall {
-            try await ConsentStore.record(
-                body.consumptionData, userID: user.userID, createUser: true, recordedBy: "user", reason: "user choice through the app",
-                pool: context.pool)
-        }
+        let outcome = try await ConsentStore.record(
+            body.consumptionData, userID: user.userID, createUser: true, recordedBy: "user", reason: "user choice through the app",
+            pool: context.pool)
         // Never nil: the user row is created with the choice.
         return .json(ConsentView(consumptionData: outcome?.after ?? body.consumptionData))
     }
@@ -103,9 +94,8 @@ struct AccountRoutes: Sendable {
         }
     }
 
-    func current(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
-        let rows = try await APIError.databaseCall { try await UserSubscription.load(userID: user.userID, pool: context.pool) }
+    func current(user: AuthenticatedUser) async throws -> HTTPResponse {
+        let rows = try await context.subscriptions.subscriptions(userID: user.userID)
         let now = context.clock.now()
         return .json(
             CurrentSubscriptions(
@@ -122,16 +112,8 @@ struct AccountRoutes: Sendable {
 
     // MARK: - Balance
 
-    func balance(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
-        let rows = try await APIError.databaseCall {
-            try await context.pool.query("SELECT pool, balance FROM credit_account WHERE user_id = \(user.userID)")
-        }
-        var pools: [CreditPool: MicroCredits] = [:]
-        for row in rows {
-            guard let pool = CreditPool(rawValue: try row.decode("pool", as: String.self)) else { continue }
-            pools[pool] = try row.decode("balance", as: Int64.self)
-        }
+    func balance(user: AuthenticatedUser) async throws -> HTTPResponse {
+        let pools = try await context.credits.balances(userID: user.userID)
         return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: CreditBalance(pools).json)
     }
 
@@ -149,44 +131,20 @@ struct AccountRoutes: Sendable {
         let createdAt: Date
     }
 
-    private struct GrantRow {
-        let id: Int64
-        let view: GrantView
-    }
-
-    func grants(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
+    func grants(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let page = try PageRequest(request, list: "grants", userID: user.userID, cursors: cursors)
-        let fetch = page.limit + 1
-        let rows = try await APIError.databaseCall { () async throws -> PostgresRows in
-            if let after = page.after {
-                let time = Self.date(micros: after.position)
-                return try await context.pool.query(
-                    """
-                    SELECT id, grant_key, pool, amount, revoked_amount, reason, transaction_id, created_at FROM credit_grant
-                    WHERE user_id = \(user.userID) AND (created_at, id) < (\(time), \(after.id))
-                    ORDER BY created_at DESC, id DESC LIMIT \(fetch)
-                    """)
-            }
-            return try await context.pool.query(
-                """
-                SELECT id, grant_key, pool, amount, revoked_amount, reason, transaction_id, created_at FROM credit_grant
-                WHERE user_id = \(user.userID) ORDER BY created_at DESC, id DESC LIMIT \(fetch)
-                """)
-        }
-        let grants = try rows.map { row in
-            GrantRow(
-                id: try row.decode("id"),
-                view: GrantView(
-                    grantKey: try row.decode("grant_key"), pool: try row.decode("pool"),
-                    amount: Self.decimal(try row.decode("amount")), revokedAmount: Self.decimal(try row.decode("revoked_amount")),
-                    reason: try row.decode("reason"), transactionId: try row.decode("transaction_id"),
-                    createdAt: try row.decode("created_at")))
-        }
+        let grants = try await context.credits.grants(
+            userID: user.userID, after: page.after.map { (Self.date(micros: $0.position), $0.id) }, limit: page.limit + 1)
         return .json(
             Page(
-                rows: grants, limit: page.limit, item: \.view,
-                cursor: { PageCursor(list: "grants", userID: user.userID, position: Self.micros($0.view.createdAt), id: $0.id) },
+                rows: grants, limit: page.limit,
+                item: {
+                    GrantView(
+                        grantKey: $0.grantKey, pool: $0.pool, amount: Self.decimal($0.amount),
+                        revokedAmount: Self.decimal($0.revokedAmount), reason: $0.reason, transactionId: $0.transactionID,
+                        createdAt: $0.createdAt)
+                },
+                cursor: { PageCursor(list: "grants", userID: user.userID, position: Self.micros($0.createdAt), id: $0.id) },
                 signer: cursors))
     }
 
@@ -207,46 +165,19 @@ struct AccountRoutes: Sendable {
         @ExplicitNull var closedAt: Date?
     }
 
-    private struct DailyBillRow {
-        let id: Int64
-        let epochDay: Int64
-        let view: DailyBillView
-    }
-
-    func dailyBills(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
+    func dailyBills(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let page = try PageRequest(request, list: "daily-bills", userID: user.userID, cursors: cursors)
-        let fetch = page.limit + 1
-        let rows = try await APIError.databaseCall { () async throws -> PostgresRows in
-            if let after = page.after {
-                return try await context.pool.query(
-                    """
-                    SELECT id, day::text AS day, day - date '1970-01-01' AS epoch_day, total_cost, charged, rounding, settled,
-                        shortfall, closed_at
-                    FROM credit_daily_bill
-                    WHERE user_id = \(user.userID) AND (day, id) < (date '1970-01-01' + \(after.position)::integer, \(after.id))
-                    ORDER BY day DESC, id DESC LIMIT \(fetch)
-                    """)
-            }
-            return try await context.pool.query(
-                """
-                SELECT id, day::text AS day, day - date '1970-01-01' AS epoch_day, total_cost, charged, rounding, settled,
-                    shortfall, closed_at
-                FROM credit_daily_bill WHERE user_id = \(user.userID) ORDER BY day DESC, id DESC LIMIT \(fetch)
-                """)
-        }
-        let bills = try rows.map { row in
-            DailyBillRow(
-                id: try row.decode("id"), epochDay: try row.decode("epoch_day"),
-                view: DailyBillView(
-                    day: try row.decode("day"), totalCost: Self.decimal(try row.decode("total_cost")),
-                    charged: Self.decimal(try row.decode("charged")), rounding: Self.decimal(try row.decode("rounding")),
-                    settled: Self.decimal(try row.decode("settled")), shortfall: Self.decimal(try row.decode("shortfall")),
-                    closedAt: try row.decode("closed_at")))
-        }
+        let bills = try await context.credits.dailyBills(
+            userID: user.userID, after: page.after.map { ($0.position, $0.id) }, limit: page.limit + 1)
         return .json(
             Page(
-                rows: bills, limit: page.limit, item: \.view,
+                rows: bills, limit: page.limit,
+                item: {
+                    DailyBillView(
+                        day: $0.day, totalCost: Self.decimal($0.totalCost), charged: Self.decimal($0.charged),
+                        rounding: Self.decimal($0.rounding), settled: Self.decimal($0.settled), shortfall: Self.decimal($0.shortfall),
+                        closedAt: $0.closedAt)
+                },
                 cursor: { PageCursor(list: "daily-bills", userID: user.userID, position: $0.epochDay, id: $0.id) },
                 signer: cursors))
     }

@@ -3,13 +3,12 @@ import Catalogue
 import Domain
 import HTTPServer
 import ServiceRuntime
+import Storage
 
 /// `GET /api/v1/subscriptions/products`: the products on offer and how each relates to the
 /// caller's current plan in its group, so the app can label buttons (upgrade now, downgrade at
 /// the next renewal…) without knowing Apple's level rules.
 struct CatalogueRoutes: Sendable {
-    static let productsPath = "/api/v1/subscriptions/products"
-
     let context: IngressContext
     let catalogue: CatalogueStore
 
@@ -18,8 +17,8 @@ struct CatalogueRoutes: Sendable {
         catalogue = CatalogueStore(pool: context.pool)
     }
 
-    func register(in router: inout Router) {
-        router.get(Self.productsPath) { request in try await products(request) }
+    func register(in api: inout RouterGroup<IngressRequestContext>) {
+        api.get("subscriptions/products") { _, context in try await products(user: try context.requireUser()) }
     }
 
     struct ProductView: Encodable, Sendable {
@@ -36,14 +35,9 @@ struct CatalogueRoutes: Sendable {
         let products: [ProductView]
     }
 
-    func products(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
-        let (products, subscriptions) = try await APIError.databaseCall {
-            (
-                try await catalogue.products(appKey: context.configuration.appStore.bundleId),
-                try await UserSubscription.load(userID: user.userID, pool: context.pool)
-            )
-        }
+    func products(user: AuthenticatedUser) async throws -> HTTPResponse {
+        let products = try await catalogue.products(appKey: context.configuration.appStore.bundleId)
+        let subscriptions = try await context.subscriptions.subscriptions(userID: user.userID)
         // All known products, disabled ones included: a withdrawn product can still be someone's plan.
         let byID = Dictionary(products.map { ($0.productID, $0) }) { first, _ in first }
         let now = context.clock.now()

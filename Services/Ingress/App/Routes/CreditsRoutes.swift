@@ -9,13 +9,10 @@ import ServiceRuntime
 /// tokens): `POST /api/v1/credits/usage` deducts a metered call in real time, idempotently per
 /// service and key; `GET /api/v1/credits/check` answers whether a call can be afforded now.
 struct CreditsRoutes: Sendable {
-    static let usagePath = "/api/v1/credits/usage"
-    static let checkPath = "/api/v1/credits/check"
     /// How far ahead of our clock an event time may be (the callers' clocks are not ours).
     static let futureTolerance: TimeInterval = 300
 
     let context: IngressContext
-    let services: ServiceAuthenticator
     private let outcomes: [String: Counter] = Dictionary(
         uniqueKeysWithValues: ["accepted", "replayed", "exhausted", "refused"].map {
             (
@@ -34,7 +31,6 @@ struct CreditsRoutes: Sendable {
 
     init(context: IngressContext) {
         self.context = context
-        services = ServiceAuthenticator(settings: context.configuration.serviceTokens)
         let pool = context.pool
         meter = GroupCommit(
             maxBatchSize: 64, maxConcurrentBatches: 2,
@@ -42,9 +38,12 @@ struct CreditsRoutes: Sendable {
         ) { calls in await CreditMeter.use(batch: calls, pool: pool) }
     }
 
-    func register(in router: inout Router) {
-        router.post(Self.usagePath) { request in try await usage(request) }
-        router.get(Self.checkPath) { request in try await check(request) }
+    func register(in metering: inout RouterGroup<IngressRequestContext>) {
+        metering.post("usage") { request, context in try await usage(request, service: try context.requireService()) }
+        metering.get("check") { request, context in
+            _ = try context.requireService()
+            return try await check(request)
+        }
     }
 
     struct UsageBody: Decodable {
@@ -55,8 +54,7 @@ struct CreditsRoutes: Sendable {
         let occurredAt: Date?
     }
 
-    func usage(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let service = try services.authenticate(request)
+    func usage(_ request: HTTPRequest, service: AuthenticatedService) async throws -> HTTPResponse {
         let body = try request.decodeJSON(UsageBody.self)
         let header = request.header("idempotency-key")
         if let header, let key = body.idempotencyKey, header != key {
@@ -81,7 +79,6 @@ struct CreditsRoutes: Sendable {
     }
 
     func check(_ request: HTTPRequest) async throws -> HTTPResponse {
-        _ = try services.authenticate(request)
         guard let user = request.query("userId"), let rate = request.query("rate"),
             let units = request.query("units").flatMap({ Int64($0) })
         else { throw APIError.invalidRequest("userId, units (an integer) and rate are required") }
@@ -107,10 +104,10 @@ struct CreditsRoutes: Sendable {
         }
     }
 
-    /// The metering refusals as stable error codes (database trouble as `APIError.databaseCall` maps it).
+    /// The metering refusals as stable error codes (database trouble as `DatabaseErrors` maps it).
     private func refusals<R>(_ body: () async throws -> R) async throws -> R {
         do {
-            return try await APIError.databaseCall(body)
+            return try await body()
         } catch let error as UsageError {
             switch error {
             case .creditsExhausted(let cost, let available):

@@ -3,6 +3,7 @@ import Kafka
 import Pipeline
 import Postgres
 import ServiceRuntime
+import Storage
 
 /// Liveness, readiness and metrics endpoints for the orchestrator and Prometheus.
 struct HealthRoutes: Sendable {
@@ -10,7 +11,7 @@ struct HealthRoutes: Sendable {
     let configuration: PipelineConfiguration
     let logger: Logger
 
-    func register(in router: inout Router) {
+    func register(in router: inout Router<IngressRequestContext>) {
         router.get("/healthz") { _ in .json(["status": "ok"]) }
         router.get("/readyz") { _ in await readiness() }
         router.get("/metrics") { _ in
@@ -29,7 +30,7 @@ struct HealthRoutes: Sendable {
     func readiness() async -> HTTPResponse {
         var state = Readiness(status: "ready", postgres: "ok", kafka: "ok")
         do {
-            try await pool.query("SELECT 1")
+            try await DatabaseProbe.check(pool)
         } catch {
             state.postgres = "unavailable"
         }

@@ -14,54 +14,17 @@ import Synchronization
 /// event durable (answering 200 only then), publish. Business processing is the workers' job, so a
 /// notification is never refused for what it says, only for who signed it and for whom.
 struct NotificationRoutes: Sendable {
-    static let productionPath = "/api/v1/iap/apple/notifications/production"
-    static let sandboxPath = "/api/v1/iap/apple/notifications/sandbox"
+    static let prefix = "/api/v1/iap/apple/notifications"
+    static let productionPath = prefix + "/production"
+    static let sandboxPath = prefix + "/sandbox"
 
     let context: IngressContext
-    let limiter: RateLimiter
     private let received = MetricsRegistry.shared.counter(
         "subs_notifications_received_total", help: "Notification requests that passed verification")
 
-    init(context: IngressContext) {
-        self.context = context
-        limiter = RateLimiter(
-            ratePerSecond: Double(context.configuration.notificationRatePerSecond),
-            burst: Double(context.configuration.notificationRateBurst))
-    }
-
-    func register(in router: inout Router) {
-        router.post(Self.productionPath) { request in try await receive(request, endpoint: .production) }
-        router.post(Self.sandboxPath) { request in try await receive(request, endpoint: .sandbox) }
-    }
-
-    /// Runs on the request head, before any body byte is read: media type and rate limit.
-    var admission: @Sendable (HTTPRequestHead) -> HTTPResponse? {
-        { [limiter] head in
-            guard head.method == "POST", head.path == Self.productionPath || head.path == Self.sandboxPath else {
-                return nil
-            }
-            if !Self.isJSON(contentType: head.headers["content-type"]) {
-                Self.count("unsupported_media_type")
-                let error = APIError.unsupportedMediaType()
-                return .error(status: error.status, code: error.code, message: error.message, traceID: head.traceID)
-            }
-            if !limiter.allow(head.remoteAddress) {
-                Self.count("rate_limited")
-                let error = APIError.rateLimited()
-                return HTTPResponse.error(status: error.status, code: error.code, message: error.message, traceID: head.traceID)
-                    .adding(header: "Retry-After", value: "1")
-            }
-            return nil
-        }
-    }
-
-    /// `application/json`, any case, parameters (`; charset=utf-8`) and blanks around it allowed.
-    /// On bytes: this runs before every notification is read.
-    static func isJSON(contentType: String?) -> Bool {
-        guard let contentType else { return false }
-        let blank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
-        let type = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }.drop(while: blank).reversed().drop(while: blank)
-        return type.reversed().map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }.elementsEqual("application/json".utf8)
+    func register(in notifications: inout RouterGroup<IngressRequestContext>) {
+        notifications.post("production") { request in try await receive(request, endpoint: .production) }
+        notifications.post("sandbox") { request in try await receive(request, endpoint: .sandbox) }
     }
 
     static func count(_ reason: String) {
@@ -173,6 +136,41 @@ struct NotificationRoutes: Sendable {
     }
 }
 
+/// What the server checks on a notification's head, before any body byte is read: the media
+/// type, then the sender's rate (token buckets per source address).
+struct NotificationAdmission: Sendable {
+    let limiter: RateLimiter
+
+    init(configuration: IngressConfiguration) {
+        limiter = RateLimiter(
+            ratePerSecond: Double(configuration.notificationRatePerSecond), burst: Double(configuration.notificationRateBurst))
+    }
+
+    /// The refusal for this head, nil to let the request through (any other route passes).
+    func check(_ head: HTTPRequestHead) -> HTTPResponse? {
+        guard head.method == "POST", head.path == NotificationRoutes.productionPath || head.path == NotificationRoutes.sandboxPath
+        else { return nil }
+        if !Self.isJSON(contentType: head.headers["content-type"]) {
+            NotificationRoutes.count("unsupported_media_type")
+            return APIError.unsupportedMediaType().response(traceID: head.traceID)
+        }
+        if !limiter.allow(head.remoteAddress) {
+            NotificationRoutes.count("rate_limited")
+            return APIError.rateLimited().response(traceID: head.traceID)
+        }
+        return nil
+    }
+
+    /// `application/json`, any case, parameters (`; charset=utf-8`) and blanks around it allowed.
+    /// On bytes: this runs before every notification is read.
+    static func isJSON(contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let blank: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        let type = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }.drop(while: blank).reversed().drop(while: blank)
+        return type.reversed().map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }.elementsEqual("application/json".utf8)
+    }
+}
+
 /// Token buckets per source address, bounded in memory: the oldest idle buckets are dropped.
 final class RateLimiter: Sendable {
     private struct Bucket {
@@ -203,13 +201,5 @@ final class RateLimiter: Sendable {
             buckets[source] = bucket
             return allowed
         }
-    }
-}
-
-extension HTTPResponse {
-    func adding(header name: String, value: String) -> HTTPResponse {
-        var copy = self
-        copy.headers.append((name, value))
-        return copy
     }
 }

@@ -15,7 +15,7 @@ struct OpenAPIRoutes: Sendable {
         document = Array(try Data(contentsOf: url))
     }
 
-    func register(in router: inout Router) {
+    func register(in router: inout Router<IngressRequestContext>) {
         let response = HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: document)
         router.get(Self.path) { _ in response }
     }

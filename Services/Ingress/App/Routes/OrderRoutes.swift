@@ -3,8 +3,8 @@ import Crypto
 import Domain
 import Foundation
 import HTTPServer
-import Postgres
 import ServiceRuntime
+import Storage
 
 /// Purchase orders: the business intent behind a StoreKit purchase.
 ///
@@ -16,14 +16,14 @@ import ServiceRuntime
 struct OrderRoutes: Sendable {
     let context: IngressContext
 
-    func register(in router: inout Router) {
-        router.post("/api/v1/subscriptions/orders") { request in try await create(request) }
-        router.get("/api/v1/subscriptions/orders/{orderNo}") { request in try await read(request) }
-        router.post("/api/v1/subscriptions/orders/{orderNo}/cancel") { request in
-            try await clientReport(request, moving: .cancelled, cause: "client.cancel")
+    func register(in api: inout RouterGroup<IngressRequestContext>) {
+        api.post("subscriptions/orders") { request, context in try await create(request, user: try context.requireUser()) }
+        api.get("subscriptions/orders/{orderNo}") { request, context in try await read(request, user: try context.requireUser()) }
+        api.post("subscriptions/orders/{orderNo}/cancel") { request, context in
+            try await clientReport(request, user: try context.requireUser(), moving: .cancelled, cause: "client.cancel")
         }
-        router.post("/api/v1/subscriptions/orders/{orderNo}/pending") { request in
-            try await clientReport(request, moving: .pending, cause: "client.pending")
+        api.post("subscriptions/orders/{orderNo}/pending") { request, context in
+            try await clientReport(request, user: try context.requireUser(), moving: .pending, cause: "client.pending")
         }
     }
 
@@ -37,34 +37,31 @@ struct OrderRoutes: Sendable {
         let orderNo: String
         let productId: String
         @ExplicitNull var appAccountToken: String?
-        let status: String
-        let orderType: String
+        let status: OrderStatus
+        let orderType: OrderType
         @ExplicitNull var transactionId: String?
         @ExplicitNull var originalTransactionId: String?
         @ExplicitNull var environment: String?
         @ExplicitNull var failureCode: String?
         let createdAt: Date
         let updatedAt: Date
+
+        init(_ order: StoredOrder) {
+            orderNo = order.orderNo
+            productId = order.productID
+            appAccountToken = order.appAccountToken
+            status = order.status
+            orderType = order.type
+            transactionId = order.transactionID
+            originalTransactionId = order.originalTransactionID
+            environment = order.environment
+            failureCode = order.failureCode
+            createdAt = order.createdAt
+            updatedAt = order.updatedAt
+        }
     }
 
-    static let orderColumns: StaticString = """
-        o.order_no, o.product_id, o.app_account_token::text AS token, o.status, o.order_type, o.transaction_id,
-        o.original_transaction_id, o.environment, o.failure_code, o.created_at, o.updated_at
-        """
-
-    static func view(_ row: PostgresRow) throws -> OrderView {
-        OrderView(
-            orderNo: try row.decode("order_no"), productId: try row.decode("product_id"),
-            appAccountToken: try row.decode("token", as: String?.self), status: try row.decode("status"),
-            orderType: try row.decode("order_type"), transactionId: try row.decode("transaction_id", as: String?.self),
-            originalTransactionId: try row.decode("original_transaction_id", as: String?.self),
-            environment: try row.decode("environment", as: String?.self),
-            failureCode: try row.decode("failure_code", as: String?.self), createdAt: try row.decode("created_at"),
-            updatedAt: try row.decode("updated_at"))
-    }
-
-    func create(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
+    func create(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let body = try request.decodeJSON(CreateBody.self)
         // requestId is the idempotency key of the contract; the Idempotency-Key header stands in
         // when it is missing. A client may send both with different values (one per click each):
@@ -77,150 +74,55 @@ struct OrderRoutes: Sendable {
         guard Self.isAcceptableIdentifier(body.productId, maxLength: 255) else {
             throw APIError.invalidRequest("productId is required (at most 255 printable characters)")
         }
-        let bundleID = context.configuration.appStore.bundleId
-        let environment = context.configuration.appStore.environment.rawValue
-
-        return try await APIError.databaseCall {
-            try await context.pool.transaction(maxAttempts: 3) { db in
-                guard
-                    let productRow = try await db.query(
-                        """
-                        SELECT product_id, subscription_group_id, plan_level, duration FROM payment_product
-                         WHERE channel = 'APPLE' AND app_key = \(bundleID) AND product_id = \(body.productId)
-                           AND enabled AND NOT deleted
-                        """
-                    ).first
-                else { throw APIError.productUnavailable("the product is not on sale") }
-                let group: String = try productRow.decode("subscription_group_id")
-
-                try await db.query("INSERT INTO app_user (user_id) VALUES (\(user.userID)) ON CONFLICT DO NOTHING")
-                // Serialises this user's order creation, so "one open order" holds under concurrent clicks.
-                try await db.query("SELECT user_id FROM app_user WHERE user_id = \(user.userID) FOR UPDATE")
-
-                if let existing = try await db.query(
-                    "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.user_id = \(user.userID) AND o.request_id = \(requestID)"
-                ).first {
-                    let order = try Self.view(existing)
-                    guard order.productId == body.productId else {
-                        throw APIError.orderConflict("this requestId was used for another product")
-                    }
-                    return .json(order, status: 200)
-                }
-
-                let current = try await db.query(
-                    """
-                    SELECT s.active_product_id, s.status, s.expires_at, s.grace_expires_at, p.plan_level
-                      FROM user_subscription s
-                      JOIN payment_product p ON p.product_id = s.active_product_id AND p.app_key = \(bundleID)
-                     WHERE s.user_id = \(user.userID) AND p.subscription_group_id = \(group)
-                       AND s.status IN ('ACTIVE', 'GRACE') AND NOT s.is_family_shared
-                       AND (s.expires_at IS NULL OR s.expires_at > now() OR s.grace_expires_at > now())
-                     ORDER BY s.expires_at DESC NULLS FIRST LIMIT 1
-                    """
-                ).first
-                var orderType = OrderType.initial
-                if let current {
-                    let activeProduct: String = try current.decode("active_product_id")
-                    if activeProduct == body.productId {
-                        throw APIError.orderConflict("the user already has this subscription")
-                    }
-                    orderType = .change
-                }
-                let open = try await db.query(
-                    """
-                    SELECT order_no, status, created_at FROM payment_order
-                     WHERE user_id = \(user.userID) AND subscription_group_id = \(group)
-                       AND order_type IN ('INITIAL', 'CHANGE') AND status IN ('CREATED', 'PENDING')
-                    """)
-                for row in open {
-                    let status: String = try row.decode("status")
-                    let created: Date = try row.decode("created_at")
-                    if status == OrderStatus.pending.rawValue {
-                        throw APIError.purchasePending("a purchase in this group is waiting for approval")
-                    }
-                    if context.clock.now().timeIntervalSince(created) < context.configuration.openOrderWindow {
-                        throw APIError.orderConflict("another purchase in this group is open: finish or cancel it first")
-                    }
-                    let orderNo: String = try row.decode("order_no")
-                    try await db.query(
-                        "UPDATE payment_order SET status = 'EXPIRED', updated_at = now() WHERE order_no = \(orderNo)")
-                    try await Self.history(db, orderNo: orderNo, from: status, to: OrderStatus.expired.rawValue, cause: "order.superseded")
-                }
-
-                try await db.query(
-                    """
-                    INSERT INTO user_account_token (user_id, app_account_token) VALUES (\(user.userID), gen_random_uuid())
-                    ON CONFLICT (user_id) DO NOTHING
-                    """)
-                let orderNo = Self.newOrderNumber(now: context.clock.now())
-                let inserted = try await db.query(
-                    """
-                    INSERT INTO payment_order
-                        (order_no, user_id, product_id, subscription_group_id, request_id, order_type, status,
-                         requested_environment, app_account_token)
-                    SELECT \(orderNo), \(user.userID), \(body.productId), \(group), \(requestID), \(orderType.rawValue),
-                           'CREATED', \(environment), t.app_account_token
-                      FROM user_account_token t WHERE t.user_id = \(user.userID)
-                    RETURNING order_no
-                    """)
-                guard inserted.count == 1 else { throw APIError.serviceUnavailable("order not created") }
-                try await Self.history(db, orderNo: orderNo, from: nil, to: OrderStatus.created.rawValue, cause: "client.create")
-                let row = try await db.query(
-                    "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.order_no = \(orderNo)")
-                return .json(try Self.view(row.first!), status: 201)
-            }
+        let now = context.clock.now()
+        let outcome: OrderCreationOutcome
+        do {
+            outcome = try await context.orders.create(
+                OrderRequest(
+                    userID: user.userID, productID: body.productId, requestID: requestID,
+                    appKey: context.configuration.appStore.bundleId,
+                    environment: context.configuration.appStore.environment.rawValue, newOrderNo: Self.newOrderNumber(now: now),
+                    now: now, openOrderWindow: context.configuration.openOrderWindow))
+        } catch is OrderNotCreated {
+            throw APIError.serviceUnavailable("order not created")
+        }
+        switch outcome {
+        case .created(let order): return .json(OrderView(order), status: 201)
+        case .replayed(let order): return .json(OrderView(order), status: 200)
+        case .refused(let refusal): throw Self.error(for: refusal)
         }
     }
 
-    func read(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
-        let orderNo = request.pathParameter("orderNo") ?? ""
-        return try await APIError.databaseCall {
-            guard
-                let row = try await context.pool.query(
-                    "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.order_no = \(orderNo) AND o.user_id = \(user.userID)"
-                ).first
-            else { throw APIError.notFound("no such order") }
-            return .json(try Self.view(row))
+    /// The contract's answer to each refusal of the creation policy.
+    static func error(for refusal: OrderCreation.Refusal) -> HTTPError {
+        switch refusal {
+        case .productUnavailable: APIError.productUnavailable("the product is not on sale")
+        case .requestUsedForAnotherProduct: APIError.orderConflict("this requestId was used for another product")
+        case .alreadySubscribed: APIError.orderConflict("the user already has this subscription")
+        case .purchasePending: APIError.purchasePending("a purchase in this group is waiting for approval")
+        case .anotherOrderOpen: APIError.orderConflict("another purchase in this group is open: finish or cancel it first")
         }
+    }
+
+    func read(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
+        guard let order = try await context.orders.order(request.pathParameter("orderNo") ?? "", userID: user.userID) else {
+            throw APIError.notFound("no such order")
+        }
+        return .json(OrderView(order))
     }
 
     /// Moves the user's order to what the client reports (intent only: a charge Apple confirms
     /// later still wins); repeating a report answers the order as it is.
-    func clientReport(_ request: HTTPRequest, moving target: OrderStatus, cause: String) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
+    func clientReport(_ request: HTTPRequest, user: AuthenticatedUser, moving target: OrderStatus, cause: String) async throws
+        -> HTTPResponse
+    {
         let orderNo = request.pathParameter("orderNo") ?? ""
-        return try await APIError.databaseCall {
-            try await context.pool.transaction { db in
-                guard
-                    let row = try await db.query(
-                        """
-                        SELECT \(sql: Self.orderColumns) FROM payment_order o
-                         WHERE o.order_no = \(orderNo) AND o.user_id = \(user.userID) FOR UPDATE
-                        """
-                    ).first
-                else { throw APIError.notFound("no such order") }
-                let order = try Self.view(row)
-                if order.status == target.rawValue { return .json(order) }
-                guard let status = OrderStatus(rawValue: order.status), status.canMove(to: target) else {
-                    throw APIError.orderConflict("an order in status \(order.status) cannot become \(target.rawValue)")
-                }
-                try await db.query(
-                    "UPDATE payment_order SET status = \(target.rawValue), updated_at = now() WHERE order_no = \(orderNo)")
-                try await Self.history(db, orderNo: orderNo, from: order.status, to: target.rawValue, cause: cause)
-                let updated = try await db.query(
-                    "SELECT \(sql: Self.orderColumns) FROM payment_order o WHERE o.order_no = \(orderNo)")
-                return .json(try Self.view(updated.first!))
-            }
+        switch try await context.orders.reportByClient(orderNo, userID: user.userID, moving: target, cause: cause) {
+        case .notFound: throw APIError.notFound("no such order")
+        case .answered(let order): return .json(OrderView(order))
+        case .refused(let order):
+            throw APIError.orderConflict("an order in status \(order.status.rawValue) cannot become \(target.rawValue)")
         }
-    }
-
-    static func history(_ db: PostgresConnection, orderNo: String, from: String?, to: String, cause: String) async throws {
-        try await db.query(
-            """
-            INSERT INTO status_history (entity_type, entity_key, previous_status, current_status, cause)
-            VALUES ('ORDER', \(orderNo), \(from), \(to), \(cause))
-            """)
     }
 
     /// `PAY` + UTC date and time + 8 random digits: sortable by creation, unguessable enough to not

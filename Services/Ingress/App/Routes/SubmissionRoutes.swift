@@ -5,7 +5,6 @@ import Events
 import Foundation
 import HTTPServer
 import Pipeline
-import Postgres
 import ServiceRuntime
 import Storage
 
@@ -15,14 +14,13 @@ import Storage
 /// processing path as notifications, then awaited a bounded time for the worker's result.
 struct SubmissionRoutes: Sendable {
     let context: IngressContext
-    let waiter: FulfillmentWaiter
 
-    func register(in router: inout Router) {
-        router.post("/api/v1/subscriptions/orders/{orderNo}/apple-transaction") { request in
-            try await submit(request, orderNo: request.pathParameter("orderNo") ?? "")
+    func register(in api: inout RouterGroup<IngressRequestContext>) {
+        api.post("subscriptions/orders/{orderNo}/apple-transaction") { request, context in
+            try await submit(request, user: try context.requireUser(), orderNo: request.pathParameter("orderNo") ?? "")
         }
-        router.post("/api/v1/subscriptions/apple-transactions/observed") { request in
-            try await submit(request, orderNo: nil)
+        api.post("subscriptions/apple-transactions/observed") { request, context in
+            try await submit(request, user: try context.requireUser(), orderNo: nil)
         }
     }
 
@@ -56,46 +54,44 @@ struct SubmissionRoutes: Sendable {
         let fulfilled = false
     }
 
-    func submit(_ request: HTTPRequest, orderNo: String?) async throws -> HTTPResponse {
-        let user = try context.authenticator.authenticate(request)
+    func submit(_ request: HTTPRequest, user: AuthenticatedUser, orderNo: String?) async throws -> HTTPResponse {
         let body = try request.decodeJSON(Body.self)
         let transaction = try await verify(body.signedTransaction)
         guard let transactionID = transaction.transactionId, let originalID = transaction.originalTransactionId,
             let productID = transaction.productId, let environment = transaction.rawEnvironment
         else { throw APIError.transactionInvalid("the transaction lacks its identifiers") }
 
-        return try await APIError.databaseCall {
-            if let orderNo {
-                try await checkOrder(orderNo, user: user, productID: productID, transactionID: transactionID)
-            }
-            try await checkOwnership(transactionID: transactionID, environment: environment, token: transaction.appAccountToken, user: user)
-            if let existing = try await existingResult(transactionID: transactionID, environment: environment, orderNo: orderNo, user: user) {
-                return .json(existing)
-            }
-            if orderNo != nil, let expires = transaction.expiresDate, expires <= context.clock.now() {
-                throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
-            }
-
-            let hash = Hex.encode(SHA256.hash(Array(body.signedTransaction.utf8)))
-            let sealed = try context.cipher.seal(Array(body.signedTransaction.utf8), context: "submission:" + hash)
-            let stored = try await context.store.insertSubmission(
-                NewSubmission(
-                    kind: orderNo == nil ? "OBSERVED" : "CLIENT", userID: user.userID, orderNo: orderNo,
-                    environment: environment, transactionID: transactionID, originalTransactionID: originalID,
-                    payloadHash: hash, sealedPayload: sealed.sealed, payloadKeyID: sealed.keyID, traceID: request.traceID))
-            let key = "\(EventKind.submission.rawValue):\(stored.eventID)"
-            let ticket = waiter.register(key)
-            if let outbox = stored.outbox { await context.intake.publisher.publish([outbox]) }
-            let state = try await context.store.status(of: .submission, id: stored.eventID)
-            if state?.status == "SUCCEEDED" || state?.status == "DEAD" {
-                waiter.cancel(key, ticket: ticket)
-            } else {
-                _ = await waiter.wait(key, ticket: ticket, timeout: context.configuration.fulfillmentWait)
-            }
-            return try await answer(
-                submissionID: stored.eventID, transactionID: transactionID, environment: environment, orderNo: orderNo, user: user,
-                traceID: request.traceID)
+        if let orderNo {
+            try await checkOrder(orderNo, user: user, productID: productID, transactionID: transactionID)
         }
+        try await checkOwnership(transactionID: transactionID, environment: environment, token: transaction.appAccountToken, user: user)
+        if let existing = try await existingResult(transactionID: transactionID, environment: environment, orderNo: orderNo, user: user) {
+            return .json(existing)
+        }
+        if orderNo != nil, let expires = transaction.expiresDate, expires <= context.clock.now() {
+            throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
+        }
+
+        let hash = Hex.encode(SHA256.hash(Array(body.signedTransaction.utf8)))
+        let sealed = try context.cipher.seal(Array(body.signedTransaction.utf8), context: "submission:" + hash)
+        let stored = try await context.store.insertSubmission(
+            NewSubmission(
+                kind: orderNo == nil ? "OBSERVED" : "CLIENT", userID: user.userID, orderNo: orderNo,
+                environment: environment, transactionID: transactionID, originalTransactionID: originalID,
+                payloadHash: hash, sealedPayload: sealed.sealed, payloadKeyID: sealed.keyID, traceID: request.traceID))
+        let key = "\(EventKind.submission.rawValue):\(stored.eventID)"
+        let waiter = context.waiter
+        let ticket = waiter.register(key)
+        if let outbox = stored.outbox { await context.intake.publisher.publish([outbox]) }
+        let state = try await context.store.status(of: .submission, id: stored.eventID)
+        if state?.status == "SUCCEEDED" || state?.status == "DEAD" {
+            waiter.cancel(key, ticket: ticket)
+        } else {
+            _ = await waiter.wait(key, ticket: ticket, timeout: context.configuration.fulfillmentWait)
+        }
+        return try await answer(
+            submissionID: stored.eventID, transactionID: transactionID, environment: environment, orderNo: orderNo, user: user,
+            traceID: request.traceID)
     }
 
     /// Full verification of the client's JWS. A Production deployment takes Sandbox transactions
@@ -117,15 +113,13 @@ struct SubmissionRoutes: Sendable {
     }
 
     private func checkOrder(_ orderNo: String, user: AuthenticatedUser, productID: String, transactionID: String) async throws {
-        guard
-            let order = try await context.pool.query(
-                "SELECT product_id, transaction_id FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
-            ).first
-        else { throw APIError.notFound("no such order") }
-        guard try order.decode("product_id", as: String.self) == productID else {
+        guard let order = try await context.orders.order(orderNo, userID: user.userID) else {
+            throw APIError.notFound("no such order")
+        }
+        guard order.productID == productID else {
             throw APIError.transactionInvalid("the transaction is for another product than the order")
         }
-        if let linked = try order.decode("transaction_id", as: String?.self), linked != transactionID {
+        if let linked = order.transactionID, linked != transactionID {
             throw APIError.orderConflict("the order is already fulfilled by another transaction")
         }
     }
@@ -133,14 +127,7 @@ struct SubmissionRoutes: Sendable {
     /// A transaction belongs to the user of its appAccountToken: another business user uploading it
     /// is an account conflict, whoever is logged in.
     private func checkOwnership(transactionID: String, environment: String, token: UUID?, user: AuthenticatedUser) async throws {
-        let owner = try await context.pool.query(
-            """
-            SELECT coalesce(
-                (SELECT user_id FROM apple_transaction WHERE environment = \(environment) AND transaction_id = \(transactionID)),
-                (SELECT user_id FROM user_account_token WHERE app_account_token::text = \(token?.uuidString.lowercased()))
-            ) AS owner
-            """
-        ).first.flatMap { try? $0.decode("owner", as: String?.self) }
+        let owner = try await context.users.owner(ofTransaction: transactionID, environment: environment, appAccountToken: token)
         if let owner, owner != user.userID {
             MetricsRegistry.shared.counter(
                 "subs_account_conflicts_total", help: "Transactions submitted by another business user than their owner"
@@ -153,14 +140,8 @@ struct SubmissionRoutes: Sendable {
     /// An already fulfilled transaction answers with its current result: re-uploads and restores
     /// never create anything new.
     private func existingResult(transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> Result? {
-        let linked = try await context.pool.query(
-            """
-            SELECT order_no FROM payment_order
-             WHERE environment = \(environment) AND transaction_id = \(transactionID) AND status = 'FULFILLED'
-            """
-        ).first
-        guard let linked else { return nil }
-        let linkedOrder: String = try linked.decode("order_no")
+        guard let linkedOrder = try await context.orders.fulfilledOrderNo(environment: environment, transactionID: transactionID)
+        else { return nil }
         if let orderNo, orderNo != linkedOrder {
             // An old JWS on a new order: the existing result, never a second grant.
             context.logger.info("transaction already fulfilled another order", ["order.no": .string(orderNo)])
@@ -180,59 +161,36 @@ struct SubmissionRoutes: Sendable {
             case nil: throw APIError.transactionInvalid("the transaction was not applied")
             }
         }
-        let order = try await context.pool.query(
-            """
-            SELECT order_no, status FROM payment_order
-             WHERE environment = \(environment) AND transaction_id = \(transactionID)
-            """
-        ).first
-        let resolvedOrder = try order.map { try $0.decode("order_no", as: String.self) } ?? orderNo
-        let orderStatus = try order?.decode("status", as: String.self)
-        if state?.status != "SUCCEEDED" || orderStatus != "FULFILLED" {
+        let order = try await context.orders.linkedOrder(environment: environment, transactionID: transactionID)
+        let resolvedOrder = order?.orderNo ?? orderNo
+        let orderStatus = order?.status
+        if state?.status != "SUCCEEDED" || orderStatus != .fulfilled {
             let pending = APIError.fulfillmentPending("the purchase is being processed; query the order for its result")
             // Not linked to the transaction yet: the uploaded-for order's own status (CREATED, PENDING…).
-            let status =
-                order != nil || orderNo == nil
-                ? orderStatus
-                : try await context.pool.query(
-                    "SELECT status FROM payment_order WHERE order_no = \(orderNo) AND user_id = \(user.userID)"
-                ).first?.decode("status", as: String.self)
+            var status = orderStatus
+            if order == nil, let orderNo { status = try await context.orders.order(orderNo, userID: user.userID)?.status }
             return .json(
                 Pending(
                     code: pending.code, message: pending.message, traceId: traceID, orderNo: resolvedOrder,
-                    orderStatus: status, transactionId: transactionID),
+                    orderStatus: status?.rawValue, transactionId: transactionID),
                 status: pending.status)
         }
         return .json(try await result(transactionID: transactionID, environment: environment, orderNo: resolvedOrder, user: user))
     }
 
     private func result(transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> Result {
-        let row = try await context.pool.query(
-            """
-            SELECT o.order_no, o.status AS order_status, s.status AS subscription_status, s.active_product_id, s.expires_at,
-                   (SELECT coalesce(sum(balance), 0)::bigint FROM credit_account WHERE user_id = \(user.userID)) AS balance
-              FROM (SELECT 1) AS one
-              LEFT JOIN payment_order o ON o.order_no = \(orderNo)
-              LEFT JOIN apple_transaction t ON t.environment = \(environment) AND t.transaction_id = \(transactionID)
-              LEFT JOIN user_subscription s ON s.environment = t.environment AND s.original_transaction_id = t.original_transaction_id
-            """
-        ).first!
+        let result = try await context.subscriptions.purchaseResult(
+            transactionID: transactionID, environment: environment, orderNo: orderNo, userID: user.userID)
         return Result(
-            orderNo: try row.decode("order_no", as: String?.self), orderStatus: try row.decode("order_status", as: String?.self),
-            transactionId: transactionID, subscriptionStatus: try row.decode("subscription_status", as: String?.self),
-            activeProductId: try row.decode("active_product_id", as: String?.self),
-            expiresAt: try row.decode("expires_at", as: Date?.self),
-            creditsBalance: Credits.whole(try row.decode("balance", as: Int64.self)),
-            fulfilled: try row.decode("order_status", as: String?.self) == OrderStatus.fulfilled.rawValue)
+            orderNo: result.orderNo, orderStatus: result.orderStatus?.rawValue, transactionId: transactionID,
+            subscriptionStatus: result.subscriptionStatus?.rawValue, activeProductId: result.activeProductID,
+            expiresAt: result.expiresAt, creditsBalance: Credits.whole(result.balance),
+            fulfilled: result.orderStatus == .fulfilled)
     }
 
     /// The `environment` a JWS payload claims, read WITHOUT verifying it: it only chooses which
     /// environment to verify against, and verification then checks it.
     static func environmentClaim(of jws: String) -> String? {
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let bytes = Base64URL.decode(parts[1]),
-            let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]
-        else { return nil }
-        return object["environment"] as? String
+        (JWSParts(jws)?.payloadJSON as? [String: Any])?["environment"] as? String
     }
 }

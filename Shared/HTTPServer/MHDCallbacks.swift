@@ -1,0 +1,67 @@
+import CMicroHTTPD
+import CShims
+import Foundation
+
+// The libmicrohttpd callbacks of `ServerCore`: plain C function pointers without captures, so
+// all state arrives through the `cls` pointers. They only translate and forward.
+
+/// Header fields and query arguments gathered by `collectField`.
+struct HeadFields {
+    var headers: [String: String] = [:]
+    var query: [String: String] = [:]
+}
+
+// MARK: C callbacks (no captures: state arrives through the `cls` pointers)
+
+let accessHandler: MHD_AccessHandlerCallback = {
+    cls, connection, url, method, _, uploadData, uploadSize, contextPointer in
+    guard let cls, let connection, let uploadSize, let contextPointer else { return .NO }
+    let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
+    if let existing = contextPointer.pointee {
+        let context = Unmanaged<ConnectionRequest>.fromOpaque(existing).takeUnretainedValue()
+        return core.proceed(context, uploadData: uploadData, uploadSize: uploadSize)
+    }
+    let context = core.begin(
+        connection, url: url.map { String(cString: $0) } ?? "/",
+        method: method.map { String(cString: $0) } ?? "")
+    contextPointer.pointee = Unmanaged.passRetained(context).toOpaque()
+    return context.early == nil ? .YES : core.respondEarly(context)
+}
+
+let requestCompleted: MHD_RequestCompletedCallback = { cls, _, contextPointer, _ in
+    guard let cls, let contextPointer, let pointer = contextPointer.pointee else { return }
+    let context = Unmanaged<ConnectionRequest>.fromOpaque(pointer).takeRetainedValue()
+    contextPointer.pointee = nil
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().completed(context)
+}
+
+let daemonLog: MHD_LogCallback = { cls, format, arguments in
+    guard let cls, let format, let arguments else { return }
+    var buffer = [CChar](repeating: 0, count: 512)
+    _ = vsnprintf(&buffer, buffer.count, format, arguments)
+    let message = String(nulTerminated: buffer).trimmingCharacters(in: .whitespacesAndNewlines)
+    Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().logDaemonMessage(message)
+}
+
+let keepEscapes: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<CChar>?) -> Int = {
+    _, _, text in text.map { strlen($0) } ?? 0
+}
+
+let collectField: MHD_KeyValueIterator = { cls, kind, key, value in
+    guard let cls, let key else { return .YES }
+    let fields = cls.assumingMemoryBound(to: HeadFields.self)
+    let name = String(cString: key)
+    let text = value.map { String(cString: $0) } ?? ""
+    if kind == .HEADER_KIND {
+        let lowered = name.lowercased()
+        fields.pointee.headers[lowered] = fields.pointee.headers[lowered].map { $0 + ", " + text } ?? text
+    } else {
+        let decode = { (s: String) in
+            let spaced = s.replacingOccurrences(of: "+", with: " ")
+            return spaced.removingPercentEncoding ?? spaced
+        }
+        let decodedName = decode(name)
+        if fields.pointee.query[decodedName] == nil { fields.pointee.query[decodedName] = decode(text) }
+    }
+    return .YES
+}

@@ -1,0 +1,122 @@
+import Domain
+import Foundation
+import Postgres
+
+/// One `user_subscription` row (a transaction chain) as the read endpoints see it.
+public struct UserSubscription: Sendable, Equatable {
+    public var environment: String
+    public var originalTransactionID: String
+    public var subscriptionGroupID: String?
+    public var activeProductID: String
+    public var pendingProductID: String?
+    public var storedStatus: SubscriptionStatus
+    public var autoRenewEnabled: Bool
+    public var expiresAt: Date?
+    public var graceExpiresAt: Date?
+    public var isFamilyShared: Bool
+
+    /// The status at `now`. A row is recomputed when a fact arrives, but time passes between
+    /// facts: a paid period can end before the renewal (or its absence) is known.
+    public func status(at now: Date) -> SubscriptionStatus {
+        switch storedStatus {
+        case .active:
+            guard let expiresAt, expiresAt <= now else { return .active }
+            if let graceExpiresAt, graceExpiresAt > now { return .grace }
+            return .expired
+        case .grace:
+            // Apple keeps retrying the charge after the grace period: no service, recovery possible.
+            guard let graceExpiresAt, graceExpiresAt <= now else { return .grace }
+            return .billingRetry
+        case .billingRetry, .expired, .revoked:
+            return storedStatus
+        }
+    }
+}
+
+/// What a client learns after submitting a transaction: the order, the subscription of the
+/// transaction's chain and the user's credits.
+public struct PurchaseResult: Sendable, Equatable {
+    public var orderNo: String?
+    public var orderStatus: OrderStatus?
+    public var subscriptionStatus: SubscriptionStatus?
+    public var activeProductID: String?
+    public var expiresAt: Date?
+    /// Micro-credits over all of the user's pools.
+    public var balance: MicroCredits
+}
+
+/// The read side of subscriptions (`user_subscription` and what a result joins to it); the
+/// worker writes them.
+public struct SubscriptionStore: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Every chain of the user, the latest expiry first (a non-expiring one before all).
+    public func subscriptions(userID: String) async throws -> [UserSubscription] {
+        try await pool.query(
+            """
+            SELECT environment, original_transaction_id, subscription_group_id, active_product_id, pending_product_id,
+                status, auto_renew_enabled, expires_at, grace_expires_at, is_family_shared
+            FROM user_subscription WHERE user_id = \(userID)
+            ORDER BY expires_at DESC NULLS FIRST, id DESC
+            """
+        ).map { row in
+            UserSubscription(
+                environment: try row.decode("environment"), originalTransactionID: try row.decode("original_transaction_id"),
+                subscriptionGroupID: try row.decode("subscription_group_id"), activeProductID: try row.decode("active_product_id"),
+                pendingProductID: try row.decode("pending_product_id"), storedStatus: try row.decodeValue("status"),
+                autoRenewEnabled: try row.decode("auto_renew_enabled"), expiresAt: try row.decode("expires_at"),
+                graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: try row.decode("is_family_shared"))
+        }
+    }
+
+    /// The product of the user's own (not family-shared) subscription with service now in a
+    /// group of the app, the latest expiring one if several.
+    static func currentProduct(userID: String, group: String, appKey: String, on db: PostgresConnection) async throws
+        -> String?
+    {
+        let serving = [SubscriptionStatus.active, .grace].map(\.rawValue)
+        return try await db.query(
+            """
+            SELECT s.active_product_id
+              FROM user_subscription s
+              JOIN payment_product p ON p.product_id = s.active_product_id AND p.app_key = \(appKey)
+             WHERE s.user_id = \(userID) AND p.subscription_group_id = \(group)
+               AND s.status = ANY(\(PostgresArray(serving))::text[]) AND NOT s.is_family_shared
+               AND (s.expires_at IS NULL OR s.expires_at > now() OR s.grace_expires_at > now())
+             ORDER BY s.expires_at DESC NULLS FIRST LIMIT 1
+            """
+        ).first?.decode("active_product_id")
+    }
+
+    /// The result of a submitted transaction for `userID`: the order `orderNo`, the
+    /// subscription of the transaction's chain, the user's balance.
+    public func purchaseResult(transactionID: String, environment: String, orderNo: String?, userID: String) async throws
+        -> PurchaseResult
+    {
+        let rows = try await pool.query(
+            """
+            SELECT o.order_no, o.status AS order_status, s.status AS subscription_status, s.active_product_id, s.expires_at,
+                   (SELECT coalesce(sum(balance), 0)::bigint FROM credit_account WHERE user_id = \(userID)) AS balance
+              FROM (SELECT 1) AS one
+              LEFT JOIN payment_order o ON o.order_no = \(orderNo)
+              LEFT JOIN apple_transaction t ON t.environment = \(environment) AND t.transaction_id = \(transactionID)
+              LEFT JOIN user_subscription s ON s.environment = t.environment AND s.original_transaction_id = t.original_transaction_id
+            """)
+        let row = rows[0]
+        return PurchaseResult(
+            orderNo: try row.decode("order_no", as: String?.self),
+            orderStatus: try row.decode("order_status", as: String?.self).map { try Self.value($0, "order_status") },
+            subscriptionStatus: try row.decode("subscription_status", as: String?.self).map { try Self.value($0, "subscription_status") },
+            activeProductID: try row.decode("active_product_id", as: String?.self),
+            expiresAt: try row.decode("expires_at", as: Date?.self), balance: try row.decode("balance", as: Int64.self))
+    }
+
+    private static func value<T: RawRepresentable>(_ raw: String, _ column: String) throws -> T where T.RawValue == String {
+        guard let value = T(rawValue: raw) else {
+            throw PostgresError.decoding(column: column, reason: "a value \(T.self) does not know")
+        }
+        return value
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import Postgres
+
+/// The SQL of `app_user` and `user_account_token`: the business users, their StoreKit account
+/// tokens, the test-user flag, and who owns a purchase.
+public struct UserStore: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Creates the user unless it exists.
+    static func ensureUser(_ userID: String, on db: PostgresConnection) async throws {
+        try await db.query("INSERT INTO app_user (user_id) VALUES (\(userID)) ON CONFLICT DO NOTHING")
+    }
+
+    /// Locks the user's row until the transaction ends: serialises the user's changes that must
+    /// see each other (order creation, flag changes and their audit rows in commit order).
+    @discardableResult
+    static func lockUser(_ userID: String, on db: PostgresConnection) async throws -> PostgresRow? {
+        try await db.query("SELECT user_id, is_test_user FROM app_user WHERE user_id = \(userID) FOR UPDATE").first
+    }
+
+    /// Gives the user a random account token (never derived from the user id) unless they have one.
+    static func ensureAccountToken(_ userID: String, on db: PostgresConnection) async throws {
+        try await db.query(
+            """
+            INSERT INTO user_account_token (user_id, app_account_token) VALUES (\(userID), gen_random_uuid())
+            ON CONFLICT (user_id) DO NOTHING
+            """)
+    }
+
+    /// The business user a purchase belongs to: the user recorded on the transaction, else the
+    /// user of its appAccountToken; nil when neither is known.
+    public func owner(ofTransaction transactionID: String, environment: String, appAccountToken: UUID?) async throws
+        -> String?
+    {
+        try await pool.query(
+            """
+            SELECT coalesce(
+                (SELECT user_id FROM apple_transaction WHERE environment = \(environment) AND transaction_id = \(transactionID)),
+                (SELECT user_id FROM user_account_token WHERE app_account_token::text = \(appAccountToken?.uuidString.lowercased()))
+            ) AS owner
+            """
+        ).first?.decode("owner", as: String?.self)
+    }
+
+    /// The state recorded in the audit trail of a test-user change.
+    struct TestUserState: Encodable, Sendable {
+        let userId: String
+        let isTestUser: Bool
+    }
+
+    /// Flags (or unflags) a user as a test user, creating the user if needed, with an audit row
+    /// naming who did it and why; returns the flag before.
+    public func setTestUser(_ userID: String, enabled: Bool, operator operatorName: String, reason: String) async throws
+        -> Bool
+    {
+        try await pool.transaction { db in
+            try await Self.ensureUser(userID, on: db)
+            guard let row = try await Self.lockUser(userID, on: db) else { throw PostgresError.decoding(column: "user_id", reason: "no such user") }
+            let before: Bool = try row.decode("is_test_user")
+            try await db.query("UPDATE app_user SET is_test_user = \(enabled) WHERE user_id = \(userID)")
+            try await AuditLog.record(
+                on: db, operator: operatorName, action: "TEST_USER_FLAGGED", reason: reason,
+                before: TestUserState(userId: userID, isTestUser: before), after: TestUserState(userId: userID, isTestUser: enabled))
+            return before
+        }
+    }
+}

@@ -1,0 +1,76 @@
+import Domain
+import Foundation
+import Testing
+
+/// The order-creation policy, without a database.
+@Suite struct OrderCreationTests {
+    static let now = Date(timeIntervalSince1970: 1_800_000_000)
+    static let product = OrderCreation.Product(productID: "starter", subscriptionGroupID: "g1")
+
+    func inputs(
+        product: OrderCreation.Product? = product, sameRequest: OrderCreation.ExistingOrder? = nil, current: String? = nil,
+        open: [OrderCreation.ExistingOrder] = [], window: TimeInterval = 900
+    ) -> OrderCreation.Inputs {
+        OrderCreation.Inputs(
+            requestedProductID: "starter", product: product, sameRequest: sameRequest, currentProductID: current,
+            openOrders: open, now: Self.now, openOrderWindow: window)
+    }
+
+    func order(_ no: String, product: String = "starter", _ status: OrderStatus = .created, age: TimeInterval)
+        -> OrderCreation.ExistingOrder
+    {
+        OrderCreation.ExistingOrder(orderNo: no, productID: product, status: status, createdAt: Self.now - age)
+    }
+
+    @Test func aFirstPurchaseIsAnInitialOrder() {
+        #expect(OrderCreation.decide(inputs()) == .create(.initial, superseding: []))
+    }
+
+    @Test func aProductNotOnSaleIsRefusedBeforeAnythingElse() {
+        let decision = OrderCreation.decide(inputs(product: nil, sameRequest: order("o1", age: 10)))
+        #expect(decision == .refuse(.productUnavailable))
+    }
+
+    @Test func theSameRequestIsReplayedForTheSameProductOnly() {
+        #expect(OrderCreation.decide(inputs(sameRequest: order("o1", age: 10))) == .replay(orderNo: "o1"))
+        // Replayed whatever the order became since, and before any other rule.
+        let cancelled = order("o1", .cancelled, age: 10)
+        #expect(OrderCreation.decide(inputs(sameRequest: cancelled, current: "starter")) == .replay(orderNo: "o1"))
+        let other = order("o1", product: "pro", age: 10)
+        #expect(OrderCreation.decide(inputs(sameRequest: other)) == .refuse(.requestUsedForAnotherProduct))
+    }
+
+    @Test func aSubscriberOfTheProductIsRefusedAndOfAnotherOneChangesPlan() {
+        #expect(OrderCreation.decide(inputs(current: "starter")) == .refuse(.alreadySubscribed))
+        #expect(OrderCreation.decide(inputs(current: "pro")) == .create(.change, superseding: []))
+    }
+
+    @Test func aPendingPurchaseBlocksWhateverItsAge() {
+        let pending = order("o1", .pending, age: 7 * 86_400)
+        #expect(OrderCreation.decide(inputs(open: [pending])) == .refuse(.purchasePending))
+        #expect(OrderCreation.decide(inputs(open: [pending], window: 0)) == .refuse(.purchasePending))
+    }
+
+    @Test func anOpenOrderBlocksWithinTheWindowAndIsSupersededAfterIt() {
+        let recent = order("o1", age: 60)
+        #expect(OrderCreation.decide(inputs(open: [recent])) == .refuse(.anotherOrderOpen))
+        let old = order("o2", age: 3600)
+        #expect(OrderCreation.decide(inputs(open: [old])) == .create(.initial, superseding: [old]))
+        // A window of 0 supersedes at once.
+        #expect(OrderCreation.decide(inputs(open: [recent], window: 0)) == .create(.initial, superseding: [recent]))
+        // Exactly at the end of the window: no longer blocking.
+        let edge = order("o3", age: 900)
+        #expect(OrderCreation.decide(inputs(open: [edge])) == .create(.initial, superseding: [edge]))
+    }
+
+    @Test func everyStaleOrderIsSupersededAndTheFirstBlockingOneDecides() {
+        let old1 = order("o1", age: 3600)
+        let old2 = order("o2", age: 7200)
+        #expect(
+            OrderCreation.decide(inputs(current: "pro", open: [old1, old2])) == .create(.change, superseding: [old1, old2]))
+        let pending = order("o3", .pending, age: 10)
+        let recent = order("o4", age: 10)
+        #expect(OrderCreation.decide(inputs(open: [old1, pending, recent])) == .refuse(.purchasePending))
+        #expect(OrderCreation.decide(inputs(open: [old1, recent, pending])) == .refuse(.anotherOrderOpen))
+    }
+}

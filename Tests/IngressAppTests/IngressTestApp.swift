@@ -1,0 +1,258 @@
+import AppStore
+import AppStoreTestSupport
+import Catalogue
+import Crypto
+import Foundation
+import HTTPServer
+import Postgres
+import ServiceRuntime
+import TestSupport
+import Testing
+
+@testable import IngressApp
+
+/// The ingress's router on a fresh migrated database, called in process: no socket, no broker
+/// (events stay in the outbox), no worker. Made and released by `IngressTestApp.with`.
+struct IngressTestApp: Sendable {
+    static let bundleID = "com.example.subscriptions"
+
+    let database: TestDatabase
+    let signer: TestAppleSigner
+    let router: Router<IngressRequestContext>
+    let admission: NotificationAdmission
+    let userTokenSecret: String
+    let serviceToken: String
+    /// What the ingress logged, to check that it never logs secrets.
+    let logs: LogSink
+    let environment: [String: String]
+
+    var pool: PostgresPool { database.pool }
+
+    /// Runs `body` with an app on its own database, released afterwards whatever happens.
+    /// `extra` overrides any environment variable of the configuration.
+    static func with<R>(
+        environment appleEnvironment: AppStoreEnvironment = .sandbox, extra: [String: String] = [:],
+        _ body: (IngressTestApp) async throws -> R
+    ) async throws -> R {
+        let database = try await TestDatabase.make("ingress")
+        do {
+            let app = try make(database: database, appleEnvironment: appleEnvironment, extra: extra)
+            let result = try await body(app)
+            await database.drop()
+            return result
+        } catch {
+            await database.drop()
+            throw error
+        }
+    }
+
+    private static func make(database: TestDatabase, appleEnvironment: AppStoreEnvironment, extra: [String: String]) throws
+        -> IngressTestApp
+    {
+        let signer = try TestAppleSigner()
+        let secret = Base64URL.encode(SecureRandom.bytes(32))
+        let serviceToken = Base64URL.encode(SecureRandom.bytes(32))
+        var environment = try signer.verifierEnvironment(
+            bundleId: bundleID, environment: appleEnvironment, appAppleId: appleEnvironment == .production ? 1_234_567_890 : nil)
+        environment.merge([
+            "DATABASE_URL": database.url,
+            // Never contacted: nothing here publishes or checks readiness.
+            "KAFKA_BROKERS": "127.0.0.1:9",
+            "PAYLOAD_ENCRYPTION_KEYS": "k1:" + Data(SecureRandom.bytes(32)).base64EncodedString(),
+            "CURSOR_SIGNING_KEY": Data(SecureRandom.bytes(32)).base64EncodedString(),
+            "USER_TOKEN_HS256_SECRET": secret,
+            "SERVICE_TOKENS": "billing:\(serviceToken)",
+            "INGRESS_FULFILLMENT_WAIT_MS": "200",
+        ]) { _, new in new }
+        environment.merge(extra) { _, new in new }
+        let configuration = try IngressConfiguration.load(environment: environment)
+        let logs = LogSink.memory()
+        let logger = Logger(label: "ingress", level: .info, sink: logs)
+        let context = try IngressContext(
+            configuration: configuration, pool: database.pool, publisher: OutboxOnly(), clock: SystemClock(), logger: logger)
+        var router = try buildRouter(context)
+        router.logger = logger
+        return IngressTestApp(
+            database: database, signer: signer, router: router, admission: NotificationAdmission(configuration: configuration),
+            userTokenSecret: secret, serviceToken: serviceToken, logs: logs, environment: environment)
+    }
+
+    // MARK: Requests
+
+    /// One request as the server would hand it over: the head through the admission check, then
+    /// the router. `target` is the path with its query, as sent.
+    func request(
+        _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
+        remoteAddress: String = "127.0.0.1"
+    ) async -> TestResponse {
+        let (path, query) = Self.split(target)
+        var fields: [String: String] = [:]
+        for (name, value) in headers { fields[name.lowercased()] = value }
+        let head = HTTPRequestHead(
+            method: method, path: path, query: query, headers: fields, remoteAddress: remoteAddress,
+            traceID: TraceID.accept(fields["x-request-id"]))
+        if let refusal = admission.check(head) { return TestResponse(refusal) }
+        return TestResponse(await router.handle(HTTPRequest(head: head, body: body)))
+    }
+
+    func get(_ target: String, headers: [String: String] = [:]) async -> TestResponse {
+        await request("GET", target, headers: headers)
+    }
+
+    /// A request with `json` serialised as its body and `Content-Type: application/json`.
+    func send(_ method: String, _ target: String, json: Any, headers: [String: String] = [:]) async throws -> TestResponse {
+        await request(
+            method, target, headers: headers.merging(["Content-Type": "application/json"]) { own, _ in own },
+            body: Array(try JSONSerialization.data(withJSONObject: json)))
+    }
+
+    func post(_ target: String, json: Any, headers: [String: String] = [:]) async throws -> TestResponse {
+        try await send("POST", target, json: json, headers: headers)
+    }
+
+    /// Path and decoded query arguments, as the server splits them (`+` is a space; the first of
+    /// a repeated name wins).
+    static func split(_ target: String) -> (String, [String: String]) {
+        guard let mark = target.firstIndex(of: "?") else { return (target, [:]) }
+        var query: [String: String] = [:]
+        let decode = { (s: Substring) in
+            let spaced = s.replacingOccurrences(of: "+", with: " ")
+            return spaced.removingPercentEncoding ?? spaced
+        }
+        for pair in target[target.index(after: mark)...].split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = decode(parts[0])
+            if query[name] == nil { query[name] = parts.count > 1 ? decode(parts[1]) : "" }
+        }
+        return (String(target[..<mark]), query)
+    }
+
+    // MARK: Credentials
+
+    /// A bearer token for `userID`, signed like the app's identity provider would (HS256).
+    func userToken(_ userID: String, expiresIn: TimeInterval = 3600, extraClaims: String = "") -> String {
+        let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
+        let exp = Int(Date().timeIntervalSince1970 + expiresIn)
+        let payload = Base64URL.encode(Array(#"{"sub":"\#(userID)","exp":\#(exp)\#(extraClaims)}"#.utf8))
+        return signedToken(header: header, payload: payload)
+    }
+
+    /// `header.payload` signed with the configured secret.
+    func signedToken(header: String, payload: String) -> String {
+        let signature = HMACSHA256.authenticate(key: Array(userTokenSecret.utf8), message: Array("\(header).\(payload)".utf8))
+        return "\(header).\(payload).\(Base64URL.encode(signature))"
+    }
+
+    func authorized(_ userID: String) -> [String: String] { ["Authorization": "Bearer \(userToken(userID))"] }
+
+    var serviceAuthorization: [String: String] { ["Authorization": "Bearer \(serviceToken)"] }
+
+    /// GET as `userID`, expecting a 200 JSON object.
+    func read(_ target: String, as userID: String) async throws -> [String: Any] {
+        let response = await get(target, headers: authorized(userID))
+        guard response.status == 200 else { throw UnexpectedResponse(path: target, status: response.status, body: response.text) }
+        return try response.json()
+    }
+
+    // MARK: Database
+
+    func count(_ sql: String) async throws -> Int { try await database.count(sql) }
+
+    /// What the ingress logged that must never be logged: signed payloads, bearer tokens, keys
+    /// and the configured secrets. Empty when the logs are clean.
+    func leakedSecrets() -> [String] {
+        let output = logs.lines.joined(separator: "\n")
+        var leaks: [String] = []
+        if output.range(of: #"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"#, options: .regularExpression) != nil {
+            leaks.append("a JWS")
+        }
+        if output.contains("Bearer ") { leaks.append("a bearer credential") }
+        if output.contains("-----BEGIN") { leaks.append("a PEM key or certificate") }
+        for name in ["USER_TOKEN_HS256_SECRET", "PAYLOAD_ENCRYPTION_KEYS", "CURSOR_SIGNING_KEY", "SERVICE_TOKENS"] {
+            for part in (environment[name] ?? "").split(separator: ",").map({ String($0.split(separator: ":").last ?? "") })
+            where part.count >= 16 && output.contains(part) {
+                leaks.append(name)
+            }
+        }
+        return leaks
+    }
+}
+
+/// A router answer as tests look at it.
+struct TestResponse {
+    let response: HTTPResponse
+
+    init(_ response: HTTPResponse) { self.response = response }
+
+    var status: Int { response.status }
+    var text: String { String(decoding: response.body, as: UTF8.self) }
+    func header(_ name: String) -> String? { response.header(name) }
+    func json() throws -> [String: Any] {
+        try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] ?? [:]
+    }
+    /// The `code` of an error body.
+    var code: String? { (try? json())?["code"] as? String }
+}
+
+struct UnexpectedResponse: Error, CustomStringConvertible {
+    let path: String
+    let status: Int
+    let body: String
+    var description: String { "GET \(path) answered \(status): \(body)" }
+}
+
+/// A date with whole seconds, so it survives RFC 3339 without fractions unchanged.
+func wholeSeconds(_ offset: TimeInterval) -> Date {
+    Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + offset).rounded(.down))
+}
+
+/// Rows the routes read, written straight into the database (the worker that normally writes
+/// them is not part of these tests).
+extension IngressTestApp {
+    /// The demo catalogue of deploy/local, whose appKey is the app's bundle id.
+    func applyDemoCatalogue() async throws {
+        let file = try CatalogueFile.load(path: ServiceProcess.packageRoot.appendingPathComponent("deploy/local/catalog.json").path)
+        try await CatalogueStore(pool: pool).apply(file, operator: "test", reason: "fixture")
+    }
+
+    static let monthly = "com.example.starter.monthly"
+    static let pro = "com.example.pro.monthly"
+
+    /// Two products of one group: `monthly` (level 2) and `pro` (level 1).
+    func seedCatalogue() async throws {
+        for (product, level, credits) in [(Self.monthly, 2, 1000), (Self.pro, 1, 3000)] {
+            try await pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
+                VALUES (\(Self.bundleID), \(product), 'group-1', \(product), \(level), 'MONTH', \(credits))
+                """)
+        }
+    }
+
+    func addUser(_ userID: String) async throws {
+        try await pool.query("INSERT INTO app_user (user_id) VALUES (\(userID)) ON CONFLICT DO NOTHING")
+    }
+
+    func addSubscription(
+        user: String, product: String, status: String, expiresAt: Date?, graceExpiresAt: Date? = nil,
+        pendingProduct: String? = nil, autoRenew: Bool = true, familyShared: Bool = false, environment: String = "Sandbox",
+        group: String = "21000000", originalTransactionID: String = String(UInt64.random(in: 1_000_000_000...9_999_999_999))
+    ) async throws {
+        try await addUser(user)
+        try await pool.query(
+            """
+            INSERT INTO user_subscription (environment, original_transaction_id, user_id, subscription_group_id, active_product_id,
+                pending_product_id, status, auto_renew_enabled, expires_at, grace_expires_at, last_transaction_id,
+                last_signed_date, is_family_shared)
+            VALUES (\(environment), \(originalTransactionID), \(user), \(group), \(product), \(pendingProduct), \(status),
+                \(autoRenew), \(expiresAt), \(graceExpiresAt), \(originalTransactionID), now(), \(familyShared))
+            """)
+    }
+
+    /// Creates an order as `user` through the route.
+    func createOrder(_ user: String, product: String = monthly, requestID: String = UUID().uuidString) async throws
+        -> TestResponse
+    {
+        try await post("/api/v1/subscriptions/orders", json: ["productId": product, "requestId": requestID], headers: authorized(user))
+    }
+}

@@ -1,0 +1,373 @@
+import Crypto
+import Foundation
+import Postgres
+import ServiceRuntime
+import TestSupport
+import Testing
+
+/// The client read endpoints of the ingress router: products, current subscriptions, balance,
+/// grants and daily bills, their bearer authentication and their signed cursors.
+@Suite(.timeLimit(.minutes(3)))
+struct ReadRouteTests {
+    static let readPaths = [
+        "/api/v1/subscriptions/products", "/api/v1/subscriptions/current", "/api/v1/credits/balance",
+        "/api/v1/credits/grants", "/api/v1/credits/daily-bills",
+    ]
+
+    @Test func refusesMissingMalformedForeignAndExpiredTokens() async throws {
+        try await IngressTestApp.with { harness in
+            let foreignSecret = Array(Base64URL.encode(SecureRandom.bytes(32)).utf8)
+            let header = Base64URL.encode(Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8))
+            let payload = Base64URL.encode(Array(#"{"sub":"u1","exp":\#(Int(Date().timeIntervalSince1970) + 3600)}"#.utf8))
+            let foreign =
+                "\(header).\(payload)." + Base64URL.encode(HMACSHA256.authenticate(key: foreignSecret, message: Array("\(header).\(payload)".utf8)))
+            let unsigned = Base64URL.encode(Array(#"{"alg":"none"}"#.utf8)) + ".\(payload)."
+            let cases: [(String, [String: String])] = [
+                ("no header", [:]),
+                ("not bearer", ["Authorization": "Basic dXNlcjpwYXNz"]),
+                ("garbage", ["Authorization": "Bearer not-a-token"]),
+                ("expired", ["Authorization": "Bearer \(harness.userToken("u1", expiresIn: -3600))"]),
+                ("other secret", ["Authorization": "Bearer \(foreign)"]),
+                ("alg none", ["Authorization": "Bearer \(unsigned)"]),
+            ]
+            for path in Self.readPaths {
+                for (name, headers) in cases {
+                    let response = await harness.get(path, headers: headers.merging(["X-Request-Id": "trace-\(name.count)"]) { a, _ in a })
+                    #expect(response.status == 401, "\(path) \(name)")
+                    let body = try response.json()
+                    #expect(body["code"] as? String == "UNAUTHORIZED", "\(path) \(name)")
+                    #expect(body["message"] is String)
+                    #expect(body["traceId"] as? String == "trace-\(name.count)", "\(path) \(name)")
+                }
+            }
+            #expect(harness.leakedSecrets().isEmpty, "\(harness.leakedSecrets())")
+        }
+    }
+
+    @Test func anUnknownUserHasNothingYet() async throws {
+        try await IngressTestApp.with { harness in
+            try await harness.applyDemoCatalogue()
+            let products = try await harness.read("/api/v1/subscriptions/products", as: "nobody")["products"] as? [[String: Any]]
+            #expect(products?.count == 3)
+            #expect(products?.allSatisfy { $0["relation"] as? String == "NEW" } == true)
+            #expect(try await harness.read("/api/v1/subscriptions/current", as: "nobody")["subscriptions"] as? [Any] != nil)
+            let none = try await harness.read("/api/v1/subscriptions/current", as: "nobody")
+            #expect((none["subscriptions"] as? [Any])?.isEmpty == true)
+            for key in ["status", "activeProductId", "pendingProductId", "autoRenewEnabled", "expiresAt", "graceExpiresAt", "environment"] {
+                #expect(none[key] is NSNull, "\(key): present and null without a subscription")
+            }
+            let balance = try await harness.read("/api/v1/credits/balance", as: "nobody")
+            #expect(balance["creditsBalance"] as? Int == 0)
+            #expect(balance["microCredits"] as? Int == 0)
+            #expect(balance["pools"] as? [String: String] == ["subscription": "0", "welcome": "0", "permanent": "0"])
+            for path in ["/api/v1/credits/grants", "/api/v1/credits/daily-bills"] {
+                let page = try await harness.read(path, as: "nobody")
+                #expect((page["items"] as? [Any])?.isEmpty == true, "\(path)")
+                #expect(page["nextCursor"] is NSNull, "\(path): nextCursor must be present and null")
+            }
+        }
+    }
+
+    @Test func productsCarryTheirRelationToTheCurrentPlan() async throws {
+        try await IngressTestApp.with { harness in
+            try await harness.applyDemoCatalogue()
+            // A withdrawn product is not offered, but a subscriber of it still has it as current plan.
+            try await harness.pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled)
+                VALUES ('com.example.subscriptions', 'com.example.legacy.monthly', '21000000', 'legacy', 3, 'MONTH', 500, false),
+                       ('com.example.subscriptions', 'com.example.addon.monthly', '22000000', 'addon', 1, 'MONTH', 100, true),
+                       ('com.other.app', 'com.other.monthly', '23000000', 'other', 1, 'MONTH', 100, true)
+                """)
+            try await harness.addSubscription(
+                user: "starter", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400))
+            try await harness.addSubscription(
+                user: "yearly", product: "com.example.pro.yearly", status: "ACTIVE", expiresAt: wholeSeconds(300 * 86_400))
+            try await harness.addSubscription(user: "legacy", product: "com.example.legacy.monthly", status: "ACTIVE", expiresAt: nil)
+            // Paid period over, grace running: still the current plan.
+            try await harness.addSubscription(
+                user: "grace", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-3600),
+                graceExpiresAt: wholeSeconds(86_400))
+            // Paid period over without grace, and an older expired chain: no current plan.
+            try await harness.addSubscription(user: "lapsed", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-60))
+            try await harness.addSubscription(
+                user: "lapsed", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-90 * 86_400))
+
+            func relations(_ user: String) async throws -> [String: String] {
+                let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: user)["products"] as? [[String: Any]])
+                return Dictionary(uniqueKeysWithValues: products.map { ($0["productId"] as! String, $0["relation"] as! String) })
+            }
+            let main = ["com.example.starter.monthly", "com.example.pro.monthly", "com.example.pro.yearly"]
+            func expected(_ values: [String], addon: String = "NEW") -> [String: String] {
+                Dictionary(uniqueKeysWithValues: zip(main, values)).merging(["com.example.addon.monthly": addon]) { a, _ in a }
+            }
+            #expect(try await relations("starter") == expected(["CURRENT", "UPGRADE", "UPGRADE"]))
+            #expect(try await relations("yearly") == expected(["DOWNGRADE", "CROSSGRADE", "CURRENT"]))
+            #expect(try await relations("legacy") == expected(["UPGRADE", "UPGRADE", "UPGRADE"]))
+            #expect(try await relations("grace") == expected(["DOWNGRADE", "CURRENT", "CROSSGRADE"]))
+            #expect(try await relations("lapsed") == expected(["NEW", "NEW", "NEW"]))
+
+            let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: "starter")["products"] as? [[String: Any]])
+            let yearly = try #require(products.first { $0["productId"] as? String == "com.example.pro.yearly" })
+            #expect(Set(yearly.keys) == ["productId", "planCode", "planLevel", "duration", "creditsAmount", "subscriptionGroupId", "relation"])
+            #expect(yearly["planCode"] as? String == "pro")
+            #expect(yearly["planLevel"] as? Int == 1)
+            #expect(yearly["duration"] as? String == "YEAR")
+            #expect(yearly["creditsAmount"] as? Int == 3000)
+            #expect(yearly["subscriptionGroupId"] as? String == "21000000")
+        }
+    }
+
+    @Test func currentSubscriptionsReportTheirStatusAtReadTime() async throws {
+        try await IngressTestApp.with { harness in
+            let future = wholeSeconds(10 * 86_400)
+            let past = wholeSeconds(-3600)
+            let graceEnd = wholeSeconds(2 * 86_400)
+            try await harness.addSubscription(
+                user: "u1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future,
+                pendingProduct: "com.example.starter.monthly", autoRenew: false, originalTransactionID: "1000")
+            try await harness.addSubscription(
+                user: "u1", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: past, originalTransactionID: "2000")
+            try await harness.addSubscription(
+                user: "u1", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-7200), graceExpiresAt: graceEnd,
+                originalTransactionID: "3000")
+            try await harness.addSubscription(
+                user: "u1", product: "com.example.starter.monthly", status: "GRACE", expiresAt: wholeSeconds(-20 * 86_400),
+                graceExpiresAt: wholeSeconds(-4 * 86_400), originalTransactionID: "4000")
+            try await harness.addSubscription(
+                user: "u1", product: "com.example.pro.yearly", status: "REVOKED", expiresAt: wholeSeconds(-30 * 86_400), familyShared: true,
+                environment: "Production", originalTransactionID: "5000")
+            try await harness.addSubscription(user: "someone-else", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future)
+
+            let subscriptions = try #require(try await harness.read("/api/v1/subscriptions/current", as: "u1")["subscriptions"] as? [[String: Any]])
+            #expect(subscriptions.map { $0["originalTransactionId"] as? String } == ["1000", "2000", "3000", "4000", "5000"])
+            let byChain = Dictionary(uniqueKeysWithValues: subscriptions.map { ($0["originalTransactionId"] as! String, $0) })
+            #expect(byChain["1000"]?["status"] as? String == "ACTIVE")
+            #expect(byChain["1000"]?["activeProductId"] as? String == "com.example.pro.monthly")
+            #expect(byChain["1000"]?["pendingProductId"] as? String == "com.example.starter.monthly")
+            #expect(byChain["1000"]?["autoRenewEnabled"] as? Bool == false)
+            #expect(byChain["1000"]?["expiresAt"] as? String == RFC3339.string(from: future))
+            #expect(byChain["1000"]?["environment"] as? String == "Sandbox")
+            #expect(byChain["1000"]?["isFamilyShared"] as? Bool == false)
+            #expect(byChain["2000"]?["status"] as? String == "EXPIRED", "an ACTIVE row past its expiry without grace")
+            #expect(byChain["3000"]?["status"] as? String == "GRACE", "an ACTIVE row past its expiry within grace")
+            #expect(byChain["3000"]?["graceExpiresAt"] as? String == RFC3339.string(from: graceEnd))
+            #expect(byChain["4000"]?["status"] as? String == "BILLING_RETRY", "a GRACE row whose grace is over")
+            #expect(byChain["4000"]?["graceExpiresAt"] is NSNull, "written out as null, not left out")
+            #expect(byChain["2000"]?["pendingProductId"] is NSNull, "written out as null, not left out")
+            #expect(byChain["5000"]?["status"] as? String == "REVOKED")
+            #expect(byChain["5000"]?["environment"] as? String == "Production")
+            #expect(byChain["5000"]?["isFamilyShared"] as? Bool == true)
+            #expect((byChain["1000"]?["expiresAt"] as? String)?.hasSuffix("Z") == true)
+
+            // Beside the list, the chain that counts now (the first with service) at the top level.
+            let current = try await harness.read("/api/v1/subscriptions/current", as: "u1")
+            #expect(current["originalTransactionId"] as? String == "1000")
+            #expect(current["status"] as? String == "ACTIVE")
+            #expect(current["activeProductId"] as? String == "com.example.pro.monthly")
+            #expect(current["pendingProductId"] as? String == "com.example.starter.monthly")
+            #expect(current["autoRenewEnabled"] as? Bool == false)
+            #expect(current["expiresAt"] as? String == RFC3339.string(from: future))
+            #expect(current["graceExpiresAt"] is NSNull)
+            #expect(current["environment"] as? String == "Sandbox")
+            // Without service anywhere, the latest chain.
+            try await harness.addSubscription(
+                user: "lapsed", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: past, originalTransactionID: "6000")
+            try await harness.addSubscription(
+                user: "lapsed", product: "com.example.pro.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-90 * 86_400),
+                originalTransactionID: "7000")
+            let lapsed = try await harness.read("/api/v1/subscriptions/current", as: "lapsed")
+            #expect(lapsed["originalTransactionId"] as? String == "6000")
+            #expect(lapsed["status"] as? String == "EXPIRED")
+        }
+    }
+
+    @Test func balanceAddsThePoolsInWholeCredits() async throws {
+        try await IngressTestApp.with { harness in
+            try await harness.addUser("u1")
+            try await harness.addUser("u2")
+            try await harness.pool.query(
+                """
+                INSERT INTO credit_account (user_id, pool, balance)
+                VALUES ('u1', 'SUBSCRIPTION', 1000500000), ('u1', 'WELCOME', 750000), ('u1', 'PERMANENT', 20000000),
+                       ('u2', 'PERMANENT', 999999)
+                """)
+            let balance = try await harness.read("/api/v1/credits/balance", as: "u1")
+            #expect(balance["creditsBalance"] as? Int == 1021)
+            #expect(balance["microCredits"] as? Int == 1_021_250_000)
+            #expect(balance["pools"] as? [String: String] == ["subscription": "1000.5", "welcome": "0.75", "permanent": "20"])
+            let small = try await harness.read("/api/v1/credits/balance", as: "u2")
+            #expect(small["creditsBalance"] as? Int == 0, "a partial credit is not a whole one")
+            #expect(small["pools"] as? [String: String] == ["subscription": "0", "welcome": "0", "permanent": "0.999999"])
+        }
+    }
+
+    /// Pages until `nextCursor` is null; returns the pages' item lists.
+    static func pages(_ harness: IngressTestApp, _ path: String, user: String, limit: Int?) async throws -> [[[String: Any]]] {
+        var pages: [[[String: Any]]] = []
+        var cursor: String?
+        repeat {
+            var query: [String] = []
+            if let limit { query.append("limit=\(limit)") }
+            if let cursor { query.append("cursor=\(cursor)") }
+            let page = try await harness.read(path + (query.isEmpty ? "" : "?" + query.joined(separator: "&")), as: user)
+            pages.append(try #require(page["items"] as? [[String: Any]]))
+            cursor = page["nextCursor"] as? String
+            if cursor == nil { #expect(page["nextCursor"] is NSNull) }
+            #expect(pages.count <= 50, "paging does not end")
+        } while cursor != nil && pages.count <= 50
+        return pages
+    }
+
+    @Test func grantsPageWithoutDuplicatesOrGaps() async throws {
+        try await IngressTestApp.with { harness in
+            try await harness.addUser("u1")
+            try await harness.addUser("u2")
+            // 30 grants committed together share one created_at (only the id orders them), 15 more
+            // spread over time, and another user's grants that must never show.
+            try await harness.pool.query(
+                """
+                INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, environment, transaction_id)
+                SELECT 'same:' || n, 'u1', 'SUBSCRIPTION', n * 1000000, 'RENEWAL', 'Sandbox', 'tx' || n FROM generate_series(1, 30) n
+                """)
+            try await harness.pool.query(
+                """
+                INSERT INTO credit_grant (grant_key, user_id, pool, amount, revoked_amount, reason, created_at)
+                SELECT 'spread:' || n, 'u1', 'WELCOME', 1500000, 250000, 'WELCOME', now() - n * interval '1 hour' FROM generate_series(1, 15) n
+                """)
+            try await harness.pool.query(
+                """
+                INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason)
+                SELECT 'other:' || n, 'u2', 'PERMANENT', 1000000, 'PURCHASE' FROM generate_series(1, 5) n
+                """)
+            let expectedOrder = try await harness.pool.query(
+                "SELECT grant_key FROM credit_grant WHERE user_id = 'u1' ORDER BY created_at DESC, id DESC"
+            ).map { try $0.decode("grant_key", as: String.self) }
+            #expect(expectedOrder.count == 45)
+
+            let pages = try await Self.pages(harness, "/api/v1/credits/grants", user: "u1", limit: 20)
+            #expect(pages.map(\.count) == [20, 20, 5])
+            let keys = pages.flatMap { $0.map { $0["grantKey"] as? String ?? "" } }
+            #expect(keys == expectedOrder, "every grant once, newest first")
+
+            #expect(try await Self.pages(harness, "/api/v1/credits/grants", user: "u1", limit: nil).map(\.count) == [20, 20, 5], "default limit 20")
+            #expect(try await Self.pages(harness, "/api/v1/credits/grants", user: "u1", limit: 7).flatMap { $0 }.count == 45)
+            #expect(try await Self.pages(harness, "/api/v1/credits/grants", user: "u1", limit: 1000).map(\.count) == [45], "capped at 100")
+
+            let first = try #require(pages.first?.first)
+            #expect(Set(first.keys) == ["grantKey", "pool", "amount", "revokedAmount", "reason", "transactionId", "createdAt"])
+            #expect(first["grantKey"] as? String == "same:30")
+            #expect(first["amount"] as? String == "30")
+            #expect(first["revokedAmount"] as? String == "0")
+            #expect(first["pool"] as? String == "SUBSCRIPTION")
+            #expect(first["transactionId"] as? String == "tx30")
+            #expect((first["createdAt"] as? String).flatMap(RFC3339.date(from:)) != nil)
+            let spread = try #require(pages.last?.last)
+            #expect(spread["grantKey"] as? String == "spread:15")
+            #expect(spread["amount"] as? String == "1.5")
+            #expect(spread["revokedAmount"] as? String == "0.25")
+            #expect(spread["transactionId"] is NSNull, "written out as null, not left out")
+
+            for bad in ["0", "-1", "abc", "1.5", "99999999999999999999"] {
+                let response = await harness.get("/api/v1/credits/grants?limit=\(bad)", headers: harness.authorized("u1"))
+                #expect(response.status == 400, "limit=\(bad)")
+                #expect(try response.json()["code"] as? String == "INVALID_REQUEST", "limit=\(bad)")
+            }
+        }
+    }
+
+    @Test func dailyBillsPageByDay() async throws {
+        try await IngressTestApp.with { harness in
+            try await harness.addUser("u1")
+            try await harness.pool.query(
+                """
+                INSERT INTO credit_daily_bill (user_id, day, total_cost, charged, rounding, settled, shortfall, closed_at)
+                SELECT 'u1', date '2026-01-01' + n, 2250000, 3000000, 750000, 500000, 250000, timestamptz '2026-01-02 00:05:00+00' + n * interval '1 day'
+                FROM generate_series(0, 44) n
+                """)
+            try await harness.pool.query(
+                "INSERT INTO credit_daily_bill (user_id, day, total_cost) VALUES ('u1', date '2026-03-01', 100)")
+            let pages = try await Self.pages(harness, "/api/v1/credits/daily-bills", user: "u1", limit: 20)
+            #expect(pages.map(\.count) == [20, 20, 6])
+            let days = pages.flatMap { $0.map { $0["day"] as? String ?? "" } }
+            #expect(days.count == 46)
+            #expect(Set(days).count == 46)
+            #expect(days == days.sorted(by: >), "latest day first")
+            let open = try #require(pages.first?.first)
+            #expect(open["day"] as? String == "2026-03-01")
+            #expect(open["totalCost"] as? String == "0.0001")
+            #expect(open["closedAt"] is NSNull, "written out as null, not left out")
+            let closed = try #require(pages.last?.last)
+            #expect(closed["day"] as? String == "2026-01-01")
+            #expect(closed["totalCost"] as? String == "2.25")
+            #expect(closed["charged"] as? String == "3")
+            #expect(closed["rounding"] as? String == "0.75")
+            #expect(closed["settled"] as? String == "0.5")
+            #expect(closed["shortfall"] as? String == "0.25")
+            #expect(closed["closedAt"] as? String == "2026-01-02T00:05:00Z")
+        }
+    }
+
+    @Test func cursorsAreTamperEvidentAndBoundToTheirListAndUser() async throws {
+        try await IngressTestApp.with { harness in
+            try await harness.addUser("u1")
+            try await harness.pool.query(
+                """
+                INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason)
+                SELECT 'g' || n, 'u1', 'SUBSCRIPTION', 1000000, 'RENEWAL' FROM generate_series(1, 5) n
+                """)
+            try await harness.pool.query(
+                "INSERT INTO credit_daily_bill (user_id, day) SELECT 'u1', date '2026-01-01' + n FROM generate_series(1, 5) n")
+            let page = try await harness.read("/api/v1/credits/grants?limit=2", as: "u1")
+            let cursor = try #require(page["nextCursor"] as? String)
+            let parts = cursor.split(separator: ".").map(String.init)
+            #expect(parts.count == 2)
+            // The genuine cursor works.
+            let next = try await harness.read("/api/v1/credits/grants?limit=2&cursor=\(cursor)", as: "u1")
+            #expect((next["items"] as? [Any])?.count == 2)
+
+            func flip(_ text: String, at index: Int) -> String {
+                var characters = Array(text)
+                characters[index] = characters[index] == "A" ? "B" : "A"
+                return String(characters)
+            }
+            // A payload naming a later position, re-encoded but signed with a key the server does not hold.
+            var payload = try #require(Base64URL.decode(parts[0]))
+            var object = try #require(try JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])
+            object["i"] = 1
+            payload = Array(try JSONSerialization.data(withJSONObject: object))
+            let forged = Base64URL.encode(payload) + "." + Base64URL.encode(HMACSHA256.authenticate(key: SecureRandom.bytes(32), message: payload))
+            let unsignedEdit = Base64URL.encode(payload) + "." + parts[1]
+
+            let refused: [(String, String, String)] = [
+                ("payload tampered", "/api/v1/credits/grants", flip(parts[0], at: 3)),
+                ("mac tampered", "/api/v1/credits/grants", flip(parts[1], at: 3)),
+                ("edited payload, old mac", "/api/v1/credits/grants", unsignedEdit),
+                ("forged with another key", "/api/v1/credits/grants", forged),
+                ("mac missing", "/api/v1/credits/grants", parts[0]),
+                ("three parts", "/api/v1/credits/grants", cursor + ".x"),
+                ("not base64url", "/api/v1/credits/grants", "%2B%2F%3D.abc"),
+                ("garbage", "/api/v1/credits/grants", "hello"),
+                ("too long", "/api/v1/credits/grants", String(repeating: "A", count: 600) + "." + parts[1]),
+                ("other list", "/api/v1/credits/daily-bills", cursor),
+            ]
+            for (name, path, bad) in refused {
+                let response = await harness.get("\(path)?limit=2&cursor=\(bad)", headers: harness.authorized("u1"))
+                #expect(response.status == 400, "\(name)")
+                let body = try response.json()
+                #expect(body["code"] as? String == "INVALID_CURSOR", "\(name)")
+                #expect(body["message"] is String && body["traceId"] is String, "\(name)")
+            }
+            // Another user presenting u1's cursor.
+            let foreign = await harness.get("/api/v1/credits/grants?cursor=\(cursor)", headers: harness.authorized("u2"))
+            #expect(foreign.status == 400)
+            #expect(try foreign.json()["code"] as? String == "INVALID_CURSOR")
+            // And a daily-bills cursor is refused by the grants list.
+            let bills = try await harness.read("/api/v1/credits/daily-bills?limit=2", as: "u1")
+            let billsCursor = try #require(bills["nextCursor"] as? String)
+            let crossed = await harness.get("/api/v1/credits/grants?cursor=\(billsCursor)", headers: harness.authorized("u1"))
+            #expect(crossed.status == 400)
+            #expect(harness.leakedSecrets().isEmpty, "\(harness.leakedSecrets())")
+        }
+    }
+}
