@@ -57,7 +57,8 @@ let package = Package(
             name: "AppStore", dependencies: ["Crypto", "ServiceRuntime"], path: "Shared/AppStore",
             swiftSettings: swiftSettings),
 
-        // Storage: migrations and the stores that own the SQL (event pipeline, orders, users, subscriptions…).
+        // Storage: migrations and the stores, each owning its tables' SQL (event intake, leases and outbox, tasks,
+        // consumption answers, orders, users, subscription and credit reads, consent, audit).
         .target(
             name: "Storage", dependencies: ["Postgres", "ServiceRuntime", "Events", "Domain"], path: "Shared/Storage",
             resources: [.copy("Migrations")], swiftSettings: swiftSettings),
