@@ -120,7 +120,7 @@ let package = Package(
 
         // Helpers for tests: the local services, process control, HTTP client, throwaway migrated databases.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Storage", "CCurl", "CShims"],
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "CCurl", "CShims"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
         // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.

@@ -5,14 +5,15 @@ import TestSupport
 
 let testLogger = Logger(label: "kafka-tests")
 
-/// Short group sessions keep joins and rebalances to a second or two against Tansu.
+/// Shorter group sessions than the local broker's tuning keep joins and rebalances to a second
+/// or two against Tansu.
 let fastGroupProperties = [
     "session.timeout.ms": "2000",
     "heartbeat.interval.ms": "500",
 ]
 
 func kafkaConfiguration(brokers: String? = nil, _ properties: [String: String] = [:]) throws -> KafkaConfiguration {
-    KafkaConfiguration(brokers: try brokers ?? TestEnvironment.kafkaBrokers(), properties: properties)
+    try TestEnvironment.kafkaConfiguration(brokers: brokers, properties: properties)
 }
 
 /// A topic only the calling test uses, created with `partitions` partitions.

@@ -31,7 +31,9 @@ public final class ServiceProcess: @unchecked Sendable {
         try self.init(executablePath: binary.path, name: name, arguments: arguments, environment: environment)
     }
 
-    /// Starts any program with the test's environment plus `environment`.
+    /// Starts any program with the test's environment plus `environment`: it inherits the local
+    /// broker's `KAFKA_PROPERTY_*` tuning with the rest (deploy/local/env.sh), as in-process
+    /// clients get it from `TestEnvironment.kafkaConfiguration`.
     public init(executablePath: String, name: String, arguments: [String] = [], environment: [String: String]) throws {
         self.name = name
         let binary = URL(fileURLWithPath: executablePath)
