@@ -52,9 +52,14 @@ let package = Package(
             name: "Crypto", dependencies: ["COpenSSL"], path: "Shared/Crypto",
             swiftSettings: swiftSettings),
 
-        // Apple App Store: JWS verification and Apple's payload models (OpenSSL only via Crypto).
+        // Strict RFC 8259 JSON: a parser and a Decoder over its result, for the hot paths (Apple's
+        // payloads in the verifier, the JSON documents the stores read from PostgreSQL). Pure Swift.
+        .target(name: "StrictJSON", path: "Shared/StrictJSON", swiftSettings: swiftSettings),
+
+        // Apple App Store: JWS verification and Apple's payload models (OpenSSL only via Crypto),
+        // with the hand-written fast decoding of the notification payload over StrictJSON.
         .target(
-            name: "AppStore", dependencies: ["Crypto", "ServiceRuntime"], path: "Shared/AppStore",
+            name: "AppStore", dependencies: ["Crypto", "ServiceRuntime", "StrictJSON"], path: "Shared/AppStore",
             swiftSettings: swiftSettings),
 
         // Storage: migrations and the SQL of the event pipeline.
@@ -94,7 +99,7 @@ let package = Package(
             name: "FulfillmentApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "AppStore", "Crypto",
-                "Domain", "Credits",
+                "Domain", "Credits", "StrictJSON",
             ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(
@@ -145,6 +150,9 @@ let package = Package(
             name: "DomainTests", dependencies: ["Domain"], path: "Tests/DomainTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "CryptoTests", dependencies: ["Crypto"], path: "Tests/CryptoTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "StrictJSONTests", dependencies: ["StrictJSON"], path: "Tests/StrictJSONTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
