@@ -106,13 +106,12 @@ let package = Package(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
-        // Operations CLI: one file per subcommand. AppStoreTestSupport only for the local demo
-        // (`demo-signer`, `demo`, `bench sign-notifications`), whose signer only a deployment with
-        // APPLE_IAP_ALLOW_TEST_ROOTS=true trusts.
+        // Operations CLI: one file per subcommand. DemoSigner only for the local demo
+        // (`demo-signer`, `demo`, `bench sign-notifications`).
         .executableTarget(
             name: "Subsctl",
             dependencies: [
-                "AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
+                "AppStore", "DemoSigner", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
                 "Storage",
             ],
             path: "Services/Subsctl",
@@ -128,9 +127,18 @@ let package = Package(
             name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "CCurl", "CShims"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
-        // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
+        // The demo signer: an Apple-like certificate chain made at run time (and its CAs' OCSP
+        // answers) that signs App Store payloads, for the local demo and the tests. Only a
+        // deployment with APPLE_IAP_ALLOW_TEST_ROOTS=true trusts it; the services never link it.
+        // Issues certificates through OpenSSL with Crypto's package-level handles.
         .target(
-            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "HTTPServer", "ServiceRuntime"],
+            name: "DemoSigner", dependencies: ["AppStore", "Crypto", "COpenSSL"], path: "Shared/DemoSigner",
+            swiftSettings: swiftSettings),
+
+        // Test-only App Store peers: the mock App Store Server API and OCSP responders over
+        // HTTP, serving what the demo signer signs (and re-exporting it).
+        .target(
+            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "DemoSigner", "HTTPServer", "ServiceRuntime"],
             path: "Tests/AppStoreSupport",
             swiftSettings: swiftSettings),
 
@@ -149,7 +157,7 @@ let package = Package(
         .testTarget(
             name: "DomainTests", dependencies: ["Domain"], path: "Tests/DomainTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "CryptoTests", dependencies: ["Crypto"], path: "Tests/CryptoTests",
+            name: "CryptoTests", dependencies: ["Crypto", "DemoSigner"], path: "Tests/CryptoTests",
             swiftSettings: swiftSettings),
         .testTarget(
             name: "StrictJSONTests", dependencies: ["StrictJSON"], path: "Tests/StrictJSONTests",
