@@ -54,17 +54,6 @@ struct Running<S: Service>: Sendable {
     }
 }
 
-/// Waits until `condition` holds, checking every 20 ms; false when `timeout` passed first.
-/// The timeout only bounds a failing test: it is never the thing under test.
-func eventually(timeout: Duration = .seconds(30), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-        guard ContinuousClock.now < deadline else { return false }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return true
-}
-
 /// Seconds since `start`, for the figures tests print.
 func seconds(since start: ContinuousClock.Instant) -> String {
     let elapsed = ContinuousClock.now - start

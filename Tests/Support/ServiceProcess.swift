@@ -110,12 +110,14 @@ public final class ServiceProcess: @unchecked Sendable {
     }
 }
 
-/// Polls `condition` until it holds or `timeout` passes; for waiting on asynchronous effects.
+/// Polls `condition` every `interval` until it holds or `timeout` seconds pass (then checks it
+/// once more): the tests' one way to wait for an asynchronous effect. The timeout only bounds a
+/// failing test; it is never what a test measures.
 public func eventually(
-    timeout: TimeInterval, every interval: Duration = .milliseconds(200), _ condition: () async throws -> Bool
+    timeout: TimeInterval = 30, every interval: Duration = .milliseconds(200), _ condition: () async throws -> Bool
 ) async rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
+    let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+    while ContinuousClock.now < deadline {
         if try await condition() { return true }
         try? await Task.sleep(for: interval)
     }
