@@ -163,7 +163,7 @@ let package = Package(
             name: "StrictJSONTests", dependencies: ["StrictJSON"], path: "Tests/StrictJSONTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
+            name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "TestSupport"],
             path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "TestSupport"],
