@@ -122,7 +122,8 @@ let package = Package(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
             path: "Tests/Benchmarks/BenchHTTPServer", swiftSettings: swiftSettings),
 
-        // Helpers for tests: the local services, process control, HTTP client, throwaway migrated databases.
+        // Helpers for tests: the local services (with the broker tuning of their environment), process
+        // control, HTTP client, throwaway migrated databases, scoped resources and the one polling helper.
         .target(
             name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "CCurl", "CShims"],
             path: "Tests/Support", swiftSettings: swiftSettings),
