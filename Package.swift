@@ -52,9 +52,14 @@ let package = Package(
             name: "Crypto", dependencies: ["COpenSSL"], path: "Shared/Crypto",
             swiftSettings: swiftSettings),
 
-        // Apple App Store: JWS verification and Apple's payload models (OpenSSL only via Crypto).
+        // Strict RFC 8259 JSON: a parser and a Decoder over its result, for the hot paths (Apple's
+        // payloads in the verifier, the JSON documents the stores read from PostgreSQL). Pure Swift.
+        .target(name: "StrictJSON", path: "Shared/StrictJSON", swiftSettings: swiftSettings),
+
+        // Apple App Store: JWS verification and Apple's payload models (OpenSSL only via Crypto),
+        // with the hand-written fast decoding of the notification payload over StrictJSON.
         .target(
-            name: "AppStore", dependencies: ["Crypto", "ServiceRuntime"], path: "Shared/AppStore",
+            name: "AppStore", dependencies: ["Crypto", "ServiceRuntime", "StrictJSON"], path: "Shared/AppStore",
             swiftSettings: swiftSettings),
 
         // Storage: migrations and the stores, each owning its tables' SQL (event intake, leases and outbox, tasks,
@@ -95,20 +100,19 @@ let package = Package(
             name: "FulfillmentApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "AppStore", "Crypto",
-                "Domain", "Credits",
+                "Domain", "Credits", "StrictJSON",
             ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
-        // Operations CLI: one file per subcommand. AppStoreTestSupport only for the local demo
-        // (`demo-signer`, `demo`, `bench sign-notifications`), whose signer only a deployment with
-        // APPLE_IAP_ALLOW_TEST_ROOTS=true trusts.
+        // Operations CLI: one file per subcommand. DemoSigner only for the local demo
+        // (`demo-signer`, `demo`, `bench sign-notifications`).
         .executableTarget(
             name: "Subsctl",
             dependencies: [
-                "AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
+                "AppStore", "DemoSigner", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
                 "Storage",
             ],
             path: "Services/Subsctl",
@@ -119,14 +123,24 @@ let package = Package(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
             path: "Tests/Benchmarks/BenchHTTPServer", swiftSettings: swiftSettings),
 
-        // Helpers for tests: the local services, process control, HTTP client, throwaway migrated databases.
+        // Helpers for tests: the local services (with the broker tuning of their environment), process
+        // control, HTTP client, throwaway migrated databases, scoped resources and the one polling helper.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Storage", "CCurl", "CShims"],
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "CCurl", "CShims"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
-        // Test signer: an Apple-like certificate chain made at run time that signs App Store payloads.
+        // The demo signer: an Apple-like certificate chain made at run time (and its CAs' OCSP
+        // answers) that signs App Store payloads, for the local demo and the tests. Only a
+        // deployment with APPLE_IAP_ALLOW_TEST_ROOTS=true trusts it; the services never link it.
+        // Issues certificates through OpenSSL with Crypto's package-level handles.
         .target(
-            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "HTTPServer", "ServiceRuntime"],
+            name: "DemoSigner", dependencies: ["AppStore", "Crypto", "COpenSSL"], path: "Shared/DemoSigner",
+            swiftSettings: swiftSettings),
+
+        // Test-only App Store peers: the mock App Store Server API and OCSP responders over
+        // HTTP, serving what the demo signer signs (and re-exporting it).
+        .target(
+            name: "AppStoreTestSupport", dependencies: ["AppStore", "Crypto", "DemoSigner", "HTTPServer", "ServiceRuntime"],
             path: "Tests/AppStoreSupport",
             swiftSettings: swiftSettings),
 
@@ -145,10 +159,13 @@ let package = Package(
         .testTarget(
             name: "DomainTests", dependencies: ["Domain"], path: "Tests/DomainTests", swiftSettings: swiftSettings),
         .testTarget(
-            name: "CryptoTests", dependencies: ["Crypto"], path: "Tests/CryptoTests",
+            name: "CryptoTests", dependencies: ["Crypto", "DemoSigner"], path: "Tests/CryptoTests",
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime"],
+            name: "StrictJSONTests", dependencies: ["StrictJSON"], path: "Tests/StrictJSONTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "AppStoreTests", dependencies: ["AppStore", "AppStoreTestSupport", "Crypto", "ServiceRuntime", "TestSupport"],
             path: "Tests/AppStoreTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "CatalogueTests", dependencies: ["Catalogue", "Domain", "Postgres", "TestSupport"],

@@ -1,5 +1,5 @@
 import AppStore
-import AppStoreTestSupport
+import DemoSigner
 import Foundation
 
 /// `subsctl bench sign-notifications`: request bodies for the ingress benchmark, signed ahead of

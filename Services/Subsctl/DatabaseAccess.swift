@@ -13,7 +13,7 @@ extension Subsctl {
         let status: Int32
         do {
             status = try await body(pool)
-        } catch let error as PostgresError where error.sqlState == "42P01" {
+        } catch let error as PostgresError where error.sqlState == .undefinedTable {
             printError("the database schema is not there yet (\(error)): start the ingress or a worker once (they migrate it)")
             status = ExitStatus.configuration
         } catch let error as PostgresError where error.isRetryable {

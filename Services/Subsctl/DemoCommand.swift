@@ -1,6 +1,6 @@
 import AppStore
-import AppStoreTestSupport
 import Crypto
+import DemoSigner
 import Foundation
 import ServiceRuntime
 

@@ -1,5 +1,5 @@
-import AppStoreTestSupport
 import Crypto
+import DemoSigner
 import Foundation
 
 /// `subsctl demo-signer init`: the simulated Apple of the local demo, kept in a directory so the

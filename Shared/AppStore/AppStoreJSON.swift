@@ -1,4 +1,5 @@
 import Foundation
+import StrictJSON
 
 /// JSON coding of Apple payloads: dates are integer milliseconds since 1970.
 public enum AppStoreJSON {

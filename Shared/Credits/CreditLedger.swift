@@ -253,7 +253,7 @@ public enum CreditLedger {
             guard let first = try await storedAdjustment(adjustmentNo, matching: request, on: db) else {
                 // Not visible to this transaction's snapshot: a retry of the transaction will see it.
                 throw PostgresError.server(
-                    sqlState: "40001", message: "adjustment \(adjustmentNo) was booked concurrently", constraint: nil)
+                    sqlState: .serializationFailure, message: "adjustment \(adjustmentNo) was booked concurrently", constraint: nil)
             }
             return first
         }

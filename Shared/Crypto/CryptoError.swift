@@ -25,13 +25,13 @@ public struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What we were doing, plus OpenSSL's error string when there is one.
     public let reason: String
 
-    init(_ code: Code, _ reason: String) {
+    package init(_ code: Code, _ reason: String) {
         self.code = code
         self.reason = reason
     }
 
     /// An error whose reason ends with OpenSSL's queued errors for this thread (then cleared).
-    static func openSSL(_ code: Code, _ what: String) -> CryptoError {
+    package static func openSSL(_ code: Code, _ what: String) -> CryptoError {
         guard let detail = OpenSSLErrorQueue.drain() else { return CryptoError(code, what) }
         return CryptoError(code, "\(what): \(detail)")
     }

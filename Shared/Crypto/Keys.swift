@@ -6,8 +6,8 @@ import Synchronization
 /// `@unchecked Sendable`: the key is never modified after construction, and OpenSSL 3 allows
 /// concurrent read-only use of one EVP_PKEY from several threads as long as every operation
 /// uses its own EVP_MD_CTX (which `verify`/`sign` create per call).
-final class EVPKey: @unchecked Sendable {
-    let handle: OpaquePointer
+package final class EVPKey: @unchecked Sendable {
+    package let handle: OpaquePointer
 
     init(taking handle: OpaquePointer) { self.handle = handle }
 
@@ -146,7 +146,7 @@ enum ECDSASignatureEncoding {
 ///
 /// Sendable: it only holds an immutable `EVPKey` (see there for the thread-safety argument).
 public final class P256PrivateKey: Sendable {
-    let key: EVPKey
+    package let key: EVPKey
 
     private init(key: EVPKey) { self.key = key }
 
@@ -201,7 +201,7 @@ public final class P256PrivateKey: Sendable {
 ///
 /// Sendable: it only holds an immutable `EVPKey` (see there for the thread-safety argument).
 public final class P256PublicKey: Sendable {
-    let key: EVPKey
+    package let key: EVPKey
     /// Verification contexts initialised for this key, reused across calls: setting one up
     /// (EVP_PKEY_CTX_new + EVP_PKEY_verify_init) costs several microseconds per verification.
     private let contexts = Mutex<[VerifyContext]>([])

@@ -6,11 +6,11 @@ import Foundation
 ///
 /// `@unchecked Sendable`: fetched EVP_MD / EVP_CIPHER objects are immutable and OpenSSL documents
 /// them as safe to share between threads; they are never freed (process lifetime).
-struct FetchedAlgorithms: @unchecked Sendable {
-    let sha256: OpaquePointer
+package struct FetchedAlgorithms: @unchecked Sendable {
+    package let sha256: OpaquePointer
     let aes256GCM: OpaquePointer
 
-    static let shared = FetchedAlgorithms()
+    package static let shared = FetchedAlgorithms()
 
     private init() {
         guard let sha256 = EVP_MD_fetch(nil, "SHA256", nil), let gcm = EVP_CIPHER_fetch(nil, "AES-256-GCM", nil) else {
@@ -45,7 +45,7 @@ func collectingBIO(_ body: (OpaquePointer) -> Bool) -> [UInt8]? {
 }
 
 /// A DER encoding produced by an `i2d_*` function (which allocates into `*out`).
-func derBytes(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>) -> Int32) -> [UInt8]? {
+package func derBytes(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>) -> Int32) -> [UInt8]? {
     var out: UnsafeMutablePointer<UInt8>?
     let length = encode(&out)
     guard length > 0, let out else { return nil }
@@ -55,7 +55,7 @@ func derBytes(_ encode: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>) -> 
 
 /// `date` as a time_t, or nil outside years 1...9999 (which X.509 times can express) or when
 /// not finite; converting such a value directly would trap.
-func unixTime(_ date: Date) -> time_t? {
+package func unixTime(_ date: Date) -> time_t? {
     let seconds = date.timeIntervalSince1970.rounded(.down)
     guard seconds.isFinite, seconds >= -62_135_596_800, seconds < 253_402_300_800 else { return nil }
     return time_t(seconds)

@@ -7,7 +7,7 @@ import Foundation
 /// decoded extensions inside the X509 object lazily but guards that cache with the object's own
 /// lock (since 1.1.0), so concurrent read-only use, including chain verification, is safe.
 public final class X509Certificate: @unchecked Sendable, Hashable, CustomStringConvertible {
-    let handle: OpaquePointer
+    package let handle: OpaquePointer
     /// The exact DER bytes.
     public let der: [UInt8]
     /// SHA-256 of the DER bytes, the identity used for pinning and caching.
@@ -18,7 +18,7 @@ public final class X509Certificate: @unchecked Sendable, Hashable, CustomStringC
     public let subject: String
 
     /// Takes ownership of `handle` (freed by this object, also when this initializer throws).
-    init(taking handle: OpaquePointer) throws(CryptoError) {
+    package init(taking handle: OpaquePointer) throws(CryptoError) {
         self.handle = handle
         guard let der = derBytes({ i2d_X509(handle, $0) }) else {
             X509_free(handle)

@@ -40,7 +40,7 @@ public struct KafkaAdmin: Sendable {
     }
 
     private func withClient<T: Sendable>(_ body: @escaping @Sendable (RdKafkaClient) throws -> T) async throws -> T {
-        let properties = configuration.properties(defaults: ["allow.auto.create.topics": "false"])
+        let properties = configuration.librdkafkaProperties(for: .admin)
         let context = ClientContext(logger: logger)
         return try await onDedicatedThread(name: "kafka-admin") {
             try body(try RdKafkaClient(type: RD_KAFKA_PRODUCER, properties: properties, context: context))

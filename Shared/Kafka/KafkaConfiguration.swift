@@ -1,25 +1,92 @@
 import CRdKafka
+import Foundation
+import ServiceRuntime
 
-/// Settings every Kafka client shares: the bootstrap servers and any librdkafka property.
+/// Settings every Kafka client shares: the bootstrap servers, the few settings this API models,
+/// and any librdkafka property on top.
+///
+/// `librdkafkaProperties(for:)` renders them, the only place a client's librdkafka configuration
+/// is put together: this module's product choices for that kind of client, then the broker list
+/// and the modelled settings, then `properties`. Tuning for a particular broker (the local
+/// Tansu's group and fetch timings) is not a product choice: it comes in through `properties`,
+/// from `KAFKA_PROPERTY_*` (deploy/local/env.sh), so any other broker gets librdkafka's defaults.
 public struct KafkaConfiguration: Sendable {
     /// `bootstrap.servers`, as in `KAFKA_BROKERS` ("host:port,host:port").
     public var brokers: String
-    /// librdkafka properties applied after this module's defaults, so any of them can be
-    /// overridden (the escape hatch for settings this API does not model).
+    /// How long a producer tries to deliver a message before failing it (`message.timeout.ms`);
+    /// nil: librdkafka's default (5 min).
+    public var deliveryTimeout: Duration?
+    /// librdkafka properties applied last, so any of them can be overridden (the escape hatch
+    /// for settings this API does not model; the services read them from `KAFKA_PROPERTY_*`).
     public var properties: [String: String]
 
-    public init(brokers: String, properties: [String: String] = [:]) {
+    public init(brokers: String, deliveryTimeout: Duration? = nil, properties: [String: String] = [:]) {
         self.brokers = brokers
+        self.deliveryTimeout = deliveryTimeout
         self.properties = properties
     }
 
-    /// The full property set of one client: `defaults`, then the broker list, then the caller's.
-    func properties(defaults: [String: String]) -> [String: String] {
-        var merged = defaults
-        merged["bootstrap.servers"] = brokers
-        merged.merge(properties) { _, caller in caller }
-        return merged
+    /// The librdkafka properties of every `KAFKA_PROPERTY_<NAME>` variable: `<name>` lowercased
+    /// with `_` → `.` (`KAFKA_PROPERTY_SECURITY_PROTOCOL=SASL_SSL` → `security.protocol`).
+    public static func properties(fromEnvironment environment: [String: String]) -> [String: String] {
+        let prefix = "KAFKA_PROPERTY_"
+        var properties: [String: String] = [:]
+        for (name, value) in environment where name.hasPrefix(prefix) && name.count > prefix.count {
+            properties[name.dropFirst(prefix.count).lowercased().replacingOccurrences(of: "_", with: ".")] = value
+        }
+        return properties
     }
+
+    /// The complete configuration of one librdkafka client of kind `client`.
+    func librdkafkaProperties(for client: KafkaClientKind) -> [String: String] {
+        // Topics are created explicitly with their partition count, never by a first send or
+        // subscription: a broker's default count would move keys to other partitions.
+        var rendered = ["allow.auto.create.topics": "false"]
+        switch client {
+        case .producer:
+            rendered.merge(Self.producerChoices) { _, choice in choice }
+            if let deliveryTimeout {
+                rendered["message.timeout.ms"] = String(deliveryTimeout.inMilliseconds)
+            }
+        case .consumer(let groupID):
+            rendered.merge(Self.consumerChoices) { _, choice in choice }
+            rendered["group.id"] = groupID
+        case .admin:
+            break
+        }
+        rendered["bootstrap.servers"] = brokers
+        rendered.merge(properties) { _, override in override }
+        return rendered
+    }
+
+    /// Keys map to partitions with `murmur2_random`, the Java client's partitioner, so producers
+    /// in every language agree on where a key goes. Idempotent with `acks=all`: a retried send
+    /// is never written twice and an acknowledged one survives a broker failure.
+    static let producerChoices = [
+        "enable.idempotence": "true",
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "linger.ms": "5",
+        // Feeds the detection of a client stuck after the broker forgot its producer id.
+        "statistics.interval.ms": "1000",
+    ]
+
+    /// Offsets are stored by the consumer once handled, then committed in batches every second
+    /// (what a crash hands to the next owner again); a new group starts at the beginning.
+    static let consumerChoices = [
+        "enable.auto.offset.store": "false",
+        "enable.auto.commit": "true",
+        "auto.commit.interval.ms": "1000",
+        "auto.offset.reset": "earliest",
+    ]
+}
+
+/// The kind of librdkafka client a configuration is rendered for.
+enum KafkaClientKind {
+    case producer
+    case consumer(groupID: String)
+    /// The short-lived clients of `KafkaAdmin` (librdkafka producers that never send).
+    case admin
 }
 
 /// A consumer group's settings: which topics it reads and how much it processes at once.

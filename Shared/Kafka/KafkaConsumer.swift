@@ -28,35 +28,13 @@ public final class KafkaConsumer: Service, Sendable {
         let instance = UUID().uuidString.prefix(8).lowercased()
         let logger = logger.with(["kafka.group": .string(configuration.groupID), "kafka.consumer": .string(instance)])
         let core = ConsumerCore(configuration: configuration, logger: logger, handler: handler)
-        let defaults: [String: String] = [
-            "group.id": configuration.groupID,
-            // Offsets are stored by this wrapper once handled, then committed in batches.
-            "enable.auto.offset.store": "false",
-            "enable.auto.commit": "true",
-            "auto.commit.interval.ms": "1000",
-            "auto.offset.reset": "earliest",
-            "allow.auto.create.topics": "false",
-            // Tansu holds each JoinGroup for half the session timeout: short sessions make a
-            // rebalance take seconds instead of the library defaults' tens of seconds.
-            "session.timeout.ms": "6000",
-            "heartbeat.interval.ms": "1000",
-            "max.poll.interval.ms": "10000",
-            // Kafka answers a waiting fetch as soon as data arrives; Tansu holds it for the whole
-            // wait, so the library's 500 ms default added ~100 ms to every event even at light load
-            // (webhook -> entitlement p50 at 200/s: 210 ms -> 71 ms). Idle, it only means a small
-            // fetch every 50 ms.
-            "fetch.wait.max.ms": "50",
-            // A topic that comes back (re-created after a broker lost its storage, as Tansu in memory
-            // does on restart) or gains partitions joins the assignment at the next metadata
-            // refresh: the library's default is 5 min.
-            "topic.metadata.refresh.interval.ms": "10000",
-        ]
         let context = ClientContext(
             logger: logger,
             onError: { error in if error.isFatal { core.fail(error) } },
             onRebalance: { rk, err, partitions in core.rebalance(rk, err, partitions) })
         client = try RdKafkaClient(
-            type: RD_KAFKA_CONSUMER, properties: configuration.kafka.properties(defaults: defaults), context: context)
+            type: RD_KAFKA_CONSUMER, properties: configuration.kafka.librdkafkaProperties(for: .consumer(groupID: configuration.groupID)),
+            context: context)
         // Every event (rebalances, errors) is then served by rd_kafka_consumer_poll.
         rd_kafka_poll_set_consumer(client.handle)
         self.core = core

@@ -14,23 +14,10 @@ public final class KafkaProducer: Service, Sendable {
     private let core: ProducerCore
     private let shutdownTimeout: Duration
 
-    /// Keys map to partitions with `murmur2_random`, the Java client's partitioner, so producers
-    /// in every language agree on where a key goes.
-    static let defaults: [String: String] = [
-        "enable.idempotence": "true",
-        "acks": "all",
-        "partitioner": "murmur2_random",
-        "linger.ms": "5",
-        // Topics are created explicitly with their partition count, never by a first send.
-        "allow.auto.create.topics": "false",
-        // Feeds the detection of a client stuck after the broker forgot its producer id.
-        "statistics.interval.ms": "1000",
-    ]
-
     /// - Parameter shutdownTimeout: how long `shutdown()` lets queued messages reach the broker
     ///   before failing them.
     public init(configuration: KafkaConfiguration, logger: Logger, shutdownTimeout: Duration = .seconds(10)) throws {
-        core = try ProducerCore(properties: configuration.properties(defaults: Self.defaults), logger: logger)
+        core = try ProducerCore(properties: configuration.librdkafkaProperties(for: .producer), logger: logger)
         self.shutdownTimeout = shutdownTimeout
     }
 

@@ -30,7 +30,7 @@ public struct PipelineConfiguration: Sendable {
         }
         databaseMaxConnections = reader.int("DATABASE_MAX_CONNECTIONS", default: 16, range: 1...500)
         kafkaBrokers = reader.hostPorts("KAFKA_BROKERS")
-        kafkaProperties = Self.kafkaProperties(from: reader.environment)
+        kafkaProperties = KafkaConfiguration.properties(fromEnvironment: reader.environment)
         eventTopic = reader.string("EVENT_TOPIC", default: "appstore.events.v1")
         if eventTopic.range(of: "^[A-Za-z0-9._-]{1,249}$", options: .regularExpression) == nil {
             reader.report("EVENT_TOPIC", eventTopic, "a Kafka topic name: letters, digits, '.', '_' or '-'")
@@ -40,26 +40,13 @@ public struct PipelineConfiguration: Sendable {
         sweepInterval = .milliseconds(reader.int("EVENT_SWEEP_INTERVAL_MS", default: 1000, range: 10...600_000))
     }
 
-    static func kafkaProperties(from environment: [String: String]) -> [String: String] {
-        let prefix = "KAFKA_PROPERTY_"
-        var properties: [String: String] = [:]
-        for (name, value) in environment where name.hasPrefix(prefix) && name.count > prefix.count {
-            properties[name.dropFirst(prefix.count).lowercased().replacingOccurrences(of: "_", with: ".")] = value
-        }
-        return properties
-    }
-
     public var postgres: PostgresConfiguration {
         PostgresConfiguration(url: databaseURL, maximumConnections: databaseMaxConnections)
     }
 
-    /// Our defaults, then the operator's properties. A delivery gives up after 30 s instead of
-    /// librdkafka's 5 min: the outbox relay retries, so a request never waits on a dead broker.
-    /// Producers never auto-create the topic: a broker default (Tansu: 4 partitions) would move keys.
+    /// A delivery gives up after 30 s instead of librdkafka's 5 min: the outbox relay retries,
+    /// so a request never waits on a dead broker. The operator's properties come last.
     public var kafka: KafkaConfiguration {
-        KafkaConfiguration(
-            brokers: kafkaBrokers,
-            properties: ["message.timeout.ms": "30000", "allow.auto.create.topics": "false"]
-                .merging(kafkaProperties) { _, own in own })
+        KafkaConfiguration(brokers: kafkaBrokers, deliveryTimeout: .seconds(30), properties: kafkaProperties)
     }
 }

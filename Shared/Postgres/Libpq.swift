@@ -107,7 +107,7 @@ final class LibpqConnection {
         // PostgreSQL text cannot hold NUL and C strings would silently truncate at it.
         if binds.contains(where: { $0.text?.utf8.contains(0) ?? false }) {
             throw PostgresError.server(
-                sqlState: "22021", message: "a parameter contains a NUL character", constraint: nil)
+                sqlState: .characterNotInRepertoire, message: "a parameter contains a NUL character", constraint: nil)
         }
         let result = withParameters(binds) { values, lengths, formats in
             PQexecPrepared(handle, name, Int32(binds.count), values, lengths, formats, 0)
@@ -171,7 +171,7 @@ final class LibpqConnection {
         case PGRES_COPY_IN, PGRES_COPY_OUT, PGRES_COPY_BOTH:
             // The session now waits for COPY data this client never sends: unusable.
             forcedBroken = true
-            throw PostgresError.server(sqlState: "0A000", message: "COPY is not supported", constraint: nil)
+            throw PostgresError.server(sqlState: .featureNotSupported, message: "COPY is not supported", constraint: nil)
         default:
             throw error(of: result)
         }
@@ -182,18 +182,18 @@ final class LibpqConnection {
             PQresultErrorField(result, Int32(code.asciiValue!)).map { String(cString: $0) }
         }
         let message = field("M") ?? errorMessage
-        let sqlState = field("C")
+        let sqlState = field("C").map(PostgresError.Code.init(rawValue:))
         // Class 08 is "connection exception"; 57P01-57P03 are the server shutting down or starting.
-        if let sqlState, sqlState.hasPrefix("08") || ["57P01", "57P02", "57P03"].contains(sqlState) {
+        if let sqlState, sqlState.hasPrefix("08") || [.adminShutdown, .crashShutdown, .cannotConnectNow].contains(sqlState) {
             forcedBroken = true
         }
         if isBroken { return .connectionFailed(message) }
         guard let sqlState else {
             // libpq's own errors (no SQLSTATE) on a healthy connection: a misuse, reported as internal.
-            return .server(sqlState: "XX000", message: message, constraint: nil)
+            return .server(sqlState: .internalError, message: message, constraint: nil)
         }
         let constraint = field("n")
-        if sqlState == "23505" { return .uniqueViolation(constraint: constraint, detail: field("D") ?? message) }
+        if sqlState == .uniqueViolation { return .uniqueViolation(constraint: constraint, detail: field("D") ?? message) }
         return .server(sqlState: sqlState, message: message, constraint: constraint)
     }
 

@@ -78,7 +78,7 @@ public final class PostgresConnection: @unchecked Sendable {
         try await perform { connection in
             if !connection.libpq.isBroken && !connection.libpq.isIdle {
                 throw PostgresError.server(
-                    sqlState: "25001", message: "a transaction is already in progress", constraint: nil)
+                    sqlState: .activeSQLTransaction, message: "a transaction is already in progress", constraint: nil)
             }
             _ = try connection.libpq.exec("BEGIN ISOLATION LEVEL \(isolation.sql)")
         }
@@ -95,7 +95,7 @@ public final class PostgresConnection: @unchecked Sendable {
             if connection.libpq.isInFailedTransaction {
                 _ = try connection.libpq.exec("ROLLBACK")
                 throw PostgresError.server(
-                    sqlState: "25P02", message: "a statement failed in the transaction, which was rolled back",
+                    sqlState: .inFailedSQLTransaction, message: "a statement failed in the transaction, which was rolled back",
                     constraint: nil)
             }
             _ = try connection.libpq.exec("COMMIT")
@@ -168,7 +168,7 @@ public final class PostgresConnection: @unchecked Sendable {
         }
         do {
             return try libpq.execPrepared(name, query.binds)
-        } catch let error as PostgresError where error.sqlState == "26000" || error.sqlState == "0A000" {
+        } catch let error as PostgresError where error.sqlState == .invalidSQLStatementName || error.sqlState == .featureNotSupported {
             // The statement is gone (DEALLOCATE ALL, DISCARD ALL) or its plan cannot survive a
             // schema change ("cached plan must not change result type"): prepare it afresh.
             if let stale = statements.remove(key) { deallocate(stale) }

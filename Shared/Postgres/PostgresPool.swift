@@ -138,7 +138,7 @@ public final class PostgresPool: Service, Sendable {
                 return try await withConnection { try await $0.transaction(isolation: isolation, body) }
             } catch let error as PostgresError where error.isSerializationFailure && attempt < maxAttempts {
                 logger.debug(
-                    "transaction conflict, retrying", ["sql.state": .string(error.sqlState ?? ""), "attempt": .int(Int64(attempt))])
+                    "transaction conflict, retrying", ["sql.state": .string(error.sqlState?.rawValue ?? ""), "attempt": .int(Int64(attempt))])
                 // A random pause desynchronises the transactions that collided.
                 try await Task.sleep(for: .milliseconds(Int.random(in: 1...(5 * attempt))))
                 attempt += 1

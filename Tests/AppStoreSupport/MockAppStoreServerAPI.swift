@@ -1,5 +1,6 @@
 import AppStore
 import Crypto
+import DemoSigner
 import Foundation
 import HTTPServer
 import ServiceRuntime

@@ -1,4 +1,5 @@
 import Crypto
+import DemoSigner
 import Foundation
 import HTTPServer
 import ServiceRuntime

@@ -3,6 +3,7 @@ import AppStoreTestSupport
 import Crypto
 import Foundation
 import ServiceRuntime
+import TestSupport
 import Testing
 
 /// APPLE_IAP_ONLINE_CHECKS=true against local OCSP responders for a test chain.
@@ -15,6 +16,12 @@ import Testing
         let signer: TestAppleSigner
         let token: String
         let clock: ManualClock
+
+        /// Runs `body` with a setup whose OCSP server is shut down after it (also on throw).
+        @discardableResult
+        static func with<R>(validity: TimeInterval? = 3600, _ body: (Setup) async throws -> R) async throws -> R {
+            try await withResource({ try Setup(validity: validity) }, cleanUp: { await $0.ocsp.shutdown() }, body)
+        }
 
         init(validity: TimeInterval? = 3600, signedDate: Date = Date()) throws {
             clock = ManualClock(Date())
@@ -43,60 +50,60 @@ import Testing
     }
 
     @Test func goodAnswersPassAndAreCachedUntilNextUpdate() async throws {
-        let setup = try Setup(validity: 600)
-        defer { Task { await setup.ocsp.shutdown() } }
-        let verifier = try setup.verifier()
-        #expect(await setup.code(verifier) == nil)
-        #expect(setup.ocsp.requests(.intermediate) == 1 && setup.ocsp.requests(.root) == 1)
-        setup.clock.advance(by: 300)
-        #expect(await setup.code(verifier) == nil)
-        #expect(setup.ocsp.requests(.intermediate) == 1 && setup.ocsp.requests(.root) == 1)
-        setup.clock.advance(by: 301)
-        #expect(await setup.code(verifier) == nil)
-        #expect(setup.ocsp.requests(.intermediate) == 2 && setup.ocsp.requests(.root) == 2)
+        try await Setup.with(validity: 600) { setup in
+            let verifier = try setup.verifier()
+            #expect(await setup.code(verifier) == nil)
+            #expect(setup.ocsp.requests(.intermediate) == 1 && setup.ocsp.requests(.root) == 1)
+            setup.clock.advance(by: 300)
+            #expect(await setup.code(verifier) == nil)
+            #expect(setup.ocsp.requests(.intermediate) == 1 && setup.ocsp.requests(.root) == 1)
+            setup.clock.advance(by: 301)
+            #expect(await setup.code(verifier) == nil)
+            #expect(setup.ocsp.requests(.intermediate) == 2 && setup.ocsp.requests(.root) == 2)
+        }
     }
 
     @Test func answersWithoutNextUpdateAreNotKeptLong() async throws {
-        let setup = try Setup(validity: nil)
-        defer { Task { await setup.ocsp.shutdown() } }
-        let verifier = try setup.verifier()
-        #expect(await setup.code(verifier) == nil)
-        setup.clock.advance(by: 120)
-        #expect(await setup.code(verifier) == nil)
-        #expect(setup.ocsp.requests(.intermediate) == 2)
+        try await Setup.with(validity: nil) { setup in
+            let verifier = try setup.verifier()
+            #expect(await setup.code(verifier) == nil)
+            setup.clock.advance(by: 120)
+            #expect(await setup.code(verifier) == nil)
+            #expect(setup.ocsp.requests(.intermediate) == 2)
+        }
     }
 
     @Test(arguments: [TestOCSPServer.Responder.intermediate, .root])
     func aRevokedCertificateIsAnInvalidChain(responder: TestOCSPServer.Responder) async throws {
-        let setup = try Setup()
-        defer { Task { await setup.ocsp.shutdown() } }
-        setup.ocsp.set(.status(.revoked), for: responder)
-        let verifier = try setup.verifier()
-        #expect(await setup.code(verifier) == .invalidChain)
-        // Never cached as a pass: asking again asks the responder again.
-        #expect(await setup.code(verifier) == .invalidChain)
-        #expect(setup.ocsp.requests(responder) == 2)
+        try await Setup.with { setup in
+            setup.ocsp.set(.status(.revoked), for: responder)
+            let verifier = try setup.verifier()
+            #expect(await setup.code(verifier) == .invalidChain)
+            // Never cached as a pass: asking again asks the responder again.
+            #expect(await setup.code(verifier) == .invalidChain)
+            #expect(setup.ocsp.requests(responder) == 2)
+        }
     }
 
     @Test(arguments: [
         TestOCSPServer.Behaviour.status(.unknown), .httpError(500), .httpError(404), .unsuccessful(3), .garbage, .wrongSigner,
     ])
     func anAnswerThatCannotBeTrustedIsRetryable(behaviour: TestOCSPServer.Behaviour) async throws {
-        let setup = try Setup()
-        defer { Task { await setup.ocsp.shutdown() } }
-        setup.ocsp.set(behaviour, for: .intermediate)
-        let verifier = try setup.verifier()
-        #expect(await setup.code(verifier) == .retryableVerification)
-        // Once the responder is healthy again, the same token verifies.
-        setup.ocsp.set(.status(.good), for: .intermediate)
-        #expect(await setup.code(verifier) == nil)
+        try await Setup.with { setup in
+            setup.ocsp.set(behaviour, for: .intermediate)
+            let verifier = try setup.verifier()
+            #expect(await setup.code(verifier) == .retryableVerification)
+            // Once the responder is healthy again, the same token verifies.
+            setup.ocsp.set(.status(.good), for: .intermediate)
+            #expect(await setup.code(verifier) == nil)
+        }
     }
 
     @Test func aSlowResponderTimesOutRetryably() async throws {
-        let setup = try Setup()
-        defer { Task { await setup.ocsp.shutdown() } }
-        setup.ocsp.set(.delayed(.seconds(3)), for: .root)
-        #expect(await setup.code(try setup.verifier(timeout: .milliseconds(300))) == .retryableVerification)
+        try await Setup.with { setup throws in
+            setup.ocsp.set(.delayed(.seconds(3)), for: .root)
+            #expect(await setup.code(try setup.verifier(timeout: .milliseconds(300))) == .retryableVerification)
+        }
     }
 
     @Test func anUnreachableResponderIsRetryableNeverAPass() async throws {
@@ -122,20 +129,21 @@ import Testing
     @Test func onlineChecksUseTheCurrentTimeNotSignedDate() async throws {
         // The leaf expired a day ago; the data was signed while it was valid.
         let now = Date()
-        let ocsp = TestOCSPServer()
-        defer { Task { await ocsp.shutdown() } }
-        let base = try ocsp.start()
-        let signer = try TestAppleSigner(options: .init(leafValidity: (now - 30 * 86400)...(now - 86400), ocspResponderBaseURL: base))
-        ocsp.serve(signer)
-        let token = try signer.sign(TestPayloads.transaction(bundleId: Self.bundleId, environment: .sandbox, signedDate: now - 10 * 86400))
-        var configuration = signer.verifierConfiguration(bundleId: Self.bundleId)
-        let offline = try SignedDataVerifier(
-            configuration: configuration, logger: Logger(label: "test", level: .critical), metrics: MetricsRegistry())
-        _ = try await offline.verifyTransaction(token)
-        configuration.onlineChecks = true
-        let online = try SignedDataVerifier(configuration: configuration, logger: Logger(label: "test", level: .critical), metrics: MetricsRegistry())
-        let error = await #expect(throws: VerificationError.self) { try await online.verifyTransaction(token) }
-        #expect(error?.code == .invalidChain)
-        #expect(ocsp.requests(.intermediate) == 0)
+        try await withResource({ TestOCSPServer() }, cleanUp: { await $0.shutdown() }) { ocsp in
+            let base = try ocsp.start()
+            let signer = try TestAppleSigner(options: .init(leafValidity: (now - 30 * 86400)...(now - 86400), ocspResponderBaseURL: base))
+            ocsp.serve(signer)
+            let token = try signer.sign(TestPayloads.transaction(bundleId: Self.bundleId, environment: .sandbox, signedDate: now - 10 * 86400))
+            var configuration = signer.verifierConfiguration(bundleId: Self.bundleId)
+            let offline = try SignedDataVerifier(
+                configuration: configuration, logger: Logger(label: "test", level: .critical), metrics: MetricsRegistry())
+            _ = try await offline.verifyTransaction(token)
+            configuration.onlineChecks = true
+            let online = try SignedDataVerifier(
+                configuration: configuration, logger: Logger(label: "test", level: .critical), metrics: MetricsRegistry())
+            let error = await #expect(throws: VerificationError.self) { try await online.verifyTransaction(token) }
+            #expect(error?.code == .invalidChain)
+            #expect(ocsp.requests(.intermediate) == 0)
+        }
     }
 }

@@ -23,93 +23,93 @@ struct CatalogueStoreTests {
     }()
 
     @Test func applyIsIdempotentAndAuditsEveryChange() async throws {
-        let database = try await TestDatabase.make("catalogue")
-        let store = CatalogueStore(pool: database.pool)
-        let productIDs = Self.demo.products.map(\.productID)
+        try await withTestDatabase("catalogue") { database in
+            let store = CatalogueStore(pool: database.pool)
+            let productIDs = Self.demo.products.map(\.productID)
 
-        let first = try await store.apply(Self.demo, operator: "test", reason: "seed")
-        #expect(first == CatalogueApplyResult(inserted: productIDs))
-        #expect(
-            try await store.products(appKey: Self.demo.appKey).sorted { $0.productID < $1.productID }
-                == Self.demo.products.sorted { $0.productID < $1.productID })
-        #expect(try await database.versions() == Dictionary(uniqueKeysWithValues: productIDs.map { ($0, 1) }))
-        #expect(
-            try await database.count(
-                "SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_CREATED' AND before IS NULL AND operator = 'test' AND reason = 'seed'"
-            ) == 3)
+            let first = try await store.apply(Self.demo, operator: "test", reason: "seed")
+            #expect(first == CatalogueApplyResult(inserted: productIDs))
+            #expect(
+                try await store.products(appKey: Self.demo.appKey).sorted { $0.productID < $1.productID }
+                    == Self.demo.products.sorted { $0.productID < $1.productID })
+            #expect(try await database.versions() == Dictionary(uniqueKeysWithValues: productIDs.map { ($0, 1) }))
+            #expect(
+                try await database.count(
+                    "SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_CREATED' AND before IS NULL AND operator = 'test' AND reason = 'seed'"
+                ) == 3)
 
-        // The same file again: nothing written, not even an audit row.
-        let again = try await store.apply(Self.demo, operator: "test", reason: "again")
-        #expect(again == CatalogueApplyResult(unchanged: productIDs))
-        #expect(try await database.versions() == Dictionary(uniqueKeysWithValues: productIDs.map { ($0, 1) }))
-        #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
+            // The same file again: nothing written, not even an audit row.
+            let again = try await store.apply(Self.demo, operator: "test", reason: "again")
+            #expect(again == CatalogueApplyResult(unchanged: productIDs))
+            #expect(try await database.versions() == Dictionary(uniqueKeysWithValues: productIDs.map { ($0, 1) }))
+            #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
 
-        // One rule changed: that product alone gets version 2 and an audit row with before and after.
-        var changed = Self.demo
-        let index = try #require(changed.products.firstIndex { $0.productID == "com.example.pro.monthly" })
-        changed.products[index].creditsAmount = 3500
-        changed.products[index].upgradeGrant = .difference
-        let third = try await store.apply(changed, operator: "alice", reason: "pricing change")
-        #expect(third.updated == ["com.example.pro.monthly"])
-        #expect(third.unchanged.count == 2)
-        var expected = Dictionary(uniqueKeysWithValues: productIDs.map { ($0, 1) })
-        expected["com.example.pro.monthly"] = 2
-        #expect(try await database.versions() == expected)
-        let audit = try await database.pool.query(
-            """
-            SELECT operator, reason, (before->>'creditsAmount')::bigint AS before_amount, (after->>'creditsAmount')::bigint AS after_amount,
-                before->>'upgradeGrant' AS before_grant, after->>'upgradeGrant' AS after_grant,
-                (before->>'version')::int AS before_version, (after->>'version')::int AS after_version, after->>'appKey' AS app_key
-            FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_UPDATED'
-            """)
-        #expect(audit.count == 1)
-        let row = try #require(audit.first)
-        #expect(try row.decode("operator", as: String.self) == "alice")
-        #expect(try row.decode("reason", as: String.self) == "pricing change")
-        #expect(try row.decode("before_amount", as: Int64.self) == 3000)
-        #expect(try row.decode("after_amount", as: Int64.self) == 3500)
-        #expect(try row.decode("before_grant", as: String.self) == "FULL")
-        #expect(try row.decode("after_grant", as: String.self) == "DIFFERENCE")
-        #expect(try row.decode("before_version", as: Int.self) == 1)
-        #expect(try row.decode("after_version", as: Int.self) == 2)
-        #expect(try row.decode("app_key", as: String.self) == Self.demo.appKey)
-        await database.drop()
+            // One rule changed: that product alone gets version 2 and an audit row with before and after.
+            var changed = Self.demo
+            let index = try #require(changed.products.firstIndex { $0.productID == "com.example.pro.monthly" })
+            changed.products[index].creditsAmount = 3500
+            changed.products[index].upgradeGrant = .difference
+            let third = try await store.apply(changed, operator: "alice", reason: "pricing change")
+            #expect(third.updated == ["com.example.pro.monthly"])
+            #expect(third.unchanged.count == 2)
+            var expected = Dictionary(uniqueKeysWithValues: productIDs.map { ($0, 1) })
+            expected["com.example.pro.monthly"] = 2
+            #expect(try await database.versions() == expected)
+            let audit = try await database.pool.query(
+                """
+                SELECT operator, reason, (before->>'creditsAmount')::bigint AS before_amount, (after->>'creditsAmount')::bigint AS after_amount,
+                    before->>'upgradeGrant' AS before_grant, after->>'upgradeGrant' AS after_grant,
+                    (before->>'version')::int AS before_version, (after->>'version')::int AS after_version, after->>'appKey' AS app_key
+                FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_UPDATED'
+                """)
+            #expect(audit.count == 1)
+            let row = try #require(audit.first)
+            #expect(try row.decode("operator", as: String.self) == "alice")
+            #expect(try row.decode("reason", as: String.self) == "pricing change")
+            #expect(try row.decode("before_amount", as: Int64.self) == 3000)
+            #expect(try row.decode("after_amount", as: Int64.self) == 3500)
+            #expect(try row.decode("before_grant", as: String.self) == "FULL")
+            #expect(try row.decode("after_grant", as: String.self) == "DIFFERENCE")
+            #expect(try row.decode("before_version", as: Int.self) == 1)
+            #expect(try row.decode("after_version", as: Int.self) == 2)
+            #expect(try row.decode("app_key", as: String.self) == Self.demo.appKey)
+        }
     }
 
     @Test func disabledProductsStayKnownAndDeletedOnesComeBack() async throws {
-        let database = try await TestDatabase.make("catalogue")
-        let store = CatalogueStore(pool: database.pool)
-        try await store.apply(Self.demo, operator: "test", reason: "seed")
-        var withdrawn = Self.demo
-        withdrawn.products[0].enabled = false
-        #expect(try await store.apply(withdrawn, operator: "test", reason: "withdraw").updated == [withdrawn.products[0].productID])
-        let read = try await store.products(appKey: Self.demo.appKey)
-        #expect(read.count == 3)
-        #expect(read.first { $0.productID == withdrawn.products[0].productID }?.enabled == false)
+        try await withTestDatabase("catalogue") { database in
+            let store = CatalogueStore(pool: database.pool)
+            try await store.apply(Self.demo, operator: "test", reason: "seed")
+            var withdrawn = Self.demo
+            withdrawn.products[0].enabled = false
+            #expect(try await store.apply(withdrawn, operator: "test", reason: "withdraw").updated == [withdrawn.products[0].productID])
+            let read = try await store.products(appKey: Self.demo.appKey)
+            #expect(read.count == 3)
+            #expect(read.first { $0.productID == withdrawn.products[0].productID }?.enabled == false)
 
-        // A deleted row is invisible to readers; applying it again restores it as a change.
-        try await database.pool.query("UPDATE payment_product SET deleted = true WHERE product_id = 'com.example.pro.yearly'")
-        #expect(try await store.products(appKey: Self.demo.appKey).count == 2)
-        let restored = try await store.apply(withdrawn, operator: "test", reason: "restore")
-        #expect(restored.updated == ["com.example.pro.yearly"])
-        #expect(try await store.products(appKey: Self.demo.appKey).count == 3)
-        #expect(try await database.versions()["com.example.pro.yearly"] == 2)
-        // Another app's catalogue is separate.
-        #expect(try await store.products(appKey: "com.other.app").isEmpty)
-        await database.drop()
+            // A deleted row is invisible to readers; applying it again restores it as a change.
+            try await database.pool.query("UPDATE payment_product SET deleted = true WHERE product_id = 'com.example.pro.yearly'")
+            #expect(try await store.products(appKey: Self.demo.appKey).count == 2)
+            let restored = try await store.apply(withdrawn, operator: "test", reason: "restore")
+            #expect(restored.updated == ["com.example.pro.yearly"])
+            #expect(try await store.products(appKey: Self.demo.appKey).count == 3)
+            #expect(try await database.versions()["com.example.pro.yearly"] == 2)
+            // Another app's catalogue is separate.
+            #expect(try await store.products(appKey: "com.other.app").isEmpty)
+        }
     }
 
     @Test func concurrentAppliesInsertEachProductOnce() async throws {
-        let database = try await TestDatabase.make("catalogue")
-        let store = CatalogueStore(pool: database.pool)
-        let results = try await withThrowingTaskGroup(of: CatalogueApplyResult.self) { group in
-            for index in 0..<6 { group.addTask { try await store.apply(Self.demo, operator: "test", reason: "run \(index)") } }
-            return try await group.reduce(into: []) { $0.append($1) }
+        try await withTestDatabase("catalogue") { database in
+            let store = CatalogueStore(pool: database.pool)
+            let results = try await withThrowingTaskGroup(of: CatalogueApplyResult.self) { group in
+                for index in 0..<6 { group.addTask { try await store.apply(Self.demo, operator: "test", reason: "run \(index)") } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(results.flatMap(\.inserted).sorted() == Self.demo.products.map(\.productID).sorted())
+            #expect(results.flatMap(\.unchanged).count == 5 * 3)
+            #expect(try await database.count("SELECT count(*) FROM payment_product") == 3)
+            #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
         }
-        #expect(results.flatMap(\.inserted).sorted() == Self.demo.products.map(\.productID).sorted())
-        #expect(results.flatMap(\.unchanged).count == 5 * 3)
-        #expect(try await database.count("SELECT count(*) FROM payment_product") == 3)
-        #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
-        await database.drop()
     }
 }

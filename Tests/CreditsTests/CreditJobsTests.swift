@@ -12,62 +12,62 @@ struct CreditJobsTests {
     static let credit = Credits.micro
 
     @Test func dailyCloseRoundsTheDayUpSettlesFromTheBalanceAndRecordsTheShortfall() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
-        try await f.fund("bob", .welcome, micro: 1_100_000)
-        try await f.rate("call", micro: 300_000)
-        let day = Date.utc("2026-03-01T10:00:00Z")
-        // Alice: 3 × 0.3 + 0.3 = 1.2 credits that day; Bob: 1.2 of his 1.1 cannot, 0.9 can.
-        _ = try await f.use("alice", units: 3, now: day)
-        _ = try await f.use("alice", units: 1, now: day + 3600)
-        _ = try await f.use("bob", units: 3, now: day)
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+            try await f.fund("bob", .welcome, micro: 1_100_000)
+            try await f.rate("call", micro: 300_000)
+            let day = Date.utc("2026-03-01T10:00:00Z")
+            // Alice: 3 × 0.3 + 0.3 = 1.2 credits that day; Bob: 1.2 of his 1.1 cannot, 0.9 can.
+            _ = try await f.use("alice", units: 3, now: day)
+            _ = try await f.use("alice", units: 1, now: day + 3600)
+            _ = try await f.use("bob", units: 3, now: day)
 
-        let jobs = f.jobs()
-        #expect(try await jobs.closeDays(now: .utc("2026-03-01T23:59:59Z")) == 0, "the day is not over")
-        #expect(try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) == 2)
-        #expect(try await jobs.closeDays(now: .utc("2026-03-02T00:00:01Z")) == 0, "closed once")
-        let bills = try await f.pool.query(
-            "SELECT user_id, total_cost, charged, rounding, settled, shortfall FROM credit_daily_bill ORDER BY user_id")
-        let rows = try bills.map { row in
-            try ["total_cost", "charged", "rounding", "settled", "shortfall"].map { try row.decode($0, as: Int64.self) }
+            let jobs = f.jobs()
+            #expect(try await jobs.closeDays(now: .utc("2026-03-01T23:59:59Z")) == 0, "the day is not over")
+            #expect(try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) == 2)
+            #expect(try await jobs.closeDays(now: .utc("2026-03-02T00:00:01Z")) == 0, "closed once")
+            let bills = try await f.pool.query(
+                "SELECT user_id, total_cost, charged, rounding, settled, shortfall FROM credit_daily_bill ORDER BY user_id")
+            let rows = try bills.map { row in
+                try ["total_cost", "charged", "rounding", "settled", "shortfall"].map { try row.decode($0, as: Int64.self) }
+            }
+            #expect(rows == [[1_200_000, 2_000_000, 800_000, 800_000, 0], [900_000, 1_000_000, 100_000, 100_000, 0]])
+            #expect(try await f.total("alice") == 8 * Self.credit)
+            #expect(try await f.total("bob") == 100_000)
+
+            #expect(try await f.violations() == 0)
         }
-        #expect(rows == [[1_200_000, 2_000_000, 800_000, 800_000, 0], [900_000, 1_000_000, 100_000, 100_000, 0]])
-        #expect(try await f.total("alice") == 8 * Self.credit)
-        #expect(try await f.total("bob") == 100_000)
-
-        #expect(try await f.violations() == 0)
     }
 
     @Test func missedDaysAreCaughtUpAndAShortfallIsRecordedNeverANegativeBalance() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("bob", .permanent, micro: 1_500_000)
-        try await f.rate("call", micro: 100_000)
-        // Two days of usage, nobody closed them; 0.1 + 0.1 spent, 1.3 left.
-        _ = try await f.use("bob", units: 1, now: .utc("2026-03-01T10:00:00Z"))
-        _ = try await f.use("bob", units: 1, now: .utc("2026-03-02T10:00:00Z"))
-        #expect(try await f.jobs().closeDays(now: .utc("2026-03-05T00:00:10Z")) == 2)
-        // Day 1 settles 0.9 (0.4 left); day 2 needs 0.9, gets 0.4, shortfall 0.5.
-        let settled = try await f.pool.query("SELECT settled, shortfall FROM credit_daily_bill ORDER BY day").map {
-            [try $0.decode("settled", as: Int64.self), try $0.decode("shortfall", as: Int64.self)]
+        try await CreditsFixture.with { f in
+            try await f.fund("bob", .permanent, micro: 1_500_000)
+            try await f.rate("call", micro: 100_000)
+            // Two days of usage, nobody closed them; 0.1 + 0.1 spent, 1.3 left.
+            _ = try await f.use("bob", units: 1, now: .utc("2026-03-01T10:00:00Z"))
+            _ = try await f.use("bob", units: 1, now: .utc("2026-03-02T10:00:00Z"))
+            #expect(try await f.jobs().closeDays(now: .utc("2026-03-05T00:00:10Z")) == 2)
+            // Day 1 settles 0.9 (0.4 left); day 2 needs 0.9, gets 0.4, shortfall 0.5.
+            let settled = try await f.pool.query("SELECT settled, shortfall FROM credit_daily_bill ORDER BY day").map {
+                [try $0.decode("settled", as: Int64.self), try $0.decode("shortfall", as: Int64.self)]
+            }
+            #expect(settled == [[900_000, 0], [400_000, 500_000]])
+            #expect(try await f.total("bob") == 0)
+            #expect(try await f.violations() == 0)
         }
-        #expect(settled == [[900_000, 0], [400_000, 500_000]])
-        #expect(try await f.total("bob") == 0)
-        #expect(try await f.violations() == 0)
     }
 
     @Test func usageAfterItsDayWasClosedCountsTowardTheNextDay() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
-        try await f.rate("call", micro: 500_000)
-        _ = try await f.use("alice", units: 1, now: .utc("2026-03-01T10:00:00Z"))
-        // A worker whose clock is ahead closed the day while this ingress still thinks it is that day.
-        try await f.jobs().closeDays(now: .utc("2026-03-02T00:00:00Z"))
-        let late = try await f.use("alice", units: 1, now: .utc("2026-03-01T23:59:59Z")).receipt()
-        #expect(late.billDay == "2026-03-02")
-        #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE day = '2026-03-02' AND total_cost = 500000") == 1)
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+            try await f.rate("call", micro: 500_000)
+            _ = try await f.use("alice", units: 1, now: .utc("2026-03-01T10:00:00Z"))
+            // A worker whose clock is ahead closed the day while this ingress still thinks it is that day.
+            try await f.jobs().closeDays(now: .utc("2026-03-02T00:00:00Z"))
+            let late = try await f.use("alice", units: 1, now: .utc("2026-03-01T23:59:59Z")).receipt()
+            #expect(late.billDay == "2026-03-02")
+            #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE day = '2026-03-02' AND total_cost = 500000") == 1)
+        }
     }
 
     /// An ingress still in the day a worker is closing: usage calls and closes of that day run at
@@ -75,37 +75,37 @@ struct CreditJobsTests {
     /// deadlock would fail a call or a batch) and every cost lands in exactly one bill, counted
     /// before that bill was closed or in the next day's.
     @Test func usageRacingTheCloseOfItsDayIsCountedOnceWithoutDeadlock() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        let users = (0..<40).map { "racer-\($0)" }
-        for user in users {
-            try await f.fund(user, .subscription, micro: 50 * Self.credit)
-            try await f.fund(user, .permanent, micro: 50 * Self.credit)
-        }
-        try await f.rate("call", micro: 300_001)
-        let jobs = f.jobs(batchSize: 1)
-        let late = Date.utc("2026-03-01T23:59:59Z")
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for round in 0..<200 {
-                group.addTask { _ = try await f.use(users[round % users.count], units: Int64(1 + round % 4), now: late) }
+        try await CreditsFixture.with { f in
+            let users = (0..<40).map { "racer-\($0)" }
+            for user in users {
+                try await f.fund(user, .subscription, micro: 50 * Self.credit)
+                try await f.fund(user, .permanent, micro: 50 * Self.credit)
             }
-            group.addTask {
-                for _ in 0..<50 { try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) }
+            try await f.rate("call", micro: 300_001)
+            let jobs = f.jobs(batchSize: 1)
+            let late = Date.utc("2026-03-01T23:59:59Z")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for round in 0..<200 {
+                    group.addTask { _ = try await f.use(users[round % users.count], units: Int64(1 + round % 4), now: late) }
+                }
+                group.addTask {
+                    for _ in 0..<50 { try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) }
+                }
+                try await group.waitForAll()
             }
-            try await group.waitForAll()
+            try await jobs.closeDays(now: .utc("2026-03-03T00:00:00Z"))
+            #expect(try await f.count("SELECT count(*) FROM credit_usage_event") == 200)
+            // Each bill holds exactly the costs of the events that name its day, and was closed on its total.
+            #expect(
+                try await f.count(
+                    """
+                    SELECT count(*) FROM credit_daily_bill b
+                     FULL JOIN (SELECT user_id, bill_day AS day, sum(cost) AS cost FROM credit_usage_event GROUP BY 1, 2) e
+                            USING (user_id, day)
+                     WHERE b.total_cost IS DISTINCT FROM e.cost OR b.closed_at IS NULL OR b.charged <> b.total_cost + b.rounding
+                    """) == 0)
+            #expect(try await f.violations() == 0)
         }
-        try await jobs.closeDays(now: .utc("2026-03-03T00:00:00Z"))
-        #expect(try await f.count("SELECT count(*) FROM credit_usage_event") == 200)
-        // Each bill holds exactly the costs of the events that name its day, and was closed on its total.
-        #expect(
-            try await f.count(
-                """
-                SELECT count(*) FROM credit_daily_bill b
-                 FULL JOIN (SELECT user_id, bill_day AS day, sum(cost) AS cost FROM credit_usage_event GROUP BY 1, 2) e
-                        USING (user_id, day)
-                 WHERE b.total_cost IS DISTINCT FROM e.cost OR b.closed_at IS NULL OR b.charged <> b.total_cost + b.rounding
-                """) == 0)
-        #expect(try await f.violations() == 0)
     }
 
     /// The close waits for the accounts a usage call holds before it touches that user's bills: a
@@ -113,131 +113,133 @@ struct CreditJobsTests {
     /// closed, and the close then closes the bill on that total (a close taking the bill first would
     /// deadlock with the call).
     @Test func theCloseWaitsForTheAccountsOfAUsageCallBeforeTakingItsBill() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
-        try await f.rate("call", micro: 300_000)
-        let late = Date.utc("2026-03-01T23:59:59Z")
-        _ = try await f.use("alice", units: 1, now: late)
-        let jobs = f.jobs()
-        let close = try await f.pool.withConnection { db in
-            try await db.transaction { tx in
-                try await tx.query("SELECT balance FROM credit_account WHERE user_id = 'alice' ORDER BY pool FOR UPDATE")
-                let close = Task { try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) }
-                while try await f.count(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == 0
-                {
-                    try await Task.sleep(for: .milliseconds(5))
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+            try await f.rate("call", micro: 300_000)
+            let late = Date.utc("2026-03-01T23:59:59Z")
+            _ = try await f.use("alice", units: 1, now: late)
+            let jobs = f.jobs()
+            let close = try await f.pool.withConnection { db in
+                try await db.transaction { tx in
+                    try await tx.query("SELECT balance FROM credit_account WHERE user_id = 'alice' ORDER BY pool FOR UPDATE")
+                    let close = Task { try await jobs.closeDays(now: .utc("2026-03-02T00:00:00Z")) }
+                    while try await f.count(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == 0
+                    {
+                        try await Task.sleep(for: .milliseconds(5))
+                    }
+                    let receipt = try await CreditMeter.use(
+                        UsageRequest(service: "svc", idempotencyKey: "held", userID: "alice", units: 2, rateCode: "call", occurredAt: nil),
+                        now: late, on: tx
+                    ).receipt()
+                    #expect(receipt.billDay == "2026-03-01")
+                    return close
                 }
-                let receipt = try await CreditMeter.use(
-                    UsageRequest(service: "svc", idempotencyKey: "held", userID: "alice", units: 2, rateCode: "call", occurredAt: nil),
-                    now: late, on: tx
-                ).receipt()
-                #expect(receipt.billDay == "2026-03-01")
-                return close
             }
+            #expect(try await close.value == 1)
+            #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE total_cost = 900000 AND charged = 1000000") == 1)
+            #expect(try await f.violations() == 0)
         }
-        #expect(try await close.value == 1)
-        #expect(try await f.count("SELECT count(*) FROM credit_daily_bill WHERE total_cost = 900000 AND charged = 1000000") == 1)
-        #expect(try await f.violations() == 0)
     }
 
     @Test func expiredSubscriptionPoolsAreClearedAtTheNextUTCMidnightOnce() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        let expired = Date.utc("2026-03-10T15:00:00Z")
-        for user in ["alice", "bob", "carol", "dave"] { try await f.fund(user, .subscription, micro: 100 * Self.credit) }
-        try await f.fund("alice", .permanent, micro: 5 * Self.credit)
-        try await f.subscription(user: "alice", original: "a1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
-        try await f.subscription(user: "bob", original: "b1", product: "p", status: "REVOKED", purchase: expired - 30 * 86_400, expires: expired)
-        // Carol's old chain expired but she subscribed again: entitled, she keeps the pool.
-        try await f.subscription(user: "carol", original: "c1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
-        try await f.subscription(user: "carol", original: "c2", product: "p", status: "ACTIVE", purchase: expired, expires: expired + 30 * 86_400)
-        // Dave is in grace: service continues, nothing happens.
-        try await f.subscription(user: "dave", original: "d1", product: "p", status: "GRACE", purchase: expired - 30 * 86_400, expires: expired)
-        // The chains were known to have ended when they expired.
-        try await f.pool.query(
-            """
-            INSERT INTO status_history (entity_type, entity_key, current_status, cause, created_at)
-            SELECT 'SUBSCRIPTION', environment || ':' || original_transaction_id, status, 'test', \(expired) FROM user_subscription
-            """)
+        try await CreditsFixture.with { f in
+            let expired = Date.utc("2026-03-10T15:00:00Z")
+            for user in ["alice", "bob", "carol", "dave"] { try await f.fund(user, .subscription, micro: 100 * Self.credit) }
+            try await f.fund("alice", .permanent, micro: 5 * Self.credit)
+            try await f.subscription(
+                user: "alice", original: "a1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
+            try await f.subscription(user: "bob", original: "b1", product: "p", status: "REVOKED", purchase: expired - 30 * 86_400, expires: expired)
+            // Carol's old chain expired but she subscribed again: entitled, she keeps the pool.
+            try await f.subscription(
+                user: "carol", original: "c1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
+            try await f.subscription(user: "carol", original: "c2", product: "p", status: "ACTIVE", purchase: expired, expires: expired + 30 * 86_400)
+            // Dave is in grace: service continues, nothing happens.
+            try await f.subscription(user: "dave", original: "d1", product: "p", status: "GRACE", purchase: expired - 30 * 86_400, expires: expired)
+            // The chains were known to have ended when they expired.
+            try await f.pool.query(
+                """
+                INSERT INTO status_history (entity_type, entity_key, current_status, cause, created_at)
+                SELECT 'SUBSCRIPTION', environment || ':' || original_transaction_id, status, 'test', \(expired) FROM user_subscription
+                """)
 
-        let jobs = f.jobs()
-        #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-10T23:59:59Z")) == 0)
-        #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-11T00:00:00Z")) == 2)
-        #expect(try await f.balances("alice") == [.subscription: 0, .permanent: 5 * Self.credit], "permanent credits never expire")
-        #expect(try await f.total("bob") == 0)
-        #expect(try await f.total("carol") == 100 * Self.credit)
-        #expect(try await f.total("dave") == 100 * Self.credit)
-        // A grant after the clearing stays: the ending was handled once.
-        try await f.fund("alice", .subscription, micro: 7 * Self.credit)
-        #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-12T00:00:00Z")) == 0)
-        #expect(try await f.balances("alice")[.subscription] == 7 * Self.credit)
-        #expect(try await f.count("SELECT count(*) FROM credit_expiry_clearing") == 3)
-        #expect(try await f.violations() == 0)
+            let jobs = f.jobs()
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-10T23:59:59Z")) == 0)
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-11T00:00:00Z")) == 2)
+            #expect(try await f.balances("alice") == [.subscription: 0, .permanent: 5 * Self.credit], "permanent credits never expire")
+            #expect(try await f.total("bob") == 0)
+            #expect(try await f.total("carol") == 100 * Self.credit)
+            #expect(try await f.total("dave") == 100 * Self.credit)
+            // A grant after the clearing stays: the ending was handled once.
+            try await f.fund("alice", .subscription, micro: 7 * Self.credit)
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-12T00:00:00Z")) == 0)
+            #expect(try await f.balances("alice")[.subscription] == 7 * Self.credit)
+            #expect(try await f.count("SELECT count(*) FROM credit_expiry_clearing") == 3)
+            #expect(try await f.violations() == 0)
+        }
     }
 
     @Test func yearlyPlansGetEachMonthOnTheAnchorDayClampedToTheMonthEndOnce() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.product("yearly", duration: "YEAR", credits: 3000)
-        let purchase = Date.utc("2027-01-31T09:30:00Z")
-        try await f.subscription(
-            user: "alice", original: "y1", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
-        // Month 0 was granted by fulfillment.
-        try await f.fund("alice", .subscription, micro: 3000 * Self.credit, key: "period:Sandbox:y1:m0")
-        try await f.pool.query("UPDATE credit_grant SET environment = 'Sandbox', transaction_id = 'y1' WHERE grant_key = 'period:Sandbox:y1:m0'")
-        let jobs = f.jobs()
-        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:29:59Z")) == 0, "not yet the anchor time")
-        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:30:00Z")) == 1, "31 January → 28 February")
-        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T12:00:00Z")) == 0, "each month once")
-        #expect(try await jobs.grantYearlyMonths(now: .utc("2027-03-31T09:30:00Z")) == 1, "back to the 31st")
-        // A missed scheduler catches up every due month, and never grants after the period.
-        #expect(try await jobs.grantYearlyMonths(now: .utc("2028-06-01T00:00:00Z")) == 9)
-        let keys = try await f.pool.query("SELECT grant_key FROM credit_grant").map { try $0.decode(0, as: String.self) }
-        #expect(keys.count == 12 && Set(keys) == Set((0..<12).map { "period:Sandbox:y1:m\($0)" }))
-        #expect(try await f.total("alice") == 12 * 3000 * Self.credit)
-        #expect(try await f.violations() == 0)
+        try await CreditsFixture.with { f in
+            try await f.product("yearly", duration: "YEAR", credits: 3000)
+            let purchase = Date.utc("2027-01-31T09:30:00Z")
+            try await f.subscription(
+                user: "alice", original: "y1", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
+            // Month 0 was granted by fulfillment.
+            try await f.fund("alice", .subscription, micro: 3000 * Self.credit, key: "period:Sandbox:y1:m0")
+            try await f.pool.query("UPDATE credit_grant SET environment = 'Sandbox', transaction_id = 'y1' WHERE grant_key = 'period:Sandbox:y1:m0'")
+            let jobs = f.jobs()
+            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:29:59Z")) == 0, "not yet the anchor time")
+            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:30:00Z")) == 1, "31 January → 28 February")
+            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T12:00:00Z")) == 0, "each month once")
+            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-03-31T09:30:00Z")) == 1, "back to the 31st")
+            // A missed scheduler catches up every due month, and never grants after the period.
+            #expect(try await jobs.grantYearlyMonths(now: .utc("2028-06-01T00:00:00Z")) == 9)
+            let keys = try await f.pool.query("SELECT grant_key FROM credit_grant").map { try $0.decode(0, as: String.self) }
+            #expect(keys.count == 12 && Set(keys) == Set((0..<12).map { "period:Sandbox:y1:m\($0)" }))
+            #expect(try await f.total("alice") == 12 * 3000 * Self.credit)
+            #expect(try await f.violations() == 0)
+        }
     }
 
     @Test func yearlyMonthsStopWhenTheTransactionIsRevokedOrWasNeverGranted() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.product("yearly", duration: "YEAR", credits: 3000)
-        let purchase = Date.utc("2027-01-15T00:00:00Z")
-        try await f.subscription(
-            user: "alice", original: "y1", product: "yearly", status: "REVOKED", purchase: purchase, expires: purchase + 365 * 86_400,
-            revoked: purchase + 86_400)
-        try await f.fund("alice", .subscription, micro: 3000 * Self.credit, key: "period:Sandbox:y1:m0")
-        try await f.pool.query("UPDATE credit_grant SET environment = 'Sandbox', transaction_id = 'y1'")
-        // A free trial whose product grants nothing on trials: no month 0, so no months at all.
-        try await f.subscription(
-            user: "bob", original: "y2", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
-        #expect(try await f.jobs().grantYearlyMonths(now: .utc("2027-12-31T00:00:00Z")) == 0)
+        try await CreditsFixture.with { f in
+            try await f.product("yearly", duration: "YEAR", credits: 3000)
+            let purchase = Date.utc("2027-01-15T00:00:00Z")
+            try await f.subscription(
+                user: "alice", original: "y1", product: "yearly", status: "REVOKED", purchase: purchase, expires: purchase + 365 * 86_400,
+                revoked: purchase + 86_400)
+            try await f.fund("alice", .subscription, micro: 3000 * Self.credit, key: "period:Sandbox:y1:m0")
+            try await f.pool.query("UPDATE credit_grant SET environment = 'Sandbox', transaction_id = 'y1'")
+            // A free trial whose product grants nothing on trials: no month 0, so no months at all.
+            try await f.subscription(
+                user: "bob", original: "y2", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
+            #expect(try await f.jobs().grantYearlyMonths(now: .utc("2027-12-31T00:00:00Z")) == 0)
+        }
     }
 
     @Test func welcomeCreditsOncePerUser() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        for user in ["a", "b", "c"] { try await f.user(user) }
-        let jobs = f.jobs(welcome: 50, batchSize: 2)
-        #expect(try await jobs.grantWelcomeCredits() == 3)
-        #expect(try await jobs.grantWelcomeCredits() == 0)
-        try await f.user("d")
-        #expect(try await jobs.runAll(now: Date()).welcomeGrants == 1)
-        #expect(try await f.balances("d") == [.welcome: 50 * Self.credit])
-        #expect(try await f.jobs().grantWelcomeCredits() == 0, "not configured: nothing")
-        #expect(try await jobs.checkInvariant() == 0)
+        try await CreditsFixture.with { f in
+            for user in ["a", "b", "c"] { try await f.user(user) }
+            let jobs = f.jobs(welcome: 50, batchSize: 2)
+            #expect(try await jobs.grantWelcomeCredits() == 3)
+            #expect(try await jobs.grantWelcomeCredits() == 0)
+            try await f.user("d")
+            #expect(try await jobs.runAll(now: Date()).welcomeGrants == 1)
+            #expect(try await f.balances("d") == [.welcome: 50 * Self.credit])
+            #expect(try await f.jobs().grantWelcomeCredits() == 0, "not configured: nothing")
+            #expect(try await jobs.checkInvariant() == 0)
+        }
     }
 
     @Test func theInvariantCheckSeesABalanceThatDiffersFromItsLedger() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .subscription, micro: 5 * Self.credit)
-        let jobs = f.jobs()
-        #expect(try await jobs.checkInvariant() == 0)
-        try await f.pool.query("UPDATE credit_account SET balance = balance + 1")
-        #expect(try await jobs.checkInvariant() == 1)
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 5 * Self.credit)
+            let jobs = f.jobs()
+            #expect(try await jobs.checkInvariant() == 0)
+            try await f.pool.query("UPDATE credit_account SET balance = balance + 1")
+            #expect(try await jobs.checkInvariant() == 1)
+        }
     }
 }
 

@@ -11,167 +11,167 @@ struct CreditLedgerTests {
     static let credit = Credits.micro
 
     @Test func grantIsBookedOncePerKeyWithItsLedgerEntries() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.user("alice")
-        let grants = [
-            CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k1", pool: .subscription, amount: 5 * Self.credit, reason: "T")),
-            CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k2", pool: .subscription, amount: 7 * Self.credit, reason: "T")),
-        ]
-        #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, on: $0) } == 2)
-        #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, on: $0) } == 0)
-        #expect(try await f.balances("alice") == [.subscription: 12 * Self.credit])
-        let after = try await f.pool.query("SELECT balance_after FROM credit_ledger ORDER BY id").map { try $0.decode(0, as: Int64.self) }
-        #expect(after == [5 * Self.credit, 12 * Self.credit])
-        #expect(try await f.violations() == 0)
+        try await CreditsFixture.with { f in
+            try await f.user("alice")
+            let grants = [
+                CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k1", pool: .subscription, amount: 5 * Self.credit, reason: "T")),
+                CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k2", pool: .subscription, amount: 7 * Self.credit, reason: "T")),
+            ]
+            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, on: $0) } == 2)
+            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, on: $0) } == 0)
+            #expect(try await f.balances("alice") == [.subscription: 12 * Self.credit])
+            let after = try await f.pool.query("SELECT balance_after FROM credit_ledger ORDER BY id").map { try $0.decode(0, as: Int64.self) }
+            #expect(after == [5 * Self.credit, 12 * Self.credit])
+            #expect(try await f.violations() == 0)
+        }
     }
 
     @Test func revocationTakesAtMostThePoolAndRestorationGivesItBack() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .subscription, micro: 1000 * Self.credit, key: "g")
-        try await f.rate("call", micro: 400 * Self.credit)
-        _ = try await f.use("alice", units: 1)
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 1000 * Self.credit, key: "g")
+            try await f.rate("call", micro: 400 * Self.credit)
+            _ = try await f.use("alice", units: 1)
 
-        let revoked = try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", on: $0) }
-        #expect(revoked == CreditRevocation(revoked: 600 * Self.credit, unrecoverable: 400 * Self.credit))
-        #expect(try await f.total("alice") == 0)
-        // Again: nothing left to take.
-        #expect(try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", on: $0) }.revoked == 0)
-        #expect(try await f.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'REVOCATION'") == 1)
+            let revoked = try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", on: $0) }
+            #expect(revoked == CreditRevocation(revoked: 600 * Self.credit, unrecoverable: 400 * Self.credit))
+            #expect(try await f.total("alice") == 0)
+            // Again: nothing left to take.
+            #expect(try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", on: $0) }.revoked == 0)
+            #expect(try await f.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'REVOCATION'") == 1)
 
-        #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 600 * Self.credit)
-        #expect(try await f.total("alice") == 600 * Self.credit)
-        #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 0)
-        #expect(try await f.violations() == 0)
+            #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 600 * Self.credit)
+            #expect(try await f.total("alice") == 600 * Self.credit)
+            #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 0)
+            #expect(try await f.violations() == 0)
+        }
     }
 
     @Test func adjustmentIsBookedOncePerNumberWithAnAuditRow() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.user("alice")
-        for _ in 0..<2 {
-            try await f.pool.transaction {
-                try await CreditLedger.adjust(
-                    userID: "alice", pool: .permanent, amount: 3 * Self.credit, adjustmentNo: "ADJ-1", operator: "ops",
-                    reason: "goodwill", on: $0)
+        try await CreditsFixture.with { f in
+            try await f.user("alice")
+            for _ in 0..<2 {
+                try await f.pool.transaction {
+                    try await CreditLedger.adjust(
+                        userID: "alice", pool: .permanent, amount: 3 * Self.credit, adjustmentNo: "ADJ-1", operator: "ops",
+                        reason: "goodwill", on: $0)
+                }
             }
+            #expect(try await f.balances("alice") == [.permanent: 3 * Self.credit])
+            #expect(try await f.count("SELECT count(*) FROM audit_log WHERE action = 'CREDITS_ADJUSTED'") == 1)
+            #expect(try await f.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'ADJUSTMENT'") == 1)
         }
-        #expect(try await f.balances("alice") == [.permanent: 3 * Self.credit])
-        #expect(try await f.count("SELECT count(*) FROM audit_log WHERE action = 'CREDITS_ADJUSTED'") == 1)
-        #expect(try await f.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'ADJUSTMENT'") == 1)
     }
 
     @Test func usageDrawsSubscriptionThenWelcomeThenPermanentOrChangesNothing() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .permanent, micro: 5 * Self.credit)
-        try await f.fund("alice", .welcome, micro: 2 * Self.credit)
-        try await f.fund("alice", .subscription, micro: 1 * Self.credit)
-        try await f.rate("call", micro: 250_000)
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .permanent, micro: 5 * Self.credit)
+            try await f.fund("alice", .welcome, micro: 2 * Self.credit)
+            try await f.fund("alice", .subscription, micro: 1 * Self.credit)
+            try await f.rate("call", micro: 250_000)
 
-        // 0.25 × 10 = 2.5 credits: 1 from SUBSCRIPTION, 1.5 from WELCOME.
-        let first = try await f.use("alice", units: 10).receipt()
-        #expect(first.cost == "2.5")
-        #expect(first.drawn == PoolAmounts([.subscription: Self.credit, .welcome: 1_500_000]))
-        #expect(try await f.balances("alice") == [.subscription: 0, .welcome: 500_000, .permanent: 5 * Self.credit])
-        #expect(first.balance.creditsBalance == 5 && first.balance.microCredits == 5_500_000)
+            // 0.25 × 10 = 2.5 credits: 1 from SUBSCRIPTION, 1.5 from WELCOME.
+            let first = try await f.use("alice", units: 10).receipt()
+            #expect(first.cost == "2.5")
+            #expect(first.drawn == PoolAmounts([.subscription: Self.credit, .welcome: 1_500_000]))
+            #expect(try await f.balances("alice") == [.subscription: 0, .welcome: 500_000, .permanent: 5 * Self.credit])
+            #expect(first.balance.creditsBalance == 5 && first.balance.microCredits == 5_500_000)
 
-        // 23 units = 5.75 credits > 5.5: refused, nothing changes (no event, no ledger, no bill growth).
-        let ledgerBefore = try await f.count("SELECT count(*) FROM credit_ledger")
-        await #expect(throws: UsageError.creditsExhausted(cost: 5_750_000, available: 5_500_000)) {
-            try await f.use("alice", units: 23)
+            // 23 units = 5.75 credits > 5.5: refused, nothing changes (no event, no ledger, no bill growth).
+            let ledgerBefore = try await f.count("SELECT count(*) FROM credit_ledger")
+            await #expect(throws: UsageError.creditsExhausted(cost: 5_750_000, available: 5_500_000)) {
+                try await f.use("alice", units: 23)
+            }
+            #expect(try await f.count("SELECT count(*) FROM credit_ledger") == ledgerBefore)
+            #expect(try await f.count("SELECT count(*) FROM credit_usage_event") == 1)
+            #expect(try await f.count("SELECT sum(total_cost)::int FROM credit_daily_bill") == 2_500_000)
+            // Exactly the rest: 22 units = 5.5 credits.
+            #expect(try await f.use("alice", units: 22).receipt().balance.microCredits == 0)
+            #expect(try await f.violations() == 0)
         }
-        #expect(try await f.count("SELECT count(*) FROM credit_ledger") == ledgerBefore)
-        #expect(try await f.count("SELECT count(*) FROM credit_usage_event") == 1)
-        #expect(try await f.count("SELECT sum(total_cost)::int FROM credit_daily_bill") == 2_500_000)
-        // Exactly the rest: 22 units = 5.5 credits.
-        #expect(try await f.use("alice", units: 22).receipt().balance.microCredits == 0)
-        #expect(try await f.violations() == 0)
     }
 
     @Test func aRetriedKeyGetsTheFirstAnswerAndAnotherRequestUnderItConflicts() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
-        try await f.rate("call", micro: Self.credit)
-        let first = try await f.use("alice", units: 2, key: "k")
-        #expect(!first.replayed)
-        let again = try await f.use("alice", units: 2, key: "k")
-        #expect(try again.replayed && again.receipt() == first.receipt() && again.json == first.json)
-        let receipt = try first.receipt()
-        #expect(try await f.total("alice") == 8 * Self.credit)
-        await #expect(throws: UsageError.idempotencyConflict) { try await f.use("alice", units: 3, key: "k") }
-        // Keys are per service.
-        #expect(try await f.use("alice", units: 2, key: "k", service: "other").receipt().usageId != receipt.usageId)
-        #expect(try await f.total("alice") == 6 * Self.credit)
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+            try await f.rate("call", micro: Self.credit)
+            let first = try await f.use("alice", units: 2, key: "k")
+            #expect(!first.replayed)
+            let again = try await f.use("alice", units: 2, key: "k")
+            #expect(try again.replayed && again.receipt() == first.receipt() && again.json == first.json)
+            let receipt = try first.receipt()
+            #expect(try await f.total("alice") == 8 * Self.credit)
+            await #expect(throws: UsageError.idempotencyConflict) { try await f.use("alice", units: 3, key: "k") }
+            // Keys are per service.
+            #expect(try await f.use("alice", units: 2, key: "k", service: "other").receipt().usageId != receipt.usageId)
+            #expect(try await f.total("alice") == 6 * Self.credit)
+        }
     }
 
     /// The answer is written by the statement itself; it must be the bytes JSONEncoder writes for
     /// the receipt (sorted keys, strings escaped), whatever the key, user and rate hold.
     @Test func theAnswerIsWhatJSONEncoderWritesForItsReceipt() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        let user = "ü \"quoted\" \\ back/slash 🚀"
-        try await f.fund(user, .subscription, micro: 1_250_000)
-        try await f.fund(user, .welcome, micro: 3 * Self.credit)
-        try await f.fund(user, .permanent, micro: 7_000_001)
-        try await f.rate("r/\"1\"", micro: 1_000_007)
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        for (units, key) in [(1, "k \"1\" é/\\"), (3, "k2"), (4, "k3")] {
-            let outcome = try await f.use(user, units: Int64(units), rate: "r/\"1\"", key: key, at: .utc("2026-05-31T23:59:59.123Z"))
-            let receipt = try outcome.receipt()
-            #expect(outcome.json == String(decoding: try encoder.encode(receipt), as: UTF8.self))
-            #expect(receipt.idempotencyKey == key && receipt.userId == user && receipt.rate == "r/\"1\"")
-            #expect(receipt.occurredAt == "2026-05-31T23:59:59.123Z")
+        try await CreditsFixture.with { f in
+            let user = "ü \"quoted\" \\ back/slash 🚀"
+            try await f.fund(user, .subscription, micro: 1_250_000)
+            try await f.fund(user, .welcome, micro: 3 * Self.credit)
+            try await f.fund(user, .permanent, micro: 7_000_001)
+            try await f.rate("r/\"1\"", micro: 1_000_007)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            for (units, key) in [(1, "k \"1\" é/\\"), (3, "k2"), (4, "k3")] {
+                let outcome = try await f.use(user, units: Int64(units), rate: "r/\"1\"", key: key, at: .utc("2026-05-31T23:59:59.123Z"))
+                let receipt = try outcome.receipt()
+                #expect(outcome.json == String(decoding: try encoder.encode(receipt), as: UTF8.self))
+                #expect(receipt.idempotencyKey == key && receipt.userId == user && receipt.rate == "r/\"1\"")
+                #expect(receipt.occurredAt == "2026-05-31T23:59:59.123Z")
+            }
+            #expect(try await f.total(user) == 11_250_001 - 8 * 1_000_007)
+            #expect(try await f.violations() == 0)
         }
-        #expect(try await f.total(user) == 11_250_001 - 8 * 1_000_007)
-        #expect(try await f.violations() == 0)
     }
 
     @Test func theRateVersionInForceAtTheEventTimeGivesTheCost() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .permanent, micro: 100 * Self.credit)
-        try await f.rate("img", version: 1, micro: Self.credit, from: .utc("2026-01-01T00:00:00Z"))
-        try await f.rate("img", version: 2, micro: 2 * Self.credit, from: .utc("2026-06-01T00:00:00Z"))
-        let now = Date.utc("2026-07-01T12:00:00Z")
-        #expect(try await f.use("alice", units: 1, rate: "img", at: .utc("2026-05-31T23:59:59Z"), now: now).receipt().rateVersion == 1)
-        let current = try await f.use("alice", units: 3, rate: "img", now: now).receipt()
-        #expect(current.rateVersion == 2 && current.costMicroCredits == 6 * Self.credit)
-        await #expect(throws: UsageError.unknownRate("img")) {
-            try await f.use("alice", units: 1, rate: "img", at: .utc("2025-12-31T00:00:00Z"), now: now)
-        }
-        await #expect(throws: UsageError.unknownRate("none")) { try await f.use("alice", units: 1, rate: "none", now: now) }
-        let check = try await f.pool.withConnection {
-            try await CreditMeter.check(userID: "alice", units: 50, rateCode: "img", now: now, on: $0)
-        }
-        #expect(!check.affordable && check.costMicroCredits == 100 * Self.credit && check.balance.creditsBalance == 93)
-        // An unknown user can afford nothing.
-        await #expect(throws: UsageError.creditsExhausted(cost: 2 * Self.credit, available: 0)) {
-            try await f.use("nobody", units: 1, rate: "img", now: now)
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .permanent, micro: 100 * Self.credit)
+            try await f.rate("img", version: 1, micro: Self.credit, from: .utc("2026-01-01T00:00:00Z"))
+            try await f.rate("img", version: 2, micro: 2 * Self.credit, from: .utc("2026-06-01T00:00:00Z"))
+            let now = Date.utc("2026-07-01T12:00:00Z")
+            #expect(try await f.use("alice", units: 1, rate: "img", at: .utc("2026-05-31T23:59:59Z"), now: now).receipt().rateVersion == 1)
+            let current = try await f.use("alice", units: 3, rate: "img", now: now).receipt()
+            #expect(current.rateVersion == 2 && current.costMicroCredits == 6 * Self.credit)
+            await #expect(throws: UsageError.unknownRate("img")) {
+                try await f.use("alice", units: 1, rate: "img", at: .utc("2025-12-31T00:00:00Z"), now: now)
+            }
+            await #expect(throws: UsageError.unknownRate("none")) { try await f.use("alice", units: 1, rate: "none", now: now) }
+            let check = try await f.pool.withConnection {
+                try await CreditMeter.check(userID: "alice", units: 50, rateCode: "img", now: now, on: $0)
+            }
+            #expect(!check.affordable && check.costMicroCredits == 100 * Self.credit && check.balance.creditsBalance == 93)
+            // An unknown user can afford nothing.
+            await #expect(throws: UsageError.creditsExhausted(cost: 2 * Self.credit, available: 0)) {
+                try await f.use("nobody", units: 1, rate: "img", now: now)
+            }
         }
     }
 
     @Test func fiftyConcurrentCallsOnABalanceForTenCharge10() async throws {
-        let f = try await CreditsFixture.make()
-        defer { Task { await f.drop() } }
-        try await f.fund("alice", .subscription, micro: 10 * Self.credit)
-        try await f.rate("call", micro: Self.credit)
-        let accepted = try await withThrowingTaskGroup(of: Bool.self) { group in
-            for _ in 0..<50 {
-                group.addTask {
-                    do {
-                        _ = try await f.use("alice", units: 1)
-                        return true
-                    } catch is UsageError { return false }
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 10 * Self.credit)
+            try await f.rate("call", micro: Self.credit)
+            let accepted = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for _ in 0..<50 {
+                    group.addTask {
+                        do {
+                            _ = try await f.use("alice", units: 1)
+                            return true
+                        } catch is UsageError { return false }
+                    }
                 }
+                return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
             }
-            return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+            #expect(accepted == 10)
+            #expect(try await f.total("alice") == 0)
+            #expect(try await f.violations() == 0)
         }
-        #expect(accepted == 10)
-        #expect(try await f.total("alice") == 0)
-        #expect(try await f.violations() == 0)
     }
 }

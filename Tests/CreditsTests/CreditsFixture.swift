@@ -13,11 +13,11 @@ struct CreditsFixture {
     let database: TestDatabase
     var pool: PostgresPool { database.pool }
 
-    static func make() async throws -> CreditsFixture {
-        CreditsFixture(database: try await TestDatabase.make("credits"))
+    /// Runs `body` with a fixture of its own, whose database is dropped after it (also on throw).
+    @discardableResult
+    static func with<R>(_ body: (CreditsFixture) async throws -> R) async throws -> R {
+        try await withTestDatabase("credits") { database in try await body(CreditsFixture(database: database)) }
     }
-
-    func drop() async { await database.drop() }
 
     func jobs(welcome: Int64 = 0, batchSize: Int = 1000) -> CreditJobs {
         CreditJobs(

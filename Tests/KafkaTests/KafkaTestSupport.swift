@@ -5,14 +5,15 @@ import TestSupport
 
 let testLogger = Logger(label: "kafka-tests")
 
-/// Short group sessions keep joins and rebalances to a second or two against Tansu.
+/// Shorter group sessions than the local broker's tuning keep joins and rebalances to a second
+/// or two against Tansu.
 let fastGroupProperties = [
     "session.timeout.ms": "2000",
     "heartbeat.interval.ms": "500",
 ]
 
 func kafkaConfiguration(brokers: String? = nil, _ properties: [String: String] = [:]) throws -> KafkaConfiguration {
-    KafkaConfiguration(brokers: try brokers ?? TestEnvironment.kafkaBrokers(), properties: properties)
+    try TestEnvironment.kafkaConfiguration(brokers: brokers, properties: properties)
 }
 
 /// A topic only the calling test uses, created with `partitions` partitions.
@@ -51,17 +52,6 @@ struct Running<S: Service>: Sendable {
         await service.shutdown()
         try await task.value
     }
-}
-
-/// Waits until `condition` holds, checking every 20 ms; false when `timeout` passed first.
-/// The timeout only bounds a failing test: it is never the thing under test.
-func eventually(timeout: Duration = .seconds(30), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-        guard ContinuousClock.now < deadline else { return false }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return true
 }
 
 /// Seconds since `start`, for the figures tests print.

@@ -22,26 +22,22 @@ enum Fixture {
         let base = try TestEnvironment.databaseURL()
         let schema = TestEnvironment.uniqueName("pgtest")
         let admin = PostgresPool(configuration: PostgresConfiguration(url: base, maximumConnections: 1), logger: logger)
-        try await admin.query("CREATE SCHEMA \(identifier: schema)")
         let url = url(base, schema: schema)
-        let pool = PostgresPool(
-            configuration: PostgresConfiguration(
-                url: url, maximumConnections: maximumConnections, acquireTimeout: acquireTimeout,
-                statementCacheCapacity: statementCacheCapacity),
-            logger: logger)
-        func cleanUp() async {
-            await pool.shutdown()
-            _ = try? await admin.query("DROP SCHEMA \(identifier: schema) CASCADE")
-            await admin.shutdown()
-        }
-        do {
-            let result = try await body(pool, url)
-            await cleanUp()
-            return result
-        } catch {
-            await cleanUp()
-            throw error
-        }
+        return try await withResource(
+            {
+                try await admin.query("CREATE SCHEMA \(identifier: schema)")
+                return PostgresPool(
+                    configuration: PostgresConfiguration(
+                        url: url, maximumConnections: maximumConnections, acquireTimeout: acquireTimeout,
+                        statementCacheCapacity: statementCacheCapacity),
+                    logger: logger)
+            },
+            cleanUp: { pool in
+                await pool.shutdown()
+                _ = try? await admin.query("DROP SCHEMA \(identifier: schema) CASCADE")
+                await admin.shutdown()
+            }
+        ) { pool in try await body(pool, url) }
     }
 
     /// Waits until `condition` holds (checking every 10 ms), failing after `seconds`: for states
@@ -49,11 +45,7 @@ enum Fixture {
     static func waitUntil(
         _ what: String, seconds: Double = 20, _ condition: () async throws -> Bool
     ) async throws {
-        let deadline = ContinuousClock.now + .seconds(seconds)
-        while try await !condition() {
-            guard ContinuousClock.now < deadline else { throw TestTimeout(what: what) }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        guard try await eventually(timeout: seconds, every: .milliseconds(10), condition) else { throw TestTimeout(what: what) }
     }
 
     /// Runs `body`, failing instead of hanging if it does not finish within `seconds`.

@@ -11,45 +11,45 @@ struct CatalogAndTokenCommandTests {
     static let demoPath = ServiceProcess.packageRoot.appendingPathComponent("deploy/local/catalog.json").path
 
     @Test func catalogApplyUpsertsAndReportsWhatChanged() async throws {
-        let database = try await TestDatabase.make("subsctl")
-        let environment = ["DATABASE_URL": database.url]
-        let first = try Subsctl.run(["catalog", "apply", "--operator", "ops-alice", "--reason", "demo", Self.demoPath], environment: environment)
-        #expect(first.status == 0, "\(first.stderr)")
-        #expect(first.stdout.split(separator: "\n").last == "inserted=3 updated=0 unchanged=0")
-        #expect(first.stdout.contains("inserted com.example.pro.yearly"))
-        #expect(try await database.count("SELECT count(*) FROM payment_product WHERE version = 1") == 3)
-        #expect(try await database.count("SELECT count(*) FROM audit_log WHERE operator = 'ops-alice' AND reason = 'demo'") == 3)
+        try await withTestDatabase("subsctl") { database in
+            let environment = ["DATABASE_URL": database.url]
+            let first = try Subsctl.run(["catalog", "apply", "--operator", "ops-alice", "--reason", "demo", Self.demoPath], environment: environment)
+            #expect(first.status == 0, "\(first.stderr)")
+            #expect(first.stdout.split(separator: "\n").last == "inserted=3 updated=0 unchanged=0")
+            #expect(first.stdout.contains("inserted com.example.pro.yearly"))
+            #expect(try await database.count("SELECT count(*) FROM payment_product WHERE version = 1") == 3)
+            #expect(try await database.count("SELECT count(*) FROM audit_log WHERE operator = 'ops-alice' AND reason = 'demo'") == 3)
 
-        let again = try Subsctl.run(["catalog", "apply", Self.demoPath], environment: environment)
-        #expect(again.status == 0, "\(again.stderr)")
-        #expect(again.stdout.split(separator: "\n").last == "inserted=0 updated=0 unchanged=3")
-        #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
+            let again = try Subsctl.run(["catalog", "apply", Self.demoPath], environment: environment)
+            #expect(again.status == 0, "\(again.stderr)")
+            #expect(again.stdout.split(separator: "\n").last == "inserted=0 updated=0 unchanged=3")
+            #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
 
-        // A changed file: one product updated, its version bumped, one more audit row.
-        let text = try String(contentsOfFile: Self.demoPath, encoding: .utf8)
-        let changed = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")
-        defer { try? FileManager.default.removeItem(at: changed) }
-        try text.replacingOccurrences(of: "\"creditsAmount\": 1000", with: "\"creditsAmount\": 1200").write(
-            to: changed, atomically: true, encoding: .utf8)
-        let third = try Subsctl.run(["catalog", "apply", changed.path], environment: environment)
-        #expect(third.status == 0, "\(third.stderr)")
-        #expect(third.stdout.contains("updated com.example.starter.monthly"))
-        #expect(
-            try await database.count(
-                "SELECT version FROM payment_product WHERE product_id = 'com.example.starter.monthly' AND credits_amount = 1200") == 2)
-        #expect(
-            try await database.count(
-                "SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_UPDATED' AND reason LIKE 'subsctl catalog apply %'") == 1)
+            // A changed file: one product updated, its version bumped, one more audit row.
+            let text = try String(contentsOfFile: Self.demoPath, encoding: .utf8)
+            let changed = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")
+            defer { try? FileManager.default.removeItem(at: changed) }
+            try text.replacingOccurrences(of: "\"creditsAmount\": 1000", with: "\"creditsAmount\": 1200").write(
+                to: changed, atomically: true, encoding: .utf8)
+            let third = try Subsctl.run(["catalog", "apply", changed.path], environment: environment)
+            #expect(third.status == 0, "\(third.stderr)")
+            #expect(third.stdout.contains("updated com.example.starter.monthly"))
+            #expect(
+                try await database.count(
+                    "SELECT version FROM payment_product WHERE product_id = 'com.example.starter.monthly' AND credits_amount = 1200") == 2)
+            #expect(
+                try await database.count(
+                    "SELECT count(*) FROM audit_log WHERE action = 'CATALOGUE_PRODUCT_UPDATED' AND reason LIKE 'subsctl catalog apply %'") == 1)
 
-        // A file with a problem writes nothing.
-        let broken = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")
-        defer { try? FileManager.default.removeItem(at: broken) }
-        try text.replacingOccurrences(of: "\"planLevel\": 2", with: "\"planLevel\": 0").write(to: broken, atomically: true, encoding: .utf8)
-        let refused = try Subsctl.run(["catalog", "apply", broken.path], environment: environment)
-        #expect(refused.status == 1)
-        #expect(refused.stderr.contains("products[0].planLevel must be from 1"))
-        #expect(try await database.count("SELECT count(*) FROM audit_log") == 4)
-        await database.drop()
+            // A file with a problem writes nothing.
+            let broken = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")
+            defer { try? FileManager.default.removeItem(at: broken) }
+            try text.replacingOccurrences(of: "\"planLevel\": 2", with: "\"planLevel\": 0").write(to: broken, atomically: true, encoding: .utf8)
+            let refused = try Subsctl.run(["catalog", "apply", broken.path], environment: environment)
+            #expect(refused.status == 1)
+            #expect(refused.stderr.contains("products[0].planLevel must be from 1"))
+            #expect(try await database.count("SELECT count(*) FROM audit_log") == 4)
+        }
     }
 
     @Test func catalogApplyExplainsWhatIsMissing() async throws {
@@ -61,14 +61,19 @@ struct CatalogAndTokenCommandTests {
         let serverURL = try TestEnvironment.databaseURL()
         let name = TestEnvironment.uniqueName("bare")
         let admin = PostgresPool(configuration: PostgresConfiguration(url: serverURL, maximumConnections: 1), logger: .init(label: "test"))
-        try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"))
-        var components = try #require(URLComponents(string: serverURL))
-        components.path = "/" + name
-        let bare = try Subsctl.run(["catalog", "apply", Self.demoPath], environment: ["DATABASE_URL": try #require(components.string)])
-        // Best effort, like TestDatabase.drop: an autovacuum worker visiting the new database makes
-        // FORCE fail with 42501 (it may not terminate a superuser's process).
-        _ = try? await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"))
-        await admin.shutdown()
+        let bare = try await withResource(
+            { try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)")) },
+            cleanUp: { _ in
+                // Best effort, like TestDatabase.drop: an autovacuum worker visiting the new database makes
+                // FORCE fail with 42501 (it may not terminate a superuser's process).
+                _ = try? await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"))
+                await admin.shutdown()
+            }
+        ) { _ in
+            var components = try #require(URLComponents(string: serverURL))
+            components.path = "/" + name
+            return try Subsctl.run(["catalog", "apply", Self.demoPath], environment: ["DATABASE_URL": try #require(components.string)])
+        }
         #expect(bare.status == 78)
         #expect(bare.error.contains("start the ingress or a worker once"), "\(bare.stderr)")
     }

@@ -31,7 +31,9 @@ public final class ServiceProcess: @unchecked Sendable {
         try self.init(executablePath: binary.path, name: name, arguments: arguments, environment: environment)
     }
 
-    /// Starts any program with the test's environment plus `environment`.
+    /// Starts any program with the test's environment plus `environment`: it inherits the local
+    /// broker's `KAFKA_PROPERTY_*` tuning with the rest (deploy/local/env.sh), as in-process
+    /// clients get it from `TestEnvironment.kafkaConfiguration`.
     public init(executablePath: String, name: String, arguments: [String] = [], environment: [String: String]) throws {
         self.name = name
         let binary = URL(fileURLWithPath: executablePath)
@@ -108,12 +110,14 @@ public final class ServiceProcess: @unchecked Sendable {
     }
 }
 
-/// Polls `condition` until it holds or `timeout` passes; for waiting on asynchronous effects.
+/// Polls `condition` every `interval` until it holds or `timeout` seconds pass (then checks it
+/// once more): the tests' one way to wait for an asynchronous effect. The timeout only bounds a
+/// failing test; it is never what a test measures.
 public func eventually(
-    timeout: TimeInterval, every interval: Duration = .milliseconds(200), _ condition: () async throws -> Bool
+    timeout: TimeInterval = 30, every interval: Duration = .milliseconds(200), _ condition: () async throws -> Bool
 ) async rethrows -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
+    let deadline = ContinuousClock.now + .milliseconds(Int64(timeout * 1000))
+    while ContinuousClock.now < deadline {
         if try await condition() { return true }
         try? await Task.sleep(for: interval)
     }

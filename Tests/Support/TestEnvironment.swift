@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 
 /// Why an integration test could not run: a service the test command should have started is absent.
 public struct MissingServiceError: Error, CustomStringConvertible {
@@ -26,6 +27,21 @@ public enum TestEnvironment {
 
     /// Bootstrap servers of the test broker (`KAFKA_BROKERS`).
     public static func kafkaBrokers() throws -> String { try require("KAFKA_BROKERS") }
+
+    /// The test broker's librdkafka tuning: the `KAFKA_PROPERTY_*` of the test environment
+    /// (deploy/local/env.sh sets the local Tansu's), as the services read them.
+    public static var kafkaProperties: [String: String] {
+        KafkaConfiguration.properties(fromEnvironment: ProcessInfo.processInfo.environment)
+    }
+
+    /// A client configuration for the test broker (or `brokers`) with the test environment's
+    /// tuning, then `properties` on top: in-process clients get what the service processes get.
+    public static func kafkaConfiguration(brokers: String? = nil, properties: [String: String] = [:]) throws
+        -> KafkaConfiguration
+    {
+        KafkaConfiguration(
+            brokers: try brokers ?? kafkaBrokers(), properties: kafkaProperties.merging(properties) { _, own in own })
+    }
 
     /// A name no other test (or earlier run) uses: for topics, groups, schemas.
     public static func uniqueName(_ prefix: String) -> String {

@@ -5,6 +5,7 @@ import Events
 import Foundation
 import Postgres
 import Storage
+import StrictJSON
 
 /// What one processing transaction ended in.
 enum ProcessingOutcome: Sendable {
@@ -57,7 +58,7 @@ struct FulfillmentStore: Sendable {
     /// Reads the JSON documents of the queries (dates are milliseconds, like Apple's) with the
     /// strict parser the verifier uses: Foundation's JSONDecoder was a tenth of a worker's CPU.
     static func decode<T: Decodable>(_ type: T.Type, json: String) throws -> T {
-        try AppStoreJSON.decode(type, from: Array(json.utf8))
+        try StrictJSON.decode(type, from: Array(json.utf8))
     }
 
     init(leases: EventLeaseStore, appKey: String, everyoneIsTestUser: Bool, crashPoint: CrashPoint? = nil) {

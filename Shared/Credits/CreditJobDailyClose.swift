@@ -1,0 +1,130 @@
+import Domain
+import Foundation
+import Postgres
+import ServiceRuntime
+
+extension CreditJobs {
+    /// Closes every open bill of a day before `now`'s UTC day (so missed days are caught up): the
+    /// day's total rounded UP to a whole credit is what it costs; the rounding difference is taken
+    /// from the balance (pools in usage order), never below zero, the rest recorded as shortfall.
+    /// Returns the number of bills closed.
+    @discardableResult
+    public func closeDays(now: Date, wait: Bool = true) async throws -> Int {
+        let today = UTCDay(containing: now)
+        let started = ContinuousClock.now
+        let closed = try await repeatBatches(wait: wait) { db in try await closeBatch(before: today, now: now, on: db) }
+        metrics.billsClosed.increment(by: closed)
+        let open = try await pool.query(
+            "SELECT count(*) AS open FROM credit_daily_bill WHERE closed_at IS NULL AND day < \(today.text)::date")
+        metrics.openPastBills.set(Double(try open[0].decode("open", as: Int.self)))
+        if closed > 0 {
+            logger.info(
+                "daily bills closed",
+                ["credits.bills_closed": .int(Int64(closed)), "latency.ms": .int(Int64((ContinuousClock.now - started) / .milliseconds(1)))])
+        }
+        return closed
+    }
+
+    private func closeBatch(before today: UTCDay, now: Date, on db: PostgresConnection) async throws -> Int {
+        // Accounts before bills, the order of a usage call (which counts a cost into a bill only under
+        // its user's account locks): the candidates are read without locks, their users' accounts
+        // locked, then the bills read again under those locks, with every cost already counted.
+        let candidates = try await db.query(
+            """
+            SELECT id, user_id FROM credit_daily_bill
+             WHERE closed_at IS NULL AND day < \(today.text)::date ORDER BY day, user_id LIMIT \(configuration.batchSize)
+            """)
+        guard !candidates.isEmpty else { return 0 }
+        var ids: [Int64] = []
+        var users: Set<String> = []
+        for row in candidates {
+            ids.append(try row.decode("id"))
+            users.insert(try row.decode("user_id"))
+        }
+        var balances: [String: [CreditPool: MicroCredits]] = [:]
+        for row in try await db.query(
+            """
+            SELECT user_id, pool, balance FROM credit_account WHERE user_id = ANY(\(PostgresArray(Array(users)))::text[])
+             ORDER BY user_id, pool FOR UPDATE
+            """)
+        {
+            guard let pool = CreditPool(rawValue: try row.decode("pool")) else { continue }
+            balances[try row.decode("user_id"), default: [:]][pool] = try row.decode("balance")
+        }
+        let bills = try await db.query(
+            """
+            SELECT id, user_id, (day - date '1970-01-01')::bigint AS day, total_cost FROM credit_daily_bill
+             WHERE id = ANY(\(PostgresArray(ids))::bigint[]) AND closed_at IS NULL ORDER BY day, user_id FOR UPDATE
+            """)
+
+        var closes = BillCloses()
+        var entries = LedgerEntries()
+        var changed: Set<Pair> = []
+        for row in bills {
+            let user: String = try row.decode("user_id")
+            let day = UTCDay(index: try row.decode("day"))
+            let (charged, rounding) = CreditRules.dailyCharge(total: try row.decode("total_cost"))
+            var pools = balances[user] ?? [:]
+            let available = pools.values.reduce(0, +)
+            let drawn = CreditRules.draw(min(rounding, available), from: pools) ?? [:]
+            let settled = drawn.values.reduce(0, +)
+            for pool in CreditPool.allCases {
+                guard let amount = drawn[pool], amount > 0 else { continue }
+                pools[pool, default: 0] -= amount
+                entries.append(
+                    user: user, pool: pool, delta: -amount, after: pools[pool]!, type: "DAILY_SETTLEMENT",
+                    reference: "daily:\(user):\(day.text)")
+                changed.insert(Pair(user: user, pool: pool))
+            }
+            balances[user] = pools
+            closes.append(
+                id: try row.decode("id"), charged: charged, rounding: rounding, settled: settled,
+                shortfall: rounding - settled)
+        }
+        let accounts = changed.sorted { ($0.user, $0.pool.rawValue) < ($1.user, $1.pool.rawValue) }
+        try await db.query(
+            """
+            WITH bills AS (
+                UPDATE credit_daily_bill b
+                   SET charged = c.charged, rounding = c.rounding, settled = c.settled, shortfall = c.shortfall,
+                       closed_at = \(now)
+                  FROM unnest(\(PostgresArray(closes.ids))::bigint[], \(PostgresArray(closes.charged))::bigint[],
+                              \(PostgresArray(closes.rounding))::bigint[], \(PostgresArray(closes.settled))::bigint[],
+                              \(PostgresArray(closes.shortfall))::bigint[]) AS c(id, charged, rounding, settled, shortfall)
+                 WHERE b.id = c.id
+            ), accounts AS (
+                UPDATE credit_account a SET balance = n.balance, updated_at = now()
+                  FROM unnest(\(PostgresArray(accounts.map(\.user)))::text[],
+                              \(PostgresArray(accounts.map(\.pool.rawValue)))::text[],
+                              \(PostgresArray(accounts.map { balances[$0.user]![$0.pool]! }))::bigint[]) AS n(user_id, pool, balance)
+                 WHERE a.user_id = n.user_id AND a.pool = n.pool
+            )
+            SELECT 1
+            """)
+        try await entries.insert(on: db)
+        return bills.count
+    }
+}
+
+/// A user's pool.
+private struct Pair: Hashable {
+    let user: String
+    let pool: CreditPool
+}
+
+/// Closed bills to write, as parallel arrays.
+private struct BillCloses {
+    var ids: [Int64] = []
+    var charged: [Int64] = []
+    var rounding: [Int64] = []
+    var settled: [Int64] = []
+    var shortfall: [Int64] = []
+
+    mutating func append(id: Int64, charged: MicroCredits, rounding: MicroCredits, settled: MicroCredits, shortfall: MicroCredits) {
+        ids.append(id)
+        self.charged.append(charged)
+        self.rounding.append(rounding)
+        self.settled.append(settled)
+        self.shortfall.append(shortfall)
+    }
+}

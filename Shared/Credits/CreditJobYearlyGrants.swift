@@ -1,0 +1,70 @@
+import Domain
+import Foundation
+import Postgres
+import ServiceRuntime
+
+extension CreditJobs {
+    /// Grants the months of yearly plans that are due by `now`: month i on the anchor day of the
+    /// i-th month after the purchase (UTC, clamped to the month's end), for the 12 months of the
+    /// period, while the subscription is ACTIVE or in GRACE and the transaction is not revoked;
+    /// only for periods whose first month was granted (trials and family sharing follow the
+    /// product's configuration through it). Each month once (its grant key). Returns the number granted.
+    @discardableResult
+    public func grantYearlyMonths(now: Date, wait: Bool = true) async throws -> Int {
+        let candidates = try await pool.query(
+            """
+            SELECT s.environment, s.original_transaction_id, s.user_id, t.transaction_id, t.purchase_date, t.expires_date,
+                   p.credits_amount,
+                   (SELECT string_agg(g.grant_key, ',') FROM credit_grant g
+                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) AS granted
+              FROM user_subscription s
+              JOIN apple_transaction t ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
+              JOIN payment_product p ON p.channel = 'APPLE' AND p.app_key = \(appKey) AND p.product_id = t.product_id
+             WHERE s.status IN ('ACTIVE', 'GRACE') AND s.frozen_reason IS NULL AND p.duration = 'YEAR'
+               AND t.revocation_date IS NULL AND t.purchase_date <= \(now)
+               AND (SELECT count(*) FROM credit_grant g
+                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) BETWEEN 1 AND 11
+            """)
+        var granted = 0
+        for row in candidates {
+            let environment: String = try row.decode("environment")
+            let transactionID: String = try row.decode("transaction_id")
+            let existing = Set((try row.decode("granted", as: String?.self) ?? "").split(separator: ",").map(String.init))
+            guard existing.contains(CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: 0))
+            else { continue }
+            let dates = CreditRules.yearlyGrantDates(
+                purchase: try row.decode("purchase_date"), expires: try row.decode("expires_date", as: Date?.self))
+            let amount = Credits.micro(try row.decode("credits_amount"))
+            let user: String = try row.decode("user_id")
+            let original: String = try row.decode("original_transaction_id")
+            let due = dates.enumerated().dropFirst().filter { $0.element <= now }.map { month in
+                CreditGrant(
+                    userID: user,
+                    decision: GrantDecision(
+                        grantKey: CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: month.offset),
+                        pool: .subscription, amount: amount, reason: "YEARLY_MONTH"),
+                    environment: environment, transactionID: transactionID, originalTransactionID: original)
+            }.filter { !existing.contains($0.decision.grantKey) }
+            guard amount > 0, !due.isEmpty else { continue }
+            let booked = try await batch(wait: wait) { db -> Int in
+                // The chain lock of fulfillment (same expression): a refund or a plan change of this
+                // chain is either seen here or comes after, and then revokes these grants too.
+                try await db.query("SELECT pg_advisory_xact_lock(hashtextextended(\(environment)::text || '/' || \(original)::text, 0))")
+                let still = try await db.query(
+                    """
+                    SELECT 1 FROM user_subscription s JOIN apple_transaction t
+                        ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
+                     WHERE s.environment = \(environment) AND s.original_transaction_id = \(original)
+                       AND s.last_transaction_id = \(transactionID) AND s.status IN ('ACTIVE', 'GRACE')
+                       AND s.frozen_reason IS NULL AND t.revocation_date IS NULL
+                    """)
+                guard !still.isEmpty else { return 0 }
+                return try await CreditLedger.grant(due, on: db)
+            }
+            granted += booked ?? 0
+        }
+        metrics.yearlyGrants.increment(by: granted)
+        if granted > 0 { logger.info("yearly plan months granted", ["credits.grants": .int(Int64(granted))]) }
+        return granted
+    }
+}

@@ -1,0 +1,24 @@
+/// Runs `body` with the resource `make` returns, then `cleanUp` on it, awaited, whether `body`
+/// returned or threw: a test's pools, databases and servers never outlive it.
+@discardableResult
+public func withResource<Resource, Result>(
+    _ make: () async throws -> Resource, cleanUp: (Resource) async -> Void, _ body: (Resource) async throws -> Result
+) async throws -> Result {
+    let resource = try await make()
+    let result: Result
+    do {
+        result = try await body(resource)
+    } catch {
+        await cleanUp(resource)
+        throw error
+    }
+    await cleanUp(resource)
+    return result
+}
+
+/// Runs `body` with a fresh migrated database named after `prefix` (see `TestDatabase.make`),
+/// closed and dropped after it, also when it throws.
+@discardableResult
+public func withTestDatabase<Result>(_ prefix: String = "test", _ body: (TestDatabase) async throws -> Result) async throws -> Result {
+    try await withResource({ try await TestDatabase.make(prefix) }, cleanUp: { await $0.drop() }, body)
+}
