@@ -68,6 +68,10 @@ public enum PostgresError: Error, Sendable, CustomStringConvertible, CustomDebug
     /// A serialization failure or a deadlock: the transaction should be replayed.
     public var isSerializationFailure: Bool { sqlState == .serializationFailure || sqlState == .deadlockDetected }
 
+    /// SQLSTATE class 22, a value the column cannot hold (a NUL character, overlong text): the
+    /// sender's mistake, not the database's.
+    public var isDataException: Bool { sqlState?.hasPrefix("22") == true }
+
     public var description: String {
         switch self {
         case .uniqueViolation(let constraint, _):

@@ -126,7 +126,7 @@ public struct EventIntakeStore: Sendable {
             }
             guard let id = existing[event.notificationUUID] else {
                 throw PostgresError.server(
-                    sqlState: "XX000", message: "notification neither inserted nor found", constraint: nil)
+                    sqlState: .internalError, message: "notification neither inserted nor found", constraint: nil)
             }
             return StoredEvent(eventID: id, isNew: false, outbox: nil)
         }

@@ -41,7 +41,7 @@ struct DatabaseErrors: RouterMiddleware {
             return try await next(request, context)
         } catch let error as PostgresError where error.isRetryable {
             throw APIError.serviceUnavailable()
-        } catch let error as PostgresError where error.sqlState?.hasPrefix("22") == true {
+        } catch let error as PostgresError where error.isDataException {
             throw APIError.invalidRequest("a value in the request is not acceptable")
         }
     }
