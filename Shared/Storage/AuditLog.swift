@@ -13,12 +13,21 @@ public enum AuditLog {
     ) async throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
+        try await record(
+            on: db, operator: operatorName, action: action, reason: reason,
+            before: try before.map { try PostgresJSON(encoding: $0, encoder: encoder) },
+            after: try after.map { try PostgresJSON(encoding: $0, encoder: encoder) })
+    }
+
+    /// Records one action whose states are already JSON (a row read back as jsonb, say).
+    public static func record(
+        on db: PostgresConnection, operator operatorName: String, action: String, reason: String,
+        before: PostgresJSON?, after: PostgresJSON?
+    ) async throws {
         try await db.query(
             """
             INSERT INTO audit_log (operator, action, reason, before, after)
-            VALUES (\(operatorName), \(action), \(reason),
-                    \(try before.map { try PostgresJSON(encoding: $0, encoder: encoder) }),
-                    \(try after.map { try PostgresJSON(encoding: $0, encoder: encoder) }))
+            VALUES (\(operatorName), \(action), \(reason), \(before), \(after))
             """)
     }
 }

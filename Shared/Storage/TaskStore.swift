@@ -174,12 +174,11 @@ public struct TaskStore: Sendable {
     private func audit(_ id: Int64, action: String, operator operatorName: String, reason: String, on db: PostgresConnection)
         async throws
     {
-        let task: String = try await db.query(
-            "SELECT (to_jsonb(t) - 'result')::text AS task FROM fulfillment_task t WHERE t.id = \(id)"
+        let task: PostgresJSON = try await db.query(
+            "SELECT to_jsonb(t) - 'result' AS task FROM fulfillment_task t WHERE t.id = \(id)"
         ).first!.decode("task")
         try await AuditLog.record(
-            on: db, operator: operatorName, action: action, reason: reason, before: nil,
-            after: try JSONDecoder().decode(StoredJSON.self, from: Data(task.utf8)))
+            on: db, operator: operatorName, action: action, reason: reason, before: nil, after: task)
     }
 
     /// Flags the chains whose stored facts disagree, looking at the renewal infos changed within
@@ -332,48 +331,5 @@ extension TaskStore {
             status: try row.decode("status"), activeProductID: try row.decode("active_product_id"),
             pendingProductID: try row.decode("pending_product_id", as: String?.self),
             expiresAt: try row.decode("expires_at", as: Date?.self), autoRenewEnabled: try row.decode("auto_renew_enabled"))
-    }
-}
-
-/// Any JSON document, decoded and encoded again unchanged (a row read as jsonb for the audit log).
-private enum StoredJSON: Codable, Sendable {
-    case null
-    case bool(Bool)
-    case integer(Int64)
-    case number(Double)
-    case string(String)
-    case array([StoredJSON])
-    case object([String: StoredJSON])
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Int64.self) {
-            self = .integer(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([StoredJSON].self) {
-            self = .array(value)
-        } else {
-            self = .object(try container.decode([String: StoredJSON].self))
-        }
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        switch self {
-        case .null: try container.encodeNil()
-        case .bool(let value): try container.encode(value)
-        case .integer(let value): try container.encode(value)
-        case .number(let value): try container.encode(value)
-        case .string(let value): try container.encode(value)
-        case .array(let value): try container.encode(value)
-        case .object(let value): try container.encode(value)
-        }
     }
 }
