@@ -235,6 +235,11 @@ struct FulfillmentSchedulerTests {
         #expect(try await pair.balance("bob") == 2000)
         #expect(try await pair.count("SELECT count(*) FROM credit_grant WHERE user_id = 'bob'") == 2)
         #expect(try await pair.count("SELECT count(*) FROM audit_log WHERE action = 'REQUERY_REQUESTED'") == 2)
+        // Each audit row holds the task as stored, less its result.
+        #expect(
+            try await pair.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'REQUERY_REQUESTED' AND after ? 'id' AND after ? 'status' AND NOT after ? 'result'"
+            ) == 2)
         let unknown = try await harness.subsctl(["requery", "--original-transaction-id", "999", "--env", "Sandbox", "--wait", "60"])
         #expect(unknown.status == 1, "\(unknown.output)")
         #expect(unknown.output.contains("status=FAILED error=APPSTORE_API_4040010"), "\(unknown.output)")
