@@ -49,80 +49,83 @@ struct CreditsEndToEndTests {
     /// The metering API's contract: credentials, exactly-10-of-50 under concurrency, idempotent
     /// retries, conflicts, the check, and every answer matching openapi.json.
     @Test func meteringAPIChargesExactlyWhatTheBalanceCovers() async throws {
-        let harness = try await IngressHarness.start(extra: Self.extra)
-        defer { Task { await harness.stop() } }
-        try await Self.rates(harness.pool)
-        try await harness.pool.query("INSERT INTO app_user (user_id) VALUES ('alice')")
-        try await harness.pool.transaction { db in
-            try await CreditLedger.grant(
-                [
-                    CreditGrant(
-                        userID: "alice", decision: GrantDecision(grantKey: "seed", pool: .subscription, amount: 10 * Self.credit, reason: "TEST"))
-                ],
-                on: db)
+        try await IngressHarness.with(extra: Self.extra) { harness in
+            try await Self.rates(harness.pool)
+            try await harness.pool.query("INSERT INTO app_user (user_id) VALUES ('alice')")
+            try await harness.pool.transaction { db in
+                try await CreditLedger.grant(
+                    [
+                        CreditGrant(
+                            userID: "alice", decision: GrantDecision(grantKey: "seed", pool: .subscription, amount: 10 * Self.credit, reason: "TEST"))
+                    ],
+                    on: db)
+            }
+            let client = harness.client
+
+            // Only service tokens open the metering API, and they open nothing else.
+            #expect(try await Self.use(client, user: "alice", units: 1, headers: [:]).status == 401)
+            #expect(try await Self.use(client, user: "alice", units: 1, headers: harness.authorized("alice")).status == 401)
+            #expect(try await Self.use(client, user: "alice", units: 1, headers: ["Authorization": "Bearer \(Self.token)x"]).status == 401)
+            #expect(try await client.get("/api/v1/credits/balance", headers: Self.service).status == 401)
+
+            // 50 concurrent calls of one credit each on a balance of 10.
+            let answers = try await withThrowingTaskGroup(of: TestHTTPResponse.self) { group in
+                for _ in 0..<50 { group.addTask { try await Self.use(client, user: "alice", units: 1, rate: "unit") } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let accepted = answers.filter { $0.status == 200 }
+            #expect(accepted.count == 10)
+            #expect(answers.filter { $0.status == 402 && Self.code($0) == "CREDITS_EXHAUSTED" }.count == 40)
+            #expect(try await harness.read("/api/v1/credits/balance", as: "alice")["microCredits"] as? Int == 0)
+            #expect(try await harness.pool.withConnection { try await CreditLedger.invariantViolations(on: $0) } == 0)
+
+            // A retried key gets the first answer; another request under it is a conflict.
+            try await harness.pool.transaction { db in
+                try await CreditLedger.grant(
+                    [
+                        CreditGrant(
+                            userID: "alice", decision: GrantDecision(grantKey: "more", pool: .permanent, amount: 5 * Self.credit, reason: "TEST"))
+                    ],
+                    on: db)
+            }
+            let first = try await Self.use(client, user: "alice", units: 3, key: "k-1")
+            #expect(first.status == 200)
+            #expect(try first.json()["cost"] as? String == "0.75")
+            let retried = try await client.post(
+                "/api/v1/credits/usage", json: ["userId": "alice", "units": 3, "rate": "chat"],
+                headers: Self.service.merging(["Idempotency-Key": "k-1"]) { a, _ in a })
+            #expect(retried.status == 200 && retried.body == first.body)
+            #expect(retried.headers["idempotent-replayed"] == "true")
+            let conflict = try await Self.use(client, user: "alice", units: 4, key: "k-1")
+            #expect(conflict.status == 409 && Self.code(conflict) == "IDEMPOTENCY_CONFLICT")
+            #expect(try await harness.read("/api/v1/credits/balance", as: "alice")["microCredits"] as? Int == 4_250_000)
+            let unknown = try await Self.use(client, user: "alice", units: 1, rate: "nope")
+            #expect(unknown.status == 422 && Self.code(unknown) == "RATE_UNKNOWN")
+
+            let check = try await client.get("/api/v1/credits/check?userId=alice&units=17&rate=chat", headers: Self.service)
+            #expect(check.status == 200)
+            #expect(try check.json()["affordable"] as? Bool == true, "17 × 0.25 = 4.25 is exactly the balance")
+            let tooMuch = try await client.get("/api/v1/credits/check?userId=alice&units=18&rate=chat", headers: Self.service)
+            #expect(try tooMuch.json()["affordable"] as? Bool == false)
+            #expect(try await client.get("/api/v1/credits/check?userId=alice&units=x&rate=chat", headers: Self.service).status == 400)
+
+            // Every answer is the one openapi.json documents.
+            let document = try OpenAPIDocumentTests.document()
+            let validator = SchemaValidator(document: document)
+            let operations = OpenAPIDocumentTests.operations(document)
+            for (name, response) in [
+                ("POST /api/v1/credits/usage", first), ("POST /api/v1/credits/usage", answers.first { $0.status == 402 }!),
+                ("POST /api/v1/credits/usage", conflict), ("POST /api/v1/credits/usage", unknown), ("GET /api/v1/credits/check", check),
+            ] {
+                let responses = try #require(operations[name]?["responses"] as? [String: Any])
+                let documented = try #require(validator.resolve(responses[String(response.status)]) as? [String: Any], "\(name) \(response.status)")
+                let schema = try #require(((documented["content"] as? [String: Any])?["application/json"] as? [String: Any])?["schema"])
+                let problems = validator.validate(try JSONDecoder().decode(JSONValue.self, from: response.body), against: schema, at: "body")
+                #expect(problems.isEmpty, "\(name) \(response.status): \(problems)")
+            }
+            #expect(harness.leakedSecrets().isEmpty)
+            #expect(!harness.process.output.contains(Self.token), "the service token was logged")
         }
-        let client = harness.client
-
-        // Only service tokens open the metering API, and they open nothing else.
-        #expect(try await Self.use(client, user: "alice", units: 1, headers: [:]).status == 401)
-        #expect(try await Self.use(client, user: "alice", units: 1, headers: harness.authorized("alice")).status == 401)
-        #expect(try await Self.use(client, user: "alice", units: 1, headers: ["Authorization": "Bearer \(Self.token)x"]).status == 401)
-        #expect(try await client.get("/api/v1/credits/balance", headers: Self.service).status == 401)
-
-        // 50 concurrent calls of one credit each on a balance of 10.
-        let answers = try await withThrowingTaskGroup(of: TestHTTPResponse.self) { group in
-            for _ in 0..<50 { group.addTask { try await Self.use(client, user: "alice", units: 1, rate: "unit") } }
-            return try await group.reduce(into: []) { $0.append($1) }
-        }
-        let accepted = answers.filter { $0.status == 200 }
-        #expect(accepted.count == 10)
-        #expect(answers.filter { $0.status == 402 && Self.code($0) == "CREDITS_EXHAUSTED" }.count == 40)
-        #expect(try await harness.read("/api/v1/credits/balance", as: "alice")["microCredits"] as? Int == 0)
-        #expect(try await harness.pool.withConnection { try await CreditLedger.invariantViolations(on: $0) } == 0)
-
-        // A retried key gets the first answer; another request under it is a conflict.
-        try await harness.pool.transaction { db in
-            try await CreditLedger.grant(
-                [CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "more", pool: .permanent, amount: 5 * Self.credit, reason: "TEST"))],
-                on: db)
-        }
-        let first = try await Self.use(client, user: "alice", units: 3, key: "k-1")
-        #expect(first.status == 200)
-        #expect(try first.json()["cost"] as? String == "0.75")
-        let retried = try await client.post(
-            "/api/v1/credits/usage", json: ["userId": "alice", "units": 3, "rate": "chat"],
-            headers: Self.service.merging(["Idempotency-Key": "k-1"]) { a, _ in a })
-        #expect(retried.status == 200 && retried.body == first.body)
-        #expect(retried.headers["idempotent-replayed"] == "true")
-        let conflict = try await Self.use(client, user: "alice", units: 4, key: "k-1")
-        #expect(conflict.status == 409 && Self.code(conflict) == "IDEMPOTENCY_CONFLICT")
-        #expect(try await harness.read("/api/v1/credits/balance", as: "alice")["microCredits"] as? Int == 4_250_000)
-        let unknown = try await Self.use(client, user: "alice", units: 1, rate: "nope")
-        #expect(unknown.status == 422 && Self.code(unknown) == "RATE_UNKNOWN")
-
-        let check = try await client.get("/api/v1/credits/check?userId=alice&units=17&rate=chat", headers: Self.service)
-        #expect(check.status == 200)
-        #expect(try check.json()["affordable"] as? Bool == true, "17 × 0.25 = 4.25 is exactly the balance")
-        let tooMuch = try await client.get("/api/v1/credits/check?userId=alice&units=18&rate=chat", headers: Self.service)
-        #expect(try tooMuch.json()["affordable"] as? Bool == false)
-        #expect(try await client.get("/api/v1/credits/check?userId=alice&units=x&rate=chat", headers: Self.service).status == 400)
-
-        // Every answer is the one openapi.json documents.
-        let document = try OpenAPIDocumentTests.document()
-        let validator = SchemaValidator(document: document)
-        let operations = OpenAPIDocumentTests.operations(document)
-        for (name, response) in [
-            ("POST /api/v1/credits/usage", first), ("POST /api/v1/credits/usage", answers.first { $0.status == 402 }!),
-            ("POST /api/v1/credits/usage", conflict), ("POST /api/v1/credits/usage", unknown), ("GET /api/v1/credits/check", check),
-        ] {
-            let responses = try #require(operations[name]?["responses"] as? [String: Any])
-            let documented = try #require(validator.resolve(responses[String(response.status)]) as? [String: Any], "\(name) \(response.status)")
-            let schema = try #require(((documented["content"] as? [String: Any])?["application/json"] as? [String: Any])?["schema"])
-            let problems = validator.validate(try JSONDecoder().decode(JSONValue.self, from: response.body), against: schema, at: "body")
-            #expect(problems.isEmpty, "\(name) \(response.status): \(problems)")
-        }
-        #expect(harness.leakedSecrets().isEmpty)
-        #expect(!harness.process.output.contains(Self.token), "the service token was logged")
     }
 
     /// Scenarios 23 and 24: a purchase's credits spent in fractions in real time, the day closed at

@@ -8,45 +8,46 @@ import Testing
 @Suite(.timeLimit(.minutes(3)))
 struct DemoTests {
     @Test func theDemoTellsItsFourStepsAndSucceeds() async throws {
-        let harness = try await IngressHarness.start()
-        defer { Task { await harness.stop() } }
-        try await harness.applyDemoCatalogue()
-        let worker = try ServiceProcess(
-            executable: "fulfillment", name: "demo-worker", environment: harness.environment.merging(["WORKER_ID": "demo-worker"]) { _, new in new })
-        defer { worker.kill() }
-        let signerDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-signer-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: signerDirectory) }
-        try harness.signer.save(to: signerDirectory)
+        try await IngressHarness.with { harness in
+            try await harness.applyDemoCatalogue()
+            let worker = try ServiceProcess(
+                executable: "fulfillment", name: "demo-worker",
+                environment: harness.environment.merging(["WORKER_ID": "demo-worker"]) { _, new in new })
+            defer { worker.kill() }
+            let signerDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("demo-signer-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: signerDirectory) }
+            try harness.signer.save(to: signerDirectory)
 
-        let demo = try ServiceProcess(
-            executable: "subsctl", name: "demo",
-            environment: [
-                "USER_TOKEN_HS256_SECRET": harness.userTokenSecret, "APPLE_IAP_BUNDLE_ID": IngressHarness.bundleID,
-                "LOG_LEVEL": "warning",
-            ],
-            arguments: [
-                "demo", "--ingress", harness.client.baseURL.absoluteString, "--signer-dir", signerDirectory.path,
-                "--wait-seconds", "10",
-            ])
-        let status = await demo.waitForExit(timeout: 150)
-        let output = demo.output
-        #expect(status == 0, "\(output)")
-        for step in ["== 1. Purchase", "== 2. Renewal", "== 3. Plan change", "== 4. Refund", "Demo complete"] {
-            #expect(output.contains(step), "missing \(step) in:\n\(output)")
+            let demo = try ServiceProcess(
+                executable: "subsctl", name: "demo",
+                environment: [
+                    "USER_TOKEN_HS256_SECRET": harness.userTokenSecret, "APPLE_IAP_BUNDLE_ID": IngressHarness.bundleID,
+                    "LOG_LEVEL": "warning",
+                ],
+                arguments: [
+                    "demo", "--ingress", harness.client.baseURL.absoluteString, "--signer-dir", signerDirectory.path,
+                    "--wait-seconds", "10",
+                ])
+            let status = await demo.waitForExit(timeout: 150)
+            let output = demo.output
+            #expect(status == 0, "\(output)")
+            for step in ["== 1. Purchase", "== 2. Renewal", "== 3. Plan change", "== 4. Refund", "Demo complete"] {
+                #expect(output.contains(step), "missing \(step) in:\n\(output)")
+            }
+            #expect(output.components(separatedBy: "evidence (applied by the worker").count - 1 == 4, "\(output)")
+            // The story's outcome as the REST API tells it: 1000, +1000 renewal, +3000 upgrade, the upgrade's 3000 refunded.
+            for balance in ["credits       1000 available", "credits       2000 available", "credits       5000 available"] {
+                #expect(output.contains(balance), "missing \(balance) in:\n\(output)")
+            }
+            #expect(output.contains("next renewal com.example.starter.monthly"))
+            #expect(output.contains("subscription  REVOKED com.example.pro.monthly"))
+            #expect(output.contains("grant for this transaction 3000, 3000 revoked"))
+            #expect(output.components(separatedBy: "-> 200 accepted").count - 1 == 5, "five notifications stored: \(output)")
+            #expect(!output.contains("eyJ"), "the demo prints no token or JWS")
+            #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == 5)
+            #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'submission'") == 1)
+            #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
         }
-        #expect(output.components(separatedBy: "evidence (applied by the worker").count - 1 == 4, "\(output)")
-        // The story's outcome as the REST API tells it: 1000, +1000 renewal, +3000 upgrade, the upgrade's 3000 refunded.
-        for balance in ["credits       1000 available", "credits       2000 available", "credits       5000 available"] {
-            #expect(output.contains(balance), "missing \(balance) in:\n\(output)")
-        }
-        #expect(output.contains("next renewal com.example.starter.monthly"))
-        #expect(output.contains("subscription  REVOKED com.example.pro.monthly"))
-        #expect(output.contains("grant for this transaction 3000, 3000 revoked"))
-        #expect(output.components(separatedBy: "-> 200 accepted").count - 1 == 5, "five notifications stored: \(output)")
-        #expect(!output.contains("eyJ"), "the demo prints no token or JWS")
-        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification'") == 5)
-        #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE kind = 'submission'") == 1)
-        #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
     }
 
     @Test func anUnreachableIngressFailsAfterItsBoundedWait() async throws {

@@ -20,110 +20,110 @@ struct FulfillmentBatchTests {
     static let owner = "batch-worker"
 
     @Test func twoEventsOfOneChainAreAppliedInOrderInTwoRounds() async throws {
-        let fixture = try await Fixture.make()
-        defer { Task { await fixture.database.drop() } }
-        let alice = try await fixture.user("alice")
-        let bob = try await fixture.user("bob")
-        let batch = try await fixture.claim([
-            .purchase(original: "7001", transaction: "7001", token: alice, daysAgo: 40),
-            .renewal(original: "7001", transaction: "7001001", token: alice, daysAgo: 10),
-            .purchase(original: "7002", transaction: "7002", token: bob, daysAgo: 5),
-        ])
-        #expect(FulfillmentBatches.rounds(batch) == [[0, 2], [1]])
+        try await Fixture.with { fixture in
+            let alice = try await fixture.user("alice")
+            let bob = try await fixture.user("bob")
+            let batch = try await fixture.claim([
+                .purchase(original: "7001", transaction: "7001", token: alice, daysAgo: 40),
+                .renewal(original: "7001", transaction: "7001001", token: alice, daysAgo: 10),
+                .purchase(original: "7002", transaction: "7002", token: bob, daysAgo: 5),
+            ])
+            #expect(FulfillmentBatches.rounds(batch) == [[0, 2], [1]])
 
-        let results = try await fixture.apply(batch)
-        #expect(results.map(\.granted) == [1, 1, 1])
-        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'alice'") == 2)
-        #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'bob'") == 1)
-        // The renewal was planned from the state the purchase wrote: the chain moved to it.
-        let last = try await fixture.database.pool.query(
-            "SELECT last_transaction_id FROM user_subscription WHERE original_transaction_id = '7001'")
-        #expect(try last.first?.decode("last_transaction_id", as: String.self) == "7001001")
-        #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == 3)
+            let results = try await fixture.apply(batch)
+            #expect(results.map(\.granted) == [1, 1, 1])
+            #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 3)
+            #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'alice'") == 2)
+            #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'bob'") == 1)
+            // The renewal was planned from the state the purchase wrote: the chain moved to it.
+            let last = try await fixture.database.pool.query(
+                "SELECT last_transaction_id FROM user_subscription WHERE original_transaction_id = '7001'")
+            #expect(try last.first?.decode("last_transaction_id", as: String.self) == "7001001")
+            #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
+            #expect(try await fixture.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == 3)
+        }
     }
 
     @Test func anUnmatchedEventIsBuriedAloneWhileTheOthersSucceed() async throws {
-        let fixture = try await Fixture.make()
-        defer { Task { await fixture.database.drop() } }
-        let alice = try await fixture.user("alice")
-        let bob = try await fixture.user("bob")
-        let batch = try await fixture.claim([
-            .purchase(original: "8001", transaction: "8001", token: alice, daysAgo: 3),
-            .purchase(original: "8002", transaction: "8002", token: UUID(), daysAgo: 3),
-            .purchase(original: "8003", transaction: "8003", token: bob, daysAgo: 3),
-        ])
-        #expect(FulfillmentBatches.rounds(batch) == [[0, 1, 2]])
+        try await Fixture.with { fixture in
+            let alice = try await fixture.user("alice")
+            let bob = try await fixture.user("bob")
+            let batch = try await fixture.claim([
+                .purchase(original: "8001", transaction: "8001", token: alice, daysAgo: 3),
+                .purchase(original: "8002", transaction: "8002", token: UUID(), daysAgo: 3),
+                .purchase(original: "8003", transaction: "8003", token: bob, daysAgo: 3),
+            ])
+            #expect(FulfillmentBatches.rounds(batch) == [[0, 1, 2]])
 
-        let results = try await fixture.apply(batch)
-        #expect(results.map(\.granted) == [1, 0, 1])
-        #expect(results[1].verdict == .unmatched(.account))
-        let statuses = try await fixture.database.pool.query(
-            "SELECT process_status, error_code FROM inbound_event WHERE kind = 'notification' ORDER BY id")
-        #expect(try statuses.map { try $0.decode("process_status", as: String.self) } == ["SUCCEEDED", "DEAD", "SUCCEEDED"])
-        #expect(try statuses[1].decode("error_code", as: String?.self) == "UNMATCHED_ACCOUNT")
-        #expect(try await fixture.count("SELECT count(*) FROM unmatched_fact WHERE transaction_id = '8002'") == 1)
-        #expect(try await fixture.count("SELECT count(*) FROM credit_grant") == 2)
-        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 2)
+            let results = try await fixture.apply(batch)
+            #expect(results.map(\.granted) == [1, 0, 1])
+            #expect(results[1].verdict == .unmatched(.account))
+            let statuses = try await fixture.database.pool.query(
+                "SELECT process_status, error_code FROM inbound_event WHERE kind = 'notification' ORDER BY id")
+            #expect(try statuses.map { try $0.decode("process_status", as: String.self) } == ["SUCCEEDED", "DEAD", "SUCCEEDED"])
+            #expect(try statuses[1].decode("error_code", as: String?.self) == "UNMATCHED_ACCOUNT")
+            #expect(try await fixture.count("SELECT count(*) FROM unmatched_fact WHERE transaction_id = '8002'") == 1)
+            #expect(try await fixture.count("SELECT count(*) FROM credit_grant") == 2)
+            #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 2)
+        }
     }
 
     @Test func aFailingBatchTransactionFallsBackToOneTransactionPerEvent() async throws {
-        let fixture = try await Fixture.make()
-        defer { Task { await fixture.database.drop() } }
-        // Refuses any statement completing more than one event: the batch's write fails, the
-        // single-event transactions pass.
-        try await fixture.database.pool.query(
-            PostgresQuery(
-                unsafeSQL: """
-                    CREATE FUNCTION refuse_batches() RETURNS trigger LANGUAGE plpgsql AS $$
-                    BEGIN
-                        IF (SELECT count(*) FROM completed) > 1 THEN RAISE EXCEPTION 'batch refused by the test'; END IF;
-                        RETURN NULL;
-                    END $$;
-                    CREATE TRIGGER refuse_batches AFTER INSERT ON processed_event REFERENCING NEW TABLE AS completed
-                        FOR EACH STATEMENT EXECUTE FUNCTION refuse_batches();
-                    """))
-        let alice = try await fixture.user("alice")
-        let bob = try await fixture.user("bob")
-        let carol = try await fixture.user("carol")
-        let batch = try await fixture.claim([
-            .purchase(original: "9001", transaction: "9001", token: alice, daysAgo: 3),
-            .purchase(original: "9002", transaction: "9002", token: bob, daysAgo: 3),
-            .purchase(original: "9003", transaction: "9003", token: carol, daysAgo: 3),
-        ])
-        #expect(FulfillmentBatches.rounds(batch).count == 1)
+        try await Fixture.with { fixture in
+            // Refuses any statement completing more than one event: the batch's write fails, the
+            // single-event transactions pass.
+            try await fixture.database.pool.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        CREATE FUNCTION refuse_batches() RETURNS trigger LANGUAGE plpgsql AS $$
+                        BEGIN
+                            IF (SELECT count(*) FROM completed) > 1 THEN RAISE EXCEPTION 'batch refused by the test'; END IF;
+                            RETURN NULL;
+                        END $$;
+                        CREATE TRIGGER refuse_batches AFTER INSERT ON processed_event REFERENCING NEW TABLE AS completed
+                            FOR EACH STATEMENT EXECUTE FUNCTION refuse_batches();
+                        """))
+            let alice = try await fixture.user("alice")
+            let bob = try await fixture.user("bob")
+            let carol = try await fixture.user("carol")
+            let batch = try await fixture.claim([
+                .purchase(original: "9001", transaction: "9001", token: alice, daysAgo: 3),
+                .purchase(original: "9002", transaction: "9002", token: bob, daysAgo: 3),
+                .purchase(original: "9003", transaction: "9003", token: carol, daysAgo: 3),
+            ])
+            #expect(FulfillmentBatches.rounds(batch).count == 1)
 
-        let results = try await fixture.apply(batch)
-        #expect(results.map(\.granted) == [1, 1, 1])
-        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM credit_grant") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM credit_ledger") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM payment_order WHERE status = 'FULFILLED'") == 3)
-        #expect(try await fixture.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == 3)
+            let results = try await fixture.apply(batch)
+            #expect(results.map(\.granted) == [1, 1, 1])
+            #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 3)
+            #expect(try await fixture.count("SELECT count(*) FROM credit_grant") == 3)
+            #expect(try await fixture.count("SELECT count(*) FROM credit_ledger") == 3)
+            #expect(try await fixture.count("SELECT count(*) FROM apple_transaction") == 3)
+            #expect(try await fixture.count("SELECT count(*) FROM payment_order WHERE status = 'FULFILLED'") == 3)
+            #expect(try await fixture.count("SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'") == 3)
+        }
     }
 
     @Test func anEventWhoseLeaseWasLostDropsOutOfTheBatch() async throws {
-        let fixture = try await Fixture.make()
-        defer { Task { await fixture.database.drop() } }
-        let alice = try await fixture.user("alice")
-        let bob = try await fixture.user("bob")
-        let batch = try await fixture.claim([
-            .purchase(original: "6001", transaction: "6001", token: alice, daysAgo: 3),
-            .purchase(original: "6002", transaction: "6002", token: bob, daysAgo: 3),
-        ])
-        try await fixture.database.pool.query(
-            "UPDATE inbound_event SET lease_owner = 'another-worker' WHERE id = \(batch[1].event.id)")
+        try await Fixture.with { fixture in
+            let alice = try await fixture.user("alice")
+            let bob = try await fixture.user("bob")
+            let batch = try await fixture.claim([
+                .purchase(original: "6001", transaction: "6001", token: alice, daysAgo: 3),
+                .purchase(original: "6002", transaction: "6002", token: bob, daysAgo: 3),
+            ])
+            try await fixture.database.pool.query(
+                "UPDATE inbound_event SET lease_owner = 'another-worker' WHERE id = \(batch[1].event.id)")
 
-        let outcomes = try await FulfillmentBatches.apply(batch, store: fixture.store, owner: Self.owner, logger: fixture.logger)
-            .map { try $0.get() }
-        guard case .done = outcomes[0], case .leaseLost = outcomes[1] else {
-            Issue.record("expected done then leaseLost, got \(outcomes)")
-            return
+            let outcomes = try await FulfillmentBatches.apply(batch, store: fixture.store, owner: Self.owner, logger: fixture.logger)
+                .map { try $0.get() }
+            guard case .done = outcomes[0], case .leaseLost = outcomes[1] else {
+                Issue.record("expected done then leaseLost, got \(outcomes)")
+                return
+            }
+            #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 1)
+            #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'bob'") == 0)
         }
-        #expect(try await fixture.count("SELECT count(*) FROM processed_event") == 1)
-        #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'bob'") == 0)
     }
 }
 
@@ -174,17 +174,20 @@ private struct Fixture {
     let store: FulfillmentStore
     let logger = Logger(label: "test", level: .warning)
 
-    static func make() async throws -> Fixture {
-        let database = try await TestDatabase.make("batch")
-        try await database.pool.query(
-            """
-            INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
-            VALUES (\(FulfillmentBatchTests.appKey), \(FulfillmentBatchTests.product), '21000000', 'starter', 2, 'MONTH', 1000)
-            """)
-        let leases = EventLeaseStore(pool: database.pool)
-        return Fixture(
-            database: database, events: EventIntakeStore(pool: database.pool, topic: "unused"), leases: leases,
-            store: FulfillmentStore(leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true))
+    /// Runs `body` with a fixture of its own, whose database is dropped after it (also on throw).
+    static func with(_ body: (Fixture) async throws -> Void) async throws {
+        try await withTestDatabase("batch") { database in
+            try await database.pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
+                VALUES (\(FulfillmentBatchTests.appKey), \(FulfillmentBatchTests.product), '21000000', 'starter', 2, 'MONTH', 1000)
+                """)
+            let leases = EventLeaseStore(pool: database.pool)
+            try await body(
+                Fixture(
+                    database: database, events: EventIntakeStore(pool: database.pool, topic: "unused"), leases: leases,
+                    store: FulfillmentStore(leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true)))
+        }
     }
 
     func user(_ id: String) async throws -> UUID {

@@ -26,143 +26,144 @@ struct OpenAPIDocumentTests {
     }
 
     @Test func isServedWellFormedAndListsEveryRoute() async throws {
-        let harness = try await IngressHarness.start()
-        defer { Task { await harness.stop() } }
-        let served = try await harness.client.get("/openapi.json")
-        #expect(served.status == 200)
-        #expect(served.headers["content-type"] == "application/json")
-        let stored = try Data(contentsOf: ServiceProcess.packageRoot.appendingPathComponent("Services/Ingress/App/openapi.json"))
-        #expect(served.body == stored, "the served document is the one in the repository")
+        try await IngressHarness.with { harness in
+            let served = try await harness.client.get("/openapi.json")
+            #expect(served.status == 200)
+            #expect(served.headers["content-type"] == "application/json")
+            let stored = try Data(contentsOf: ServiceProcess.packageRoot.appendingPathComponent("Services/Ingress/App/openapi.json"))
+            #expect(served.body == stored, "the served document is the one in the repository")
 
-        let document = try Self.document()
-        #expect(document["openapi"] as? String == "3.1.0")
-        let components = try #require(document["components"] as? [String: Any])
-        let bearer = (components["securitySchemes"] as? [String: Any])?["bearerAuth"] as? [String: Any]
-        #expect(bearer?["type"] as? String == "http" && bearer?["scheme"] as? String == "bearer")
-        // Every reference resolves.
-        var references: [String] = []
-        func collect(_ value: Any) {
-            if let object = value as? [String: Any] {
-                if let reference = object["$ref"] as? String { references.append(reference) }
-                object.values.forEach(collect)
-            } else if let array = value as? [Any] {
-                array.forEach(collect)
+            let document = try Self.document()
+            #expect(document["openapi"] as? String == "3.1.0")
+            let components = try #require(document["components"] as? [String: Any])
+            let bearer = (components["securitySchemes"] as? [String: Any])?["bearerAuth"] as? [String: Any]
+            #expect(bearer?["type"] as? String == "http" && bearer?["scheme"] as? String == "bearer")
+            // Every reference resolves.
+            var references: [String] = []
+            func collect(_ value: Any) {
+                if let object = value as? [String: Any] {
+                    if let reference = object["$ref"] as? String { references.append(reference) }
+                    object.values.forEach(collect)
+                } else if let array = value as? [Any] {
+                    array.forEach(collect)
+                }
             }
-        }
-        collect(document)
-        #expect(!references.isEmpty)
-        for reference in Set(references) { #expect(SchemaValidator(document: document).resolve(reference) != nil, "\(reference)") }
-        // Unique operation ids, a response for each, and the error schema on every 4xx/5xx.
-        let operations = Self.operations(document)
-        let ids = operations.values.compactMap { $0["operationId"] as? String }
-        #expect(ids.count == operations.count && Set(ids).count == ids.count)
-        for (name, operation) in operations {
-            let responses = try #require(operation["responses"] as? [String: Any], "\(name)")
-            #expect(!responses.isEmpty, "\(name)")
-        }
+            collect(document)
+            #expect(!references.isEmpty)
+            for reference in Set(references) { #expect(SchemaValidator(document: document).resolve(reference) != nil, "\(reference)") }
+            // Unique operation ids, a response for each, and the error schema on every 4xx/5xx.
+            let operations = Self.operations(document)
+            let ids = operations.values.compactMap { $0["operationId"] as? String }
+            #expect(ids.count == operations.count && Set(ids).count == ids.count)
+            for (name, operation) in operations {
+                let responses = try #require(operation["responses"] as? [String: Any], "\(name)")
+                #expect(!responses.isEmpty, "\(name)")
+            }
 
-        // The routes the real application registers, read from an instance built with the
-        // harness's configuration (never started).
-        let configuration = try IngressConfiguration.load(
-            environment: ProcessInfo.processInfo.environment.merging(harness.environment) { _, new in new })
-        let application = try IngressApplication(configuration: configuration, logger: Logger(label: "e2e", level: .warning))
-        let registered = Set(application.routes.map { "\($0.method) \($0.pattern)" })
-        await application.producer.shutdown()
-        await application.pool.shutdown()
-        #expect(registered.count >= 11)
-        let undocumented = registered.subtracting(operations.keys)
-        #expect(undocumented.isEmpty, "routes missing from openapi.json: \(undocumented.sorted())")
-        let unserved = Set(operations.keys).subtracting(registered)
-        #expect(unserved.isEmpty, "documented but not served: \(unserved.sorted())")
+            // The routes the real application registers, read from an instance built with the
+            // harness's configuration (never started).
+            let configuration = try IngressConfiguration.load(
+                environment: ProcessInfo.processInfo.environment.merging(harness.environment) { _, new in new })
+            let application = try IngressApplication(configuration: configuration, logger: Logger(label: "e2e", level: .warning))
+            let registered = Set(application.routes.map { "\($0.method) \($0.pattern)" })
+            await application.producer.shutdown()
+            await application.pool.shutdown()
+            #expect(registered.count >= 11)
+            let undocumented = registered.subtracting(operations.keys)
+            #expect(undocumented.isEmpty, "routes missing from openapi.json: \(undocumented.sorted())")
+            let unserved = Set(operations.keys).subtracting(registered)
+            #expect(unserved.isEmpty, "documented but not served: \(unserved.sorted())")
+        }
     }
 
     @Test func liveAnswersMatchTheDocumentedStatusesAndSchemas() async throws {
-        let harness = try await IngressHarness.start()
-        defer { Task { await harness.stop() } }
-        try await harness.applyDemoCatalogue()
-        try await harness.addSubscription(
-            user: "u1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400),
-            pendingProduct: "com.example.starter.monthly")
-        try await harness.addSubscription(user: "u1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-86_400))
-        try await harness.pool.query(
-            PostgresQuery(
-                unsafeSQL: """
-                    INSERT INTO credit_account (user_id, pool, balance) VALUES ('u1', 'SUBSCRIPTION', 2500000), ('u1', 'WELCOME', 10);
-                    INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, transaction_id)
-                        SELECT 'g' || n, 'u1', 'SUBSCRIPTION', 1000000, 'RENEWAL', CASE WHEN n % 2 = 0 THEN 't' || n END FROM generate_series(1, 3) n;
-                    INSERT INTO credit_daily_bill (user_id, day, total_cost, closed_at) VALUES ('u1', '2026-01-01', 5, now()), ('u1', '2026-01-02', 7, NULL);
-                    """))
-        let document = try Self.document()
-        let validator = SchemaValidator(document: document)
-        let operations = Self.operations(document)
-        var checked = 0
-        /// The answer's status must be documented for the operation, and its body must match the schema documented for that status.
-        func check(_ name: String, _ attempt: String, _ response: TestHTTPResponse) throws {
-            let responses = try #require(operations[name]?["responses"] as? [String: Any], "\(name)")
-            let documented = validator.resolve(responses[String(response.status)]) as? [String: Any]
-            #expect(documented != nil, "\(name) (\(attempt)) answered undocumented \(response.status): \(response.text)")
-            checked += 1
-            guard let documented, let content = documented["content"] as? [String: Any] else { return }
-            let type = response.headers["content-type"]?.split(separator: ";").first.map(String.init) ?? ""
-            let media = try #require(content[type] as? [String: Any], "\(name) (\(attempt)): undocumented content type \(type)")
-            guard type == "application/json", let schema = media["schema"] else { return }
-            let body = try JSONDecoder().decode(JSONValue.self, from: response.body)
-            let problems = validator.validate(body, against: schema, at: "body")
-            #expect(problems.isEmpty, "\(name) (\(attempt)) \(response.status): \(problems)")
-        }
-        // Every operation: without a token, with one, and list pages with and without a valid cursor.
-        for (name, operation) in operations.sorted(by: { $0.key < $1.key }) {
-            let parts = name.split(separator: " ", maxSplits: 1).map(String.init)
-            let path = parts[1].replacingOccurrences(of: "{orderNo}", with: "UNKNOWN-ORDER")
-            let secured = !((operation["security"] as? [Any])?.isEmpty ?? false)
-            var attempts: [(String, String, [String: String])] = [("no token", path, [:])]
-            if secured { attempts.append(("token", path, harness.authorized("u1"))) }
-            if path.hasSuffix("/grants") || path.hasSuffix("/daily-bills") {
-                attempts.append(("bad cursor", path + "?cursor=abc", harness.authorized("u1")))
-                attempts.append(("page", path + "?limit=1", harness.authorized("u1")))
-                attempts.append(("bad limit", path + "?limit=0", harness.authorized("u1")))
+        try await IngressHarness.with { harness in
+            try await harness.applyDemoCatalogue()
+            try await harness.addSubscription(
+                user: "u1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400),
+                pendingProduct: "com.example.starter.monthly")
+            try await harness.addSubscription(user: "u1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-86_400))
+            try await harness.pool.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        INSERT INTO credit_account (user_id, pool, balance) VALUES ('u1', 'SUBSCRIPTION', 2500000), ('u1', 'WELCOME', 10);
+                        INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, transaction_id)
+                            SELECT 'g' || n, 'u1', 'SUBSCRIPTION', 1000000, 'RENEWAL', CASE WHEN n % 2 = 0 THEN 't' || n END FROM generate_series(1, 3) n;
+                        INSERT INTO credit_daily_bill (user_id, day, total_cost, closed_at) VALUES ('u1', '2026-01-01', 5, now()), ('u1', '2026-01-02', 7, NULL);
+                        """))
+            let document = try Self.document()
+            let validator = SchemaValidator(document: document)
+            let operations = Self.operations(document)
+            var checked = 0
+            /// The answer's status must be documented for the operation, and its body must match the schema documented for that status.
+            func check(_ name: String, _ attempt: String, _ response: TestHTTPResponse) throws {
+                let responses = try #require(operations[name]?["responses"] as? [String: Any], "\(name)")
+                let documented = validator.resolve(responses[String(response.status)]) as? [String: Any]
+                #expect(documented != nil, "\(name) (\(attempt)) answered undocumented \(response.status): \(response.text)")
+                checked += 1
+                guard let documented, let content = documented["content"] as? [String: Any] else { return }
+                let type = response.headers["content-type"]?.split(separator: ";").first.map(String.init) ?? ""
+                let media = try #require(content[type] as? [String: Any], "\(name) (\(attempt)): undocumented content type \(type)")
+                guard type == "application/json", let schema = media["schema"] else { return }
+                let body = try JSONDecoder().decode(JSONValue.self, from: response.body)
+                let problems = validator.validate(body, against: schema, at: "body")
+                #expect(problems.isEmpty, "\(name) (\(attempt)) \(response.status): \(problems)")
             }
-            for (attempt, target, headers) in attempts {
-                let response =
-                    parts[0] == "GET"
-                    ? try await harness.client.get(target, headers: headers)
-                    : try await harness.client.send(parts[0], target, json: [String: String](), headers: headers)
-                try check(name, attempt, response)
+            // Every operation: without a token, with one, and list pages with and without a valid cursor.
+            for (name, operation) in operations.sorted(by: { $0.key < $1.key }) {
+                let parts = name.split(separator: " ", maxSplits: 1).map(String.init)
+                let path = parts[1].replacingOccurrences(of: "{orderNo}", with: "UNKNOWN-ORDER")
+                let secured = !((operation["security"] as? [Any])?.isEmpty ?? false)
+                var attempts: [(String, String, [String: String])] = [("no token", path, [:])]
+                if secured { attempts.append(("token", path, harness.authorized("u1"))) }
+                if path.hasSuffix("/grants") || path.hasSuffix("/daily-bills") {
+                    attempts.append(("bad cursor", path + "?cursor=abc", harness.authorized("u1")))
+                    attempts.append(("page", path + "?limit=1", harness.authorized("u1")))
+                    attempts.append(("bad limit", path + "?limit=0", harness.authorized("u1")))
+                }
+                for (attempt, target, headers) in attempts {
+                    let response =
+                        parts[0] == "GET"
+                        ? try await harness.client.get(target, headers: headers)
+                        : try await harness.client.send(parts[0], target, json: [String: String](), headers: headers)
+                    try check(name, attempt, response)
+                }
             }
+            // The order lifecycle's successful answers.
+            let create = "POST /api/v1/subscriptions/orders"
+            let body = ["productId": "com.example.pro.yearly", "requestId": "r1"]
+            let created = try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u1"))
+            #expect(created.status == 201, "\(created.text)")
+            try check(create, "new", created)
+            try check(create, "again", try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u1")))
+            let orderNo = try #require(try created.json()["orderNo"] as? String)
+            try check(
+                "GET /api/v1/subscriptions/orders/{orderNo}", "own",
+                try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u1")))
+            try check(
+                "GET /api/v1/subscriptions/orders/{orderNo}", "another user's",
+                try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u2")))
+            try check(
+                "POST /api/v1/subscriptions/orders/{orderNo}/cancel", "own",
+                try await harness.client.post(
+                    "/api/v1/subscriptions/orders/\(orderNo)/cancel", json: [String: String](), headers: harness.authorized("u1")))
+            try check(
+                create, "unknown product",
+                try await harness.client.post(
+                    "/api/v1/subscriptions/orders", json: ["productId": "com.example.none", "requestId": "r2"], headers: harness.authorized("u1")))
+            #expect(checked >= 38)
+            // The validator itself refuses what does not match.
+            let error: [String: Any] = ["$ref": "#/components/schemas/Error"]
+            #expect(!validator.validate(.object(["code": .string("X")]), against: error, at: "body").isEmpty)
+            #expect(
+                !validator.validate(.object(["code": .bool(true), "message": .string(""), "traceId": .string("")]), against: error, at: "body")
+                    .isEmpty)
+            #expect(
+                !validator.validate(
+                    .object(["code": .string(""), "message": .string(""), "traceId": .string(""), "extra": .null]), against: error, at: "body"
+                ).isEmpty)
+            #expect(!validator.validate(.string("1.2345678"), against: ["$ref": "#/components/schemas/CreditAmount"], at: "amount").isEmpty)
         }
-        // The order lifecycle's successful answers.
-        let create = "POST /api/v1/subscriptions/orders"
-        let body = ["productId": "com.example.pro.yearly", "requestId": "r1"]
-        let created = try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u1"))
-        #expect(created.status == 201, "\(created.text)")
-        try check(create, "new", created)
-        try check(create, "again", try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u1")))
-        let orderNo = try #require(try created.json()["orderNo"] as? String)
-        try check(
-            "GET /api/v1/subscriptions/orders/{orderNo}", "own",
-            try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u1")))
-        try check(
-            "GET /api/v1/subscriptions/orders/{orderNo}", "another user's",
-            try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u2")))
-        try check(
-            "POST /api/v1/subscriptions/orders/{orderNo}/cancel", "own",
-            try await harness.client.post(
-                "/api/v1/subscriptions/orders/\(orderNo)/cancel", json: [String: String](), headers: harness.authorized("u1")))
-        try check(
-            create, "unknown product",
-            try await harness.client.post(
-                "/api/v1/subscriptions/orders", json: ["productId": "com.example.none", "requestId": "r2"], headers: harness.authorized("u1")))
-        #expect(checked >= 38)
-        // The validator itself refuses what does not match.
-        let error: [String: Any] = ["$ref": "#/components/schemas/Error"]
-        #expect(!validator.validate(.object(["code": .string("X")]), against: error, at: "body").isEmpty)
-        #expect(
-            !validator.validate(.object(["code": .bool(true), "message": .string(""), "traceId": .string("")]), against: error, at: "body").isEmpty)
-        #expect(
-            !validator.validate(
-                .object(["code": .string(""), "message": .string(""), "traceId": .string(""), "extra": .null]), against: error, at: "body"
-            ).isEmpty)
-        #expect(!validator.validate(.string("1.2345678"), against: ["$ref": "#/components/schemas/CreditAmount"], at: "amount").isEmpty)
     }
 }
 
