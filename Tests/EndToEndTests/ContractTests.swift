@@ -15,7 +15,7 @@ struct ContractTests {
             "INGRESS_NOTIFICATION_RATE_PER_SECOND": "100000", "INGRESS_NOTIFICATION_RATE_BURST": "100000",
             "INGRESS_FULFILLMENT_WAIT_MS": "100",
         ]) { harness in
-            try await harness.seedOrderCatalogue()
+            try await harness.rows.seedTwoPlanCatalogue()
             let base = harness.client.baseURL.absoluteString
             let run = try ServiceProcess(
                 executablePath: schemathesis.path, name: "schemathesis",

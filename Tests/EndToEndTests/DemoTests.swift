@@ -9,7 +9,7 @@ import Testing
 struct DemoTests {
     @Test func theDemoTellsItsFourStepsAndSucceeds() async throws {
         try await IngressHarness.with { harness in
-            try await harness.applyDemoCatalogue()
+            try await harness.rows.applyDemoCatalogue()
             let worker = try ServiceProcess(
                 executable: "fulfillment", name: "demo-worker",
                 environment: harness.environment.merging(["WORKER_ID": "demo-worker"]) { _, new in new })

@@ -78,11 +78,12 @@ struct OpenAPIDocumentTests {
 
     @Test func liveAnswersMatchTheDocumentedStatusesAndSchemas() async throws {
         try await IngressHarness.with { harness in
-            try await harness.applyDemoCatalogue()
-            try await harness.addSubscription(
+            try await harness.rows.applyDemoCatalogue()
+            try await harness.rows.addSubscription(
                 user: "u1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400),
                 pendingProduct: "com.example.starter.monthly")
-            try await harness.addSubscription(user: "u1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-86_400))
+            try await harness.rows.addSubscription(
+                user: "u1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-86_400))
             try await harness.pool.query(
                 PostgresQuery(
                     unsafeSQL: """

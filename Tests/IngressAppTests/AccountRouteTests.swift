@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import TestSupport
 import Testing
 
 /// Consent, paging arguments and the metering API's validation.
@@ -34,7 +35,7 @@ struct AccountRouteTests {
 
     @Test func anEmptyCursorOrLimitMeansTheFirstPageWithTheDefaultSize() async throws {
         try await IngressTestApp.with { app in
-            try await app.addUser("u1")
+            try await app.rows.addUser("u1")
             try await app.pool.query(
                 """
                 INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason)
@@ -48,7 +49,7 @@ struct AccountRouteTests {
 
     @Test func cursorsAreRefusedAcrossUsersOnEveryList() async throws {
         try await IngressTestApp.with { app in
-            try await app.addUser("u1")
+            try await app.rows.addUser("u1")
             try await app.pool.query(
                 "INSERT INTO credit_daily_bill (user_id, day) SELECT 'u1', date '2026-01-01' + n FROM generate_series(1, 5) n")
             let cursor = try #require(try await app.read("/api/v1/credits/daily-bills?limit=2", as: "u1")["nextCursor"] as? String)
@@ -65,7 +66,7 @@ struct AccountRouteTests {
 
     @Test func pagingContinuesAfterNewRowsWithoutRepeats() async throws {
         try await IngressTestApp.with { app in
-            try await app.addUser("u1")
+            try await app.rows.addUser("u1")
             try await app.pool.query(
                 """
                 INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, created_at)

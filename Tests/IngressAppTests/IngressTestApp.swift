@@ -194,60 +194,13 @@ struct TestResponse {
     var code: String? { (try? json())?["code"] as? String }
 }
 
-struct UnexpectedResponse: Error, CustomStringConvertible {
-    let path: String
-    let status: Int
-    let body: String
-    var description: String { "GET \(path) answered \(status): \(body)" }
-}
-
-/// A date with whole seconds, so it survives RFC 3339 without fractions unchanged.
-func wholeSeconds(_ offset: TimeInterval) -> Date {
-    Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + offset).rounded(.down))
-}
-
-/// Rows the routes read, written straight into the database (the worker that normally writes
-/// them is not part of these tests).
 extension IngressTestApp {
-    /// The demo catalogue of deploy/local, whose appKey is the app's bundle id.
-    func applyDemoCatalogue() async throws {
-        let file = try CatalogueFile.load(path: ServiceProcess.packageRoot.appendingPathComponent("deploy/local/catalog.json").path)
-        try await CatalogueStore(pool: pool).apply(file, operator: "test", reason: "fixture")
-    }
+    /// Rows the routes read, written straight into the database (the worker that normally writes
+    /// them is not part of these tests).
+    var rows: TestRows { TestRows(pool: pool, bundleID: Self.bundleID) }
 
-    static let monthly = "com.example.starter.monthly"
-    static let pro = "com.example.pro.monthly"
-
-    /// Two products of one group: `monthly` (level 2) and `pro` (level 1).
-    func seedCatalogue() async throws {
-        for (product, level, credits) in [(Self.monthly, 2, 1000), (Self.pro, 1, 3000)] {
-            try await pool.query(
-                """
-                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
-                VALUES (\(Self.bundleID), \(product), 'group-1', \(product), \(level), 'MONTH', \(credits))
-                """)
-        }
-    }
-
-    func addUser(_ userID: String) async throws {
-        try await pool.query("INSERT INTO app_user (user_id) VALUES (\(userID)) ON CONFLICT DO NOTHING")
-    }
-
-    func addSubscription(
-        user: String, product: String, status: String, expiresAt: Date?, graceExpiresAt: Date? = nil,
-        pendingProduct: String? = nil, autoRenew: Bool = true, familyShared: Bool = false, environment: String = "Sandbox",
-        group: String = "21000000", originalTransactionID: String = String(UInt64.random(in: 1_000_000_000...9_999_999_999))
-    ) async throws {
-        try await addUser(user)
-        try await pool.query(
-            """
-            INSERT INTO user_subscription (environment, original_transaction_id, user_id, subscription_group_id, active_product_id,
-                pending_product_id, status, auto_renew_enabled, expires_at, grace_expires_at, last_transaction_id,
-                last_signed_date, is_family_shared)
-            VALUES (\(environment), \(originalTransactionID), \(user), \(group), \(product), \(pendingProduct), \(status),
-                \(autoRenew), \(expiresAt), \(graceExpiresAt), \(originalTransactionID), now(), \(familyShared))
-            """)
-    }
+    static let monthly = TestRows.monthly
+    static let pro = TestRows.pro
 
     /// Creates an order as `user` through the route.
     func createOrder(_ user: String, product: String = monthly, requestID: String = UUID().uuidString) async throws

@@ -13,7 +13,7 @@ struct OrderRouteTests {
 
     @Test func createReadCancelWithIdempotencyAndConflicts() async throws {
         try await IngressTestApp.with { harness in
-            try await harness.seedCatalogue()
+            try await harness.rows.seedTwoPlanCatalogue()
 
             let unauthenticated = try await harness.post(
                 "/api/v1/subscriptions/orders", json: ["productId": Self.monthly, "requestId": "r"])
@@ -115,7 +115,7 @@ struct OrderRouteTests {
     /// domain.md: older open orders are EXPIRED after a configurable time (`INGRESS_OPEN_ORDER_MINUTES`).
     @Test func aNewPurchaseSupersedesAnOpenOrderOlderThanTheConfiguredWindow() async throws {
         try await IngressTestApp.with(extra: ["INGRESS_OPEN_ORDER_MINUTES": "0"]) { harness in
-            try await harness.seedCatalogue()
+            try await harness.rows.seedTwoPlanCatalogue()
             let first = try await harness.createOrder("gina", requestID: "click-1")
             #expect(first.status == 201, "\(first.text)")
             let firstNo = try #require(try first.json()["orderNo"] as? String)
@@ -128,7 +128,7 @@ struct OrderRouteTests {
 
     @Test func submissionsAreVerifiedStoredOnceAndAnsweredPendingWithoutAWorker() async throws {
         try await IngressTestApp.with(extra: ["INGRESS_FULFILLMENT_WAIT_MS": "300"]) { harness in
-            try await harness.seedCatalogue()
+            try await harness.rows.seedTwoPlanCatalogue()
             let order = try await harness.createOrder("carol").json()
             let orderNo = try #require(order["orderNo"] as? String)
             let token = UUID(uuidString: try #require(order["appAccountToken"] as? String))

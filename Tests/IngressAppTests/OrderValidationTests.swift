@@ -2,6 +2,7 @@ import AppStore
 import AppStoreTestSupport
 import Foundation
 import Postgres
+import TestSupport
 import Testing
 
 /// The 4xx answers of the order and submission routes: bodies, identifiers, unknown and foreign
@@ -12,7 +13,7 @@ struct OrderValidationTests {
 
     @Test func malformedJSONAndWrongTypesAre400MalformedJSON() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             var headers = app.authorized("alice")
             headers["Content-Type"] = "application/json"
             for body in ["{not json", "", "[]", #"{"productId":42,"requestId":"r"}"#, #"{"requestId":"r"}"#] {
@@ -28,7 +29,7 @@ struct OrderValidationTests {
 
     @Test func aRequestIdIsRequiredAndBounded() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             let none = try await app.post(Self.ordersPath, json: ["productId": IngressTestApp.monthly], headers: app.authorized("alice"))
             #expect(none.status == 400)
             #expect(none.code == "INVALID_REQUEST")
@@ -53,7 +54,7 @@ struct OrderValidationTests {
 
     @Test func productsNotOnSaleHereAreUnavailable() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             try await app.pool.query(
                 """
                 INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled)
@@ -72,7 +73,7 @@ struct OrderValidationTests {
 
     @Test func creationRecordsHistoryAndOneAccountTokenPerUser() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             let first = try await app.createOrder("alice", requestID: "one").json()
             let orderNo = try #require(first["orderNo"] as? String)
             #expect(orderNo.hasPrefix("PAY") && orderNo.count == 25)
@@ -90,8 +91,8 @@ struct OrderValidationTests {
 
     @Test func aSubscriberCannotBuyTheSamePlanAndChangesToAnother() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
-            try await app.addSubscription(
+            try await app.rows.seedTwoPlanCatalogue()
+            try await app.rows.addSubscription(
                 user: "sam", product: IngressTestApp.monthly, status: "ACTIVE", expiresAt: wholeSeconds(86_400), group: "group-1")
             let same = try await app.createOrder("sam")
             #expect(same.status == 409)
@@ -101,10 +102,10 @@ struct OrderValidationTests {
             #expect(change.status == 201, "\(change.text)")
             #expect(try change.json()["orderType"] as? String == "CHANGE")
             // A family-shared or lapsed plan is not the user's own current one.
-            try await app.addSubscription(
+            try await app.rows.addSubscription(
                 user: "fay", product: IngressTestApp.monthly, status: "ACTIVE", expiresAt: wholeSeconds(86_400), familyShared: true,
                 group: "group-1")
-            try await app.addSubscription(
+            try await app.rows.addSubscription(
                 user: "lee", product: IngressTestApp.monthly, status: "ACTIVE", expiresAt: wholeSeconds(-60), group: "group-1")
             for user in ["fay", "lee"] {
                 let response = try await app.createOrder(user)
@@ -116,7 +117,7 @@ struct OrderValidationTests {
 
     @Test func unknownOrdersAre404OnEveryOrderRoute() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             for orderNo in ["PAY00000000000000000000000", "nope", "%20", "a%2Fb"] {
                 for (method, suffix) in [("GET", ""), ("POST", "/cancel"), ("POST", "/pending")] {
                     let response = await app.request(method, "\(Self.ordersPath)/\(orderNo)\(suffix)", headers: app.authorized("alice"))
@@ -130,7 +131,7 @@ struct OrderValidationTests {
 
     @Test func anotherUsersOrderIsNeitherReadNorMoved() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             let orderNo = try #require(try await app.createOrder("alice").json()["orderNo"] as? String)
             for (method, suffix) in [("GET", ""), ("POST", "/cancel"), ("POST", "/pending")] {
                 let response = await app.request(method, "\(Self.ordersPath)/\(orderNo)\(suffix)", headers: app.authorized("mallory"))
@@ -143,7 +144,7 @@ struct OrderValidationTests {
 
     @Test func reportsFollowTheOrderStateMachine() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             let orderNo = try #require(try await app.createOrder("alice").json()["orderNo"] as? String)
             let cancel = "\(Self.ordersPath)/\(orderNo)/cancel"
             for _ in 0..<2 {
@@ -164,7 +165,7 @@ struct OrderValidationTests {
 
     @Test func submissionsRefuseBadBodiesUnknownAndForeignOrders() async throws {
         try await IngressTestApp.with { app in
-            try await app.seedCatalogue()
+            try await app.rows.seedTwoPlanCatalogue()
             let order = try await app.createOrder("carol").json()
             let orderNo = try #require(order["orderNo"] as? String)
             let path = "\(Self.ordersPath)/\(orderNo)/apple-transaction"

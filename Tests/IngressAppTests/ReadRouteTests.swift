@@ -46,7 +46,7 @@ struct ReadRouteTests {
 
     @Test func anUnknownUserHasNothingYet() async throws {
         try await IngressTestApp.with { harness in
-            try await harness.applyDemoCatalogue()
+            try await harness.rows.applyDemoCatalogue()
             let products = try await harness.read("/api/v1/subscriptions/products", as: "nobody")["products"] as? [[String: Any]]
             #expect(products?.count == 3)
             #expect(products?.allSatisfy { $0["relation"] as? String == "NEW" } == true)
@@ -70,7 +70,7 @@ struct ReadRouteTests {
 
     @Test func productsCarryTheirRelationToTheCurrentPlan() async throws {
         try await IngressTestApp.with { harness in
-            try await harness.applyDemoCatalogue()
+            try await harness.rows.applyDemoCatalogue()
             // A withdrawn product is not offered, but a subscriber of it still has it as current plan.
             try await harness.pool.query(
                 """
@@ -79,18 +79,18 @@ struct ReadRouteTests {
                        ('com.example.subscriptions', 'com.example.addon.monthly', '22000000', 'addon', 1, 'MONTH', 100, true),
                        ('com.other.app', 'com.other.monthly', '23000000', 'other', 1, 'MONTH', 100, true)
                 """)
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "starter", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400))
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "yearly", product: "com.example.pro.yearly", status: "ACTIVE", expiresAt: wholeSeconds(300 * 86_400))
-            try await harness.addSubscription(user: "legacy", product: "com.example.legacy.monthly", status: "ACTIVE", expiresAt: nil)
+            try await harness.rows.addSubscription(user: "legacy", product: "com.example.legacy.monthly", status: "ACTIVE", expiresAt: nil)
             // Paid period over, grace running: still the current plan.
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "grace", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-3600),
                 graceExpiresAt: wholeSeconds(86_400))
             // Paid period over without grace, and an older expired chain: no current plan.
-            try await harness.addSubscription(user: "lapsed", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-60))
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(user: "lapsed", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-60))
+            try await harness.rows.addSubscription(
                 user: "lapsed", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-90 * 86_400))
 
             func relations(_ user: String) async throws -> [String: String] {
@@ -123,21 +123,21 @@ struct ReadRouteTests {
             let future = wholeSeconds(10 * 86_400)
             let past = wholeSeconds(-3600)
             let graceEnd = wholeSeconds(2 * 86_400)
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "u1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future,
                 pendingProduct: "com.example.starter.monthly", autoRenew: false, originalTransactionID: "1000")
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "u1", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: past, originalTransactionID: "2000")
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "u1", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(-7200), graceExpiresAt: graceEnd,
                 originalTransactionID: "3000")
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "u1", product: "com.example.starter.monthly", status: "GRACE", expiresAt: wholeSeconds(-20 * 86_400),
                 graceExpiresAt: wholeSeconds(-4 * 86_400), originalTransactionID: "4000")
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "u1", product: "com.example.pro.yearly", status: "REVOKED", expiresAt: wholeSeconds(-30 * 86_400), familyShared: true,
                 environment: "Production", originalTransactionID: "5000")
-            try await harness.addSubscription(user: "someone-else", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future)
+            try await harness.rows.addSubscription(user: "someone-else", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future)
 
             let subscriptions = try #require(try await harness.read("/api/v1/subscriptions/current", as: "u1")["subscriptions"] as? [[String: Any]])
             #expect(subscriptions.map { $0["originalTransactionId"] as? String } == ["1000", "2000", "3000", "4000", "5000"])
@@ -171,9 +171,9 @@ struct ReadRouteTests {
             #expect(current["graceExpiresAt"] is NSNull)
             #expect(current["environment"] as? String == "Sandbox")
             // Without service anywhere, the latest chain.
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "lapsed", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: past, originalTransactionID: "6000")
-            try await harness.addSubscription(
+            try await harness.rows.addSubscription(
                 user: "lapsed", product: "com.example.pro.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-90 * 86_400),
                 originalTransactionID: "7000")
             let lapsed = try await harness.read("/api/v1/subscriptions/current", as: "lapsed")
@@ -184,8 +184,8 @@ struct ReadRouteTests {
 
     @Test func balanceAddsThePoolsInWholeCredits() async throws {
         try await IngressTestApp.with { harness in
-            try await harness.addUser("u1")
-            try await harness.addUser("u2")
+            try await harness.rows.addUser("u1")
+            try await harness.rows.addUser("u2")
             try await harness.pool.query(
                 """
                 INSERT INTO credit_account (user_id, pool, balance)
@@ -221,8 +221,8 @@ struct ReadRouteTests {
 
     @Test func grantsPageWithoutDuplicatesOrGaps() async throws {
         try await IngressTestApp.with { harness in
-            try await harness.addUser("u1")
-            try await harness.addUser("u2")
+            try await harness.rows.addUser("u1")
+            try await harness.rows.addUser("u2")
             // 30 grants committed together share one created_at (only the id orders them), 15 more
             // spread over time, and another user's grants that must never show.
             try await harness.pool.query(
@@ -278,7 +278,7 @@ struct ReadRouteTests {
 
     @Test func dailyBillsPageByDay() async throws {
         try await IngressTestApp.with { harness in
-            try await harness.addUser("u1")
+            try await harness.rows.addUser("u1")
             try await harness.pool.query(
                 """
                 INSERT INTO credit_daily_bill (user_id, day, total_cost, charged, rounding, settled, shortfall, closed_at)
@@ -310,7 +310,7 @@ struct ReadRouteTests {
 
     @Test func cursorsAreTamperEvidentAndBoundToTheirListAndUser() async throws {
         try await IngressTestApp.with { harness in
-            try await harness.addUser("u1")
+            try await harness.rows.addUser("u1")
             try await harness.pool.query(
                 """
                 INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason)
