@@ -27,7 +27,8 @@ public enum FactSource: Sendable, Hashable {
         }
     }
 
-    var submitter: String? {
+    /// The logged-in user of a submission.
+    public var submitter: String? {
         switch self {
         case .notification: nil
         case .clientSubmission(_, let submitter), .observedSubmission(let submitter): submitter
@@ -44,6 +45,22 @@ public struct UserRecord: Sendable, Hashable, Codable {
         self.userID = userID
         self.isTestUser = isTestUser
     }
+}
+
+/// A chain's binding (`chain_binding`): who owns a chain whose facts do not say.
+public struct ChainBindingRecord: Sendable, Hashable, Codable {
+    public var userID: String
+    public var isTestUser: Bool
+    /// An operator's resolution of an account conflict: the chain is this user's whatever the facts' tokens say.
+    public var overridesTokens: Bool
+
+    public init(userID: String, isTestUser: Bool, overridesTokens: Bool) {
+        self.userID = userID
+        self.isTestUser = isTestUser
+        self.overridesTokens = overridesTokens
+    }
+
+    var user: UserRecord { UserRecord(userID: userID, isTestUser: isTestUser) }
 }
 
 /// A `payment_order` row as processing reads and writes it.
@@ -116,6 +133,10 @@ public struct FulfillmentInput: Sendable {
     public var renewal: RenewalFact?
     /// The user of the fact's appAccountToken (nil when there is no token or it maps to nobody).
     public var tokenUser: UserRecord?
+    /// The chain's binding (operator, import, family member, resolution), if any.
+    public var binding: ChainBindingRecord?
+    /// The logged-in user of a submission as stored (nil when they have no row yet).
+    public var submitterUser: UserRecord?
     public var subscription: SubscriptionRecord?
     /// Catalogue rows by product id (enabled or not: a disabled product was still sold).
     public var catalogue: [String: CatalogueProduct]
@@ -137,7 +158,8 @@ public struct FulfillmentInput: Sendable {
 
     public init(
         source: FactSource, transaction: TransactionFact?, renewal: RenewalFact?, tokenUser: UserRecord? = nil,
-        subscription: SubscriptionRecord? = nil, catalogue: [String: CatalogueProduct], stored: ChainFacts = ChainFacts(),
+        binding: ChainBindingRecord? = nil, submitterUser: UserRecord? = nil, subscription: SubscriptionRecord? = nil,
+        catalogue: [String: CatalogueProduct], stored: ChainFacts = ChainFacts(),
         transactionOwner: String? = nil, linkedOrder: OrderRecord? = nil, submittedOrder: OrderRecord? = nil,
         openOrders: [OrderRecord] = [], grants: [GrantRecord] = [], everyoneIsTestUser: Bool, now: Date
     ) {
@@ -145,6 +167,8 @@ public struct FulfillmentInput: Sendable {
         self.transaction = transaction
         self.renewal = renewal
         self.tokenUser = tokenUser
+        self.binding = binding
+        self.submitterUser = submitterUser
         self.subscription = subscription
         self.catalogue = catalogue
         self.stored = stored
@@ -235,11 +259,14 @@ public struct FulfillmentPlan: Sendable, Hashable {
     public var history: [StatusChange] = []
     /// An account conflict on a chain that has a row: freeze it.
     public var freezeChain = false
+    /// A family member's first upload of their shared access: bind the chain to them (and replay
+    /// its facts that waited for an owner).
+    public var bindFamilyMember: String?
 
     /// True for a pure duplicate: every fact stored, every order and grant written before.
     public var writesNothing: Bool {
         storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
-            && revocations.isEmpty && restorations.isEmpty && history.isEmpty
+            && revocations.isEmpty && restorations.isEmpty && history.isEmpty && bindFamilyMember == nil
     }
 
     init(verdict: FulfillmentVerdict, user: UserRecord? = nil) {
@@ -267,14 +294,24 @@ public enum FulfillmentPlanner {
         guard transaction != nil || input.renewal != nil else { return FulfillmentPlan(verdict: .recorded("no facts")) }
 
         // Attribution: the signed token decides; a chain attributed earlier keeps its owner when a
-        // later fact carries no token. Never the logged-in user.
+        // later fact carries no token (or one this system never issued) and its binding stands in
+        // for a chain that has none. The logged-in user only ever counts for a family member's own
+        // shared access, which Apple sends without the member's token.
         let token = transaction?.appAccountToken
+        let binding = input.binding
+        var familyMember: String?
         let user: UserRecord
-        if token != nil {
-            guard let tokenUser = input.tokenUser else { return FulfillmentPlan(verdict: .unmatched(.account)) }
+        if let binding, binding.overridesTokens {
+            user = binding.user
+        } else if token != nil, let tokenUser = input.tokenUser {
             user = tokenUser
-        } else if let owner = input.subscription?.owner {
+        } else if token == nil, let owner = input.subscription?.owner {
             user = owner
+        } else if let binding {
+            user = binding.user
+        } else if let member = familyMemberUpload(input) {
+            user = member
+            familyMember = member.userID
         } else {
             return FulfillmentPlan(verdict: .unmatched(.account))
         }
@@ -285,7 +322,12 @@ public enum FulfillmentPlanner {
             return FulfillmentPlan(
                 verdict: .refused(code: "SANDBOX_REFUSED", reason: "\(environment) facts only touch test users"), user: user)
         }
-        for claimant in [input.transactionOwner, input.subscription?.owner.userID, input.source.submitter] {
+        // An observed upload by someone else is applied to the owner (who paid); the uploader is
+        // told the purchase is another account's. An upload for an order is that user's claim.
+        var claimants = [input.transactionOwner, input.subscription?.owner.userID]
+        if case .clientSubmission(_, let submitter) = input.source { claimants.append(submitter) }
+        if let binding, !binding.overridesTokens { claimants.append(binding.userID) }
+        for claimant in claimants {
             if let claimant, claimant != user.userID {
                 var plan = FulfillmentPlan(verdict: .accountConflict(attributed: user.userID, other: claimant), user: user)
                 plan.freezeChain = input.subscription != nil
@@ -297,6 +339,7 @@ public enum FulfillmentPlanner {
         }
 
         var plan = FulfillmentPlan(verdict: .applied, user: user)
+        plan.bindFamilyMember = familyMember
         var chain = input.stored
         if let transaction {
             let stored = chain.transactions.first { $0.transactionID == transaction.transactionID }
@@ -362,6 +405,16 @@ public enum FulfillmentPlanner {
             }
         }
         return plan
+    }
+
+    /// The uploader of their own family-shared access when nothing else names its owner: a
+    /// `FAMILY_SHARED` transaction observed by a logged-in user carries no token of theirs (Apple
+    /// never sets one for a member), so the upload is what binds it; never to the purchaser.
+    private static func familyMemberUpload(_ input: FulfillmentInput) -> UserRecord? {
+        guard case .observedSubmission(let submitter) = input.source, let transaction = input.transaction,
+            transaction.isFamilyShared, input.subscription == nil
+        else { return nil }
+        return input.submitterUser ?? UserRecord(userID: submitter, isTestUser: false)
     }
 
     /// Resolves the order of a transaction being applied; a non-nil result refuses the event.

@@ -141,6 +141,38 @@ public struct EventLeaseStore: Sendable {
         }
     }
 
+    /// Puts the chain's DEAD events with one of these error codes (of `kind` only, when given) back
+    /// to RECEIVED with a fresh retry budget and queues their messages on `topic` at once, inside the caller's transaction
+    /// (a binding or a resolution that makes them applicable commits with it). Their unmatched
+    /// summaries are marked replayed. Returns how many events were put back.
+    public static func replayDead(
+        environment: String, originalTransactionID: String, codes: [String], onlyKind kind: EventKind? = nil, topic: String?,
+        on db: PostgresConnection
+    ) async throws -> Int {
+        try await db.query(
+            """
+            WITH replayed AS (
+                UPDATE inbound_event
+                   SET process_status = \(sql: EventStatus.received.literal), retry_count = 0, next_retry_at = NULL,
+                       error_code = NULL, error_message = NULL,
+                       republished_at = CASE WHEN \(topic)::text IS NULL THEN NULL ELSE now() END, updated_at = now()
+                 WHERE process_status = \(sql: EventStatus.dead.literal) AND environment = \(environment)
+                   AND original_transaction_id = \(originalTransactionID) AND error_code = ANY(\(PostgresArray(codes))::text[])
+                   AND (\(kind?.rawValue)::text IS NULL OR kind = \(kind?.rawValue))
+                RETURNING kind, id, routing_key, trace_id
+            ), marked AS (
+                UPDATE unmatched_fact u SET replayed_at = now(), updated_at = now()
+                  FROM replayed r WHERE u.event_kind = r.kind AND u.event_id = r.id
+            ), queued AS (
+                INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, trace_id)
+                SELECT r.kind, r.id, \(topic), r.routing_key, r.trace_id FROM replayed r
+                 WHERE \(topic)::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM event_outbox o WHERE o.event_kind = r.kind AND o.event_id = r.id)
+            )
+            SELECT count(*) AS replayed FROM replayed
+            """
+        ).first!.decode("replayed", as: Int.self)
+    }
+
     /// Where several events stand (the `subsctl requery` follow-up), by id.
     public func statuses(of ids: [Int64]) async throws -> [(id: Int64, status: EventStatus, errorCode: String?)] {
         try await pool.query(

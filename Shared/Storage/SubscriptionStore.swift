@@ -43,6 +43,8 @@ public struct PurchaseResult: Sendable, Equatable {
     public var expiresAt: Date?
     /// Micro-credits over all of the user's pools.
     public var balance: MicroCredits
+    /// Whose chain the transaction is on (nil until it is applied).
+    public var chainOwner: String?
 }
 
 /// The read side of subscriptions (`user_subscription` and what a result joins to it); the
@@ -98,6 +100,7 @@ public struct SubscriptionStore: Sendable {
         let rows = try await pool.query(
             """
             SELECT o.order_no, o.status AS order_status, s.status AS subscription_status, s.active_product_id, s.expires_at,
+                   s.user_id AS chain_owner,
                    (SELECT coalesce(sum(balance), 0)::bigint FROM credit_account WHERE user_id = \(userID)) AS balance
               FROM (SELECT 1) AS one
               LEFT JOIN payment_order o ON o.order_no = \(orderNo)
@@ -110,7 +113,8 @@ public struct SubscriptionStore: Sendable {
             orderStatus: try row.decode("order_status", as: String?.self).map { try Self.value($0, "order_status") },
             subscriptionStatus: try row.decode("subscription_status", as: String?.self).map { try Self.value($0, "subscription_status") },
             activeProductID: try row.decode("active_product_id", as: String?.self),
-            expiresAt: try row.decode("expires_at", as: Date?.self), balance: try row.decode("balance", as: Int64.self))
+            expiresAt: try row.decode("expires_at", as: Date?.self), balance: try row.decode("balance", as: Int64.self),
+            chainOwner: try row.decode("chain_owner", as: String?.self))
     }
 
     private static func value<T: RawRepresentable>(_ raw: String, _ column: String) throws -> T where T.RawValue == String {

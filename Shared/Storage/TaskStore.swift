@@ -8,12 +8,15 @@ public enum TaskKind: String, Sendable, StoredStatus {
     case requery = "REQUERY"
     /// Get Notification History over a range.
     case recovery = "RECOVERY"
+    /// Set App Account Token of a chain an operator or an import bound to a user.
+    case setAppAccountToken = "SET_APP_ACCOUNT_TOKEN"
 
     /// The value as an SQL literal, for predicates the partial indexes must match.
     public var literal: StaticString {
         switch self {
         case .requery: "'REQUERY'"
         case .recovery: "'RECOVERY'"
+        case .setAppAccountToken: "'SET_APP_ACCOUNT_TOKEN'"
         }
     }
 }
@@ -41,6 +44,8 @@ public struct ClaimedTask: Sendable {
         case requery(originalTransactionID: String)
         /// Get Notification History over `start..<end`, from `paginationToken` on (nil: the first page).
         case recovery(start: Date, end: Date, paginationToken: String?)
+        /// Set App Account Token of the chain to its bound user's token.
+        case setAppAccountToken(originalTransactionID: String)
     }
     public var id: Int64
     /// `Production` or `Sandbox`.
@@ -65,6 +70,8 @@ public struct TaskResult: Codable, Sendable, Equatable {
     public var pages = 0
     /// The events written or found, to follow them.
     public var eventIDs: [Int64] = []
+    /// What Apple answered a Set App Account Token (`SET`, `FAMILY_NOT_SUPPORTED`).
+    public var outcome: String?
 
     public init() {}
 
@@ -77,6 +84,7 @@ public struct TaskResult: Codable, Sendable, Equatable {
         refused = try container.decodeIfPresent(Int.self, forKey: .refused) ?? 0
         pages = try container.decodeIfPresent(Int.self, forKey: .pages) ?? 0
         eventIDs = try container.decodeIfPresent([Int64].self, forKey: .eventIDs) ?? []
+        outcome = try container.decodeIfPresent(String.self, forKey: .outcome)
     }
 
     var json: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data("{}".utf8), as: UTF8.self) }
@@ -165,6 +173,23 @@ public struct TaskStore: Sendable {
         }
     }
 
+    /// Asks a worker to set the chain's appAccountToken at Apple, inside the caller's transaction
+    /// (the binding that needs it); an equal pending request is reused. Returns the task id.
+    public static func requestSetAppAccountToken(
+        environment: String, originalTransactionID: String, reason: String, requestedBy: String, on db: PostgresConnection
+    ) async throws -> Int64 {
+        try await db.query(
+            """
+            INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)
+            VALUES (\(TaskKind.setAppAccountToken), \(environment), \(originalTransactionID), \(reason), \(requestedBy),
+                    \("\(TaskKind.setAppAccountToken.rawValue)/\(environment)/\(originalTransactionID)"))
+            ON CONFLICT (dedup_key) WHERE status = \(sql: TaskStatus.pending.literal)
+            DO UPDATE SET next_attempt_at = least(fulfillment_task.next_attempt_at, now()), updated_at = now()
+            RETURNING id
+            """
+        ).first!.decode("id")
+    }
+
     /// The deduplication key of a chain's pending re-query (the scan below builds the same in SQL).
     static func requeryKey(environment: String, originalTransactionID: String) -> String {
         "\(TaskKind.requery.rawValue)/\(environment)/\(originalTransactionID)"
@@ -242,6 +267,8 @@ public struct TaskStore: Sendable {
         switch try row.decode("kind", as: TaskKind.self) {
         case .requery:
             work = .requery(originalTransactionID: try row.decode("original_transaction_id"))
+        case .setAppAccountToken:
+            work = .setAppAccountToken(originalTransactionID: try row.decode("original_transaction_id"))
         case .recovery:
             work = .recovery(
                 start: try row.decode("range_start"), end: try row.decode("range_end"),

@@ -30,15 +30,20 @@ public struct UserStore: Sendable {
     }
 
     /// The business user a purchase belongs to: the user recorded on the transaction, else the
-    /// user of its appAccountToken; nil when neither is known.
-    public func owner(ofTransaction transactionID: String, environment: String, appAccountToken: UUID?) async throws
-        -> String?
-    {
+    /// user of its appAccountToken, else the owner of its chain (its subscription row or binding);
+    /// nil when none is known.
+    public func owner(
+        ofTransaction transactionID: String, originalTransactionID: String, environment: String, appAccountToken: UUID?
+    ) async throws -> String? {
         try await pool.query(
             """
             SELECT coalesce(
                 (SELECT user_id FROM apple_transaction WHERE environment = \(environment) AND transaction_id = \(transactionID)),
-                (SELECT user_id FROM user_account_token WHERE app_account_token::text = \(appAccountToken?.uuidString.lowercased()))
+                (SELECT user_id FROM user_account_token WHERE app_account_token::text = \(appAccountToken?.uuidString.lowercased())),
+                (SELECT user_id FROM user_subscription
+                  WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)),
+                (SELECT user_id FROM chain_binding
+                  WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID))
             ) AS owner
             """
         ).first?.decode("owner", as: String?.self)

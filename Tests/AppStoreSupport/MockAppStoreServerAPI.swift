@@ -385,13 +385,25 @@ public final class MockAppStoreServerAPI: Sendable {
         guard let body = try? AppStoreJSON.decoder().decode(UpdateAppAccountTokenRequest.self, from: Data(request.body)) else {
             throw Failure(status: 400, errorCode: 4_000_033, message: "Invalid app account token.")
         }
-        guard
-            state.withLock({ state in
-                guard state.transactions.contains(where: { $0.payload.originalTransactionId == id }) else { return false }
+        enum Outcome { case set, notFound, notOriginal, family }
+        let outcome = state.withLock { state -> Outcome in
+            if let purchase = state.transactions.first(where: { $0.payload.originalTransactionId == id }) {
+                // Apple refuses family-shared transactions: the member made no purchase in the app.
+                if purchase.payload.inAppOwnershipType == .familyShared { return .family }
                 state.appAccountTokens[id] = body.appAccountToken
-                return true
-            })
-        else { throw Failure(status: 404, errorCode: 4_040_005, message: "Original transaction id not found.") }
-        return HTTPResponse(status: 200)
+                return .set
+            }
+            return state.transactions.contains { $0.payload.transactionId == id } ? .notOriginal : .notFound
+        }
+        switch outcome {
+        case .set: return HTTPResponse(status: 200)
+        case .family:
+            throw Failure(
+                status: 400, errorCode: 4_000_185, message: "Invalid request. Family Sharing transactions aren't supported by this endpoint.")
+        case .notOriginal:
+            throw Failure(
+                status: 400, errorCode: 4_000_187, message: "Invalid request. The transaction ID provided is not an original transaction ID.")
+        case .notFound: throw Failure(status: 404, errorCode: 4_040_005, message: "Original transaction id not found.")
+        }
     }
 }

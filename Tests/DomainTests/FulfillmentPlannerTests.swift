@@ -28,6 +28,7 @@ struct MemoryStore {
     var balance: MicroCredits = 0
     var users: [String: UserRecord] = [:]
     var tokens: [String: String] = [:]
+    var binding: ChainBindingRecord?
 
     func input(_ source: FactSource, _ transaction: TransactionFact?, _ renewal: RenewalFact? = nil, now: Date)
         -> FulfillmentInput
@@ -38,8 +39,8 @@ struct MemoryStore {
         }()
         return FulfillmentInput(
             source: source, transaction: transaction, renewal: renewal,
-            tokenUser: transaction?.appAccountToken.flatMap { tokens[$0] }.flatMap { users[$0] },
-            subscription: subscription, catalogue: Catalogue.all, stored: chain,
+            tokenUser: transaction?.appAccountToken.flatMap { tokens[$0] }.flatMap { users[$0] }, binding: binding,
+            submitterUser: source.submitter.flatMap { users[$0] }, subscription: subscription, catalogue: Catalogue.all, stored: chain,
             transactionOwner: transaction.flatMap { owners[$0.transactionID] },
             linkedOrder: transaction.flatMap { t in orders.first { $0.transactionID == t.transactionID } },
             submittedOrder: submitted, openOrders: orders.filter { $0.status.isOpen },
@@ -53,6 +54,9 @@ struct MemoryStore {
     {
         let plan = FulfillmentPlanner.plan(input(source, transaction, renewal, now: now))
         guard plan.verdict == .applied, let user = plan.user else { return plan }
+        if let member = plan.bindFamilyMember, binding == nil {
+            binding = ChainBindingRecord(userID: member, isTestUser: user.isTestUser, overridesTokens: false)
+        }
         if let stored = plan.storeTransaction {
             chain.record(stored)
             owners[stored.transactionID] = owners[stored.transactionID] ?? user.userID
@@ -196,8 +200,8 @@ struct MemoryStore {
         var store = store()
         let purchase = tx("1000", purchase: t0)
         store.apply(initialBuy, purchase, now: t0)
-        // Bob is logged in and uploads Alice's transaction.
-        let upload = store.apply(.observedSubmission(submitter: "bob"), purchase, now: t0)
+        // Bob is logged in and uploads Alice's transaction for an order of his.
+        let upload = store.apply(.clientSubmission(orderNo: "bobs-order", submitter: "bob"), purchase, now: t0)
         #expect(upload.verdict == .accountConflict(attributed: "alice", other: "bob"))
         #expect(upload.freezeChain)
         // The token now maps to Bob (a re-assigned token): the stored owner still wins.
@@ -208,6 +212,93 @@ struct MemoryStore {
         store.subscription?.frozenReason = "ACCOUNT_CONFLICT"
         let frozen = store.apply(didRenew, tx("1001", purchase: t0 + 30 * day, reason: "RENEWAL"), now: t0 + 31 * day)
         #expect(frozen.verdict == .refused(code: "CHAIN_FROZEN", reason: "ACCOUNT_CONFLICT"))
+    }
+
+    /// An account switch on one device: Bob's app observes Alice's purchase. It is hers: applied to
+    /// her (nothing new here), nothing frozen; the ingress tells Bob it is another account's.
+    @Test func anObservedUploadOfAnotherUsersPurchaseIsAppliedToItsOwner() {
+        var store = store()
+        let purchase = tx("1000", purchase: t0)
+        let upload = store.apply(.observedSubmission(submitter: "bob"), purchase, now: t0)
+        #expect(upload.verdict == .applied)
+        #expect(upload.user?.userID == "alice")
+        #expect(!upload.freezeChain)
+        #expect(store.subscription?.owner.userID == "alice")
+        #expect(store.balance == Credits.micro(1000))
+        #expect(store.apply(.observedSubmission(submitter: "bob"), purchase, now: t0).writesNothing)
+    }
+
+    /// A purchase made outside the app's account flow (an offer code redeemed in the App Store, a
+    /// subscriber from before this back end) waits unmatched until an operator binds its chain;
+    /// then it and every later token-less fact are the bound user's, and a token of another user
+    /// is still a conflict.
+    @Test func aTokenlessChainWaitsForItsBindingAndThenGrantsOnce() {
+        var store = store()
+        let purchase = tx("5000", purchase: t0, original: "5000", token: nil)
+        #expect(store.apply(initialBuy, purchase, now: t0).verdict == .unmatched(.account))
+        store.binding = ChainBindingRecord(userID: "bob", isTestUser: true, overridesTokens: false)
+        let replayed = store.apply(initialBuy, purchase, now: t0 + 60)
+        #expect(replayed.verdict == .applied)
+        #expect(replayed.user?.userID == "bob")
+        #expect(replayed.grants.count == 1)
+        #expect(store.apply(initialBuy, purchase, now: t0 + 120).grants.isEmpty)
+        let renewal = tx("5001", purchase: t0 + 30 * day, reason: "RENEWAL", original: "5000", token: nil)
+        #expect(store.apply(didRenew, renewal, now: t0 + 30 * day).user?.userID == "bob")
+        // A token issued to nobody we know (another system's): the binding still decides.
+        let foreignToken = tx("5002", purchase: t0 + 60 * day, reason: "RENEWAL", original: "5000", token: "00000000-0000-4000-8000-0000000000ff")
+        #expect(store.apply(didRenew, foreignToken, now: t0 + 60 * day).user?.userID == "bob")
+        // Alice's token on the bound chain: a conflict, never a silent move.
+        let alices = tx("5003", purchase: t0 + 90 * day, reason: "RENEWAL", original: "5000")
+        #expect(store.apply(didRenew, alices, now: t0 + 90 * day).verdict == .accountConflict(attributed: "alice", other: "bob"))
+        #expect(store.balance == Credits.micro(3000))
+    }
+
+    /// An operator's resolution outranks the tokens on the facts: the chain is the chosen user's.
+    @Test func aResolutionOutranksTheFactsTokens() {
+        var store = store()
+        let purchase = tx("1000", purchase: t0)
+        store.apply(initialBuy, purchase, now: t0)
+        let bobs = tx("1001", purchase: t0 + 30 * day, reason: "RENEWAL", token: "6f1c1e2a-0000-4000-8000-00000000000b")
+        #expect(store.apply(didRenew, bobs, now: t0 + 30 * day).verdict == .accountConflict(attributed: "bob", other: "alice"))
+        // The operator gives the chain to Alice: Bob's token on the renewal no longer decides.
+        store.binding = ChainBindingRecord(userID: "alice", isTestUser: false, overridesTokens: true)
+        let resolved = store.apply(didRenew, bobs, now: t0 + 30 * day)
+        #expect(resolved.verdict == .applied)
+        #expect(resolved.user?.userID == "alice")
+        #expect(resolved.grants.count == 1)
+    }
+
+    /// Family Sharing: Apple sends a member's shared access without the member's token. The
+    /// member's own upload binds it to them (never to the purchaser, never a paid order); the
+    /// member's facts wait unmatched until then, follow the binding afterwards (REVOKE included),
+    /// and another user's upload cannot take it over.
+    @Test func aFamilyMembersUploadBindsTheirSharedAccess() {
+        var store = store()
+        store.users["carol"] = UserRecord(userID: "carol", isTestUser: true)
+        let shared = TransactionFact(
+            environment: "Sandbox", transactionID: "7000", originalTransactionID: "7000",
+            productID: Catalogue.starter.productID, purchaseDate: t0, expiresDate: t0 + 30 * day,
+            ownershipType: "FAMILY_SHARED", transactionReason: "PURCHASE", signedDate: t0)
+        #expect(store.apply(initialBuy, shared, now: t0).verdict == .unmatched(.account))
+        let upload = store.apply(.observedSubmission(submitter: "carol"), shared, now: t0 + 60)
+        #expect(upload.verdict == .applied)
+        #expect(upload.user?.userID == "carol")
+        #expect(upload.bindFamilyMember == "carol")
+        #expect(upload.order == nil)
+        #expect(upload.grants.isEmpty, "the catalogue's family rule: shared access grants no credits by default")
+        #expect(store.subscription?.owner.userID == "carol")
+        #expect(store.subscription?.state.status == .active)
+        // Bob uploads the same shared access later: it stays Carol's (the ingress answers Bob 409).
+        let bobs = store.apply(.observedSubmission(submitter: "bob"), shared, now: t0 + 120)
+        #expect(bobs.user?.userID == "carol")
+        #expect(bobs.bindFamilyMember == nil)
+        // The purchaser revokes the sharing: the member's access ends.
+        var revoked = shared
+        revoked.revocationDate = t0 + 10 * day
+        revoked.signedDate = t0 + 10 * day
+        let revoke = store.apply(.notification(type: "REVOKE", subtype: nil), revoked, now: t0 + 10 * day)
+        #expect(revoke.user?.userID == "carol")
+        #expect(store.subscription?.state.status == .revoked)
     }
 
     @Test func clientUploadsMustFitTheirOrder() {

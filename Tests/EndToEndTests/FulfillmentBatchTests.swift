@@ -186,7 +186,8 @@ private struct Fixture {
             try await body(
                 Fixture(
                     database: database, events: EventIntakeStore(pool: database.pool, topic: "unused"), leases: leases,
-                    store: FulfillmentStore(leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true)))
+                    store: FulfillmentStore(
+                        leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true, topic: "unused")))
         }
     }
 

@@ -163,12 +163,17 @@ struct FulfillmentSubmissionTests {
         let purchase = harness.transaction(id, purchase: now - 3600, token: alice, signed: now - 3600)
         #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
 
-        // Bob, logged in, uploads Alice's purchase: the ingress refuses it at once.
+        // Bob, logged in, observes Alice's purchase (an account switch on a shared device): he is
+        // told it is another account's at once; it is kept and applied to Alice (nothing new).
         let refused = try await harness.submit(try harness.signer.sign(purchase), orderNo: nil, as: "bob")
         #expect(refused.status == 409)
         #expect(try refused.json()["code"] as? String == "ACCOUNT_CONFLICT")
+        #expect(try refused.json().keys.sorted() == ["code", "message", "traceId"], "nothing about the owner")
+        #expect(try await harness.submissionOutcome(of: id) == .succeeded)
+        #expect(try await harness.subscription(id)?.frozenReason == nil)
 
-        // A submission that got past that check (a race): the worker refuses it and freezes the chain.
+        // Bob's upload of it for an order of his that got past that check (a race): the worker
+        // refuses it and freezes the chain.
         let jws = try harness.signer.sign(purchase)
         let hash = SHA256.hash(Array(jws.utf8)).map { String(format: "%02x", $0) }.joined()
         let cipher = try #require(PayloadCipher(reader: ConfigurationReader(environment: harness.ingress.pipeline.appleSettings)))
@@ -176,7 +181,7 @@ struct FulfillmentSubmissionTests {
         let store = EventIntakeStore(pool: harness.pool, topic: harness.ingress.pipeline.topic)
         _ = try await store.insertSubmission(
             NewSubmission(
-                kind: "OBSERVED", userID: "bob", orderNo: nil, environment: "Sandbox", transactionID: id,
+                kind: "CLIENT", userID: "bob", orderNo: "bobs-order", environment: "Sandbox", transactionID: id,
                 originalTransactionID: id, payloadHash: hash, sealedPayload: sealed.sealed, payloadKeyID: sealed.keyID,
                 traceID: nil),
             publishGrace: .zero)
@@ -195,16 +200,36 @@ struct FulfillmentSubmissionTests {
         #expect(try await harness.balance("bob") == 0)
         #expect(try await harness.subscription(id)?.status == "ACTIVE")
 
-        // The operator resolves it (the chain is Alice's) and replays: the renewal is applied.
-        try await harness.pool.query("UPDATE user_subscription SET frozen_reason = NULL WHERE original_transaction_id = \(id)")
-        #expect(try await harness.value("SELECT replay_dead_events('CHAIN_FROZEN')", as: Int.self) == 1)
+        // The operator resolves it in Alice's favour (`subsctl chain unfreeze`): Apple's two
+        // refused renewals are replayed and are hers, Bob's upload for his order stays refused.
+        let bindings = ChainBindingStore(pool: harness.pool, topic: harness.ingress.pipeline.topic)
+        await #expect(throws: ChainActionRefusal.self) {
+            try await bindings.unfreeze(
+                environment: nil, originalTransactionID: "no-such-chain", ownerUserID: "alice", operator: "ops", reason: "typo")
+        }
+        let resolved = try await bindings.unfreeze(
+            environment: nil, originalTransactionID: id, ownerUserID: "alice", operator: "ops", reason: "ticket 42")
+        #expect(resolved.replayedEvents == 2)
+        #expect(resolved.binding.source == .resolution)
+        #expect(resolved.binding.appleTokenStatus == .pending)
         let replayed = try await eventually(timeout: 30) {
-            try await harness.value(
-                "SELECT process_status FROM inbound_event WHERE kind = 'notification' AND transaction_id = \(renewal.transactionId!)",
-                as: String.self) == "SUCCEEDED"
+            try await harness.count(
+                """
+                SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status = 'SUCCEEDED'
+                   AND transaction_id IN (\(renewal.transactionId!), \(foreign.transactionId!))
+                """) == 2
         }
         #expect(replayed)
-        #expect(try await harness.balance("alice") == 2000)
+        #expect(try await harness.subscription(id)?.frozenReason == nil)
+        #expect(try await harness.submissionOutcome(of: id) == .dead("ACCOUNT_CONFLICT"))
+        #expect(try await harness.balance("alice") == 3000)
+        #expect(try await harness.balance("bob") == 0)
+        #expect(try await harness.count("SELECT count(*) FROM audit_log WHERE action = 'CHAIN_UNFROZEN' AND operator = 'ops'") == 1)
+        // A second resolution finds nothing frozen.
+        await #expect(throws: ChainActionRefusal.self) {
+            try await bindings.unfreeze(
+                environment: nil, originalTransactionID: id, ownerUserID: "alice", operator: "ops", reason: "again")
+        }
         try await harness.checkInvariants()
     }
 }

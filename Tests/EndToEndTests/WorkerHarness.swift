@@ -80,7 +80,8 @@ struct WorkerHarness {
     /// Runs `subsctl` against the harness's database; its exit status and output.
     func subsctl(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
         let process = try ServiceProcess(
-            executable: "subsctl", name: "subsctl", environment: ["DATABASE_URL": ingress.environment["DATABASE_URL"]!],
+            executable: "subsctl", name: "subsctl",
+            environment: ["DATABASE_URL": ingress.environment["DATABASE_URL"]!, "EVENT_TOPIC": ingress.pipeline.topic],
             arguments: arguments)
         let status = await process.waitForExit(timeout: 120)
         return (status, process.output)

@@ -35,7 +35,8 @@ public struct EventProcessor: Sendable {
         self.clock = clock
         store = FulfillmentStore(
             leases: leases, appKey: configuration.appStore.bundleId,
-            everyoneIsTestUser: configuration.appStore.environment != .production, crashPoint: configuration.crashPoint)
+            everyoneIsTestUser: configuration.appStore.environment != .production, topic: configuration.pipeline.eventTopic,
+            crashPoint: configuration.crashPoint)
         reader = EventReader(cipher: cipher, verifier: verifier)
         batches = FulfillmentBatches(
             leases: leases, store: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)

@@ -66,6 +66,13 @@ extension FulfillmentStore {
               'tokenUser', (SELECT json_build_object('userID', u.user_id, 'isTestUser', u.is_test_user)
                               FROM user_account_token t JOIN app_user u ON u.user_id = t.user_id
                              WHERE t.app_account_token = e.token),
+              'binding', (SELECT json_build_object(
+                            'userID', b.user_id, 'overridesTokens', b.source = \(BindingSource.resolution.rawValue),
+                            'isTestUser', coalesce((SELECT is_test_user FROM app_user WHERE user_id = b.user_id), false))
+                            FROM chain_binding b
+                           WHERE b.environment = e.environment AND b.original_transaction_id = e.original),
+              'submitterUser', (SELECT json_build_object('userID', u.user_id, 'isTestUser', u.is_test_user)
+                                  FROM app_user u WHERE u.user_id = e.submitter),
               'subscription', (SELECT json_build_object(
                                  'owner', json_build_object('userID', s.user_id, 'isTestUser',
                                      coalesce((SELECT is_test_user FROM app_user WHERE user_id = s.user_id), false)),
@@ -113,9 +120,10 @@ extension FulfillmentStore {
                           \(PostgresArray(facts.map { $0?.productID }))::text[],
                           \(PostgresArray(batch.map { $0.verified.renewal?.productID }))::text[],
                           \(PostgresArray(batch.map { $0.verified.renewal?.autoRenewProductID }))::text[],
-                          \(PostgresArray(orders))::text[])
+                          \(PostgresArray(orders))::text[],
+                          \(PostgresArray(batch.map { $0.verified.source.submitter }))::text[])
                    WITH ORDINALITY AS e(environment, original, token, transaction_id, product_id, renewal_product_id,
-                                        auto_renew_product_id, order_no, position)
+                                        auto_renew_product_id, order_no, submitter, position)
              ORDER BY e.position
             """)
         guard rows.count == batch.count else {
@@ -130,7 +138,8 @@ extension FulfillmentStore {
             if let renewal = loaded.renewal { stored.record(renewal) }
             return FulfillmentInput(
                 source: pending.verified.source, transaction: pending.verified.transaction?.fact,
-                renewal: pending.verified.renewal, tokenUser: loaded.tokenUser, subscription: loaded.subscription,
+                renewal: pending.verified.renewal, tokenUser: loaded.tokenUser, binding: loaded.binding,
+                submitterUser: loaded.submitterUser, subscription: loaded.subscription,
                 catalogue: Dictionary((loaded.catalogue ?? []).map { ($0.productID, $0) }) { first, _ in first },
                 stored: stored, transactionOwner: loaded.transactionOwner, linkedOrder: loaded.linkedOrder,
                 submittedOrder: loaded.submittedOrder, openOrders: loaded.openOrders ?? [], grants: loaded.grants ?? [],
@@ -140,6 +149,8 @@ extension FulfillmentStore {
 
     private struct Loaded: Decodable {
         var tokenUser: UserRecord?
+        var binding: ChainBindingRecord?
+        var submitterUser: UserRecord?
         var subscription: SubscriptionRecord?
         var transactions: [TransactionFact]?
         var transactionOwner: String?

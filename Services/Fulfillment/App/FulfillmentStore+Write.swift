@@ -14,6 +14,12 @@ extension FulfillmentStore {
         _ batch: [(pending: PendingEvent, plan: FulfillmentPlan)], owner: String, on db: PostgresConnection
     ) async throws -> [Int] {
         guard !batch.isEmpty else { return [] }
+        // Before the rows that name the member as a chain's owner (the user row may be new).
+        for (pending, plan) in batch {
+            guard let member = plan.bindFamilyMember, let chain = pending.facts else { continue }
+            try await ChainBindingStore.bindFamilyMember(
+                member, environment: chain.environment, originalTransactionID: chain.original, topic: topic, on: db)
+        }
         let rows = WriteRows(batch)
         let linked = rows.linkedOrders
         let completed = try await db.query(

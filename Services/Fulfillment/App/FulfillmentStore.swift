@@ -54,6 +54,8 @@ struct FulfillmentStore: Sendable {
     let everyoneIsTestUser: Bool
     /// Test-only: where to die (scenario 30).
     let crashPoint: CrashPoint?
+    /// The event topic: facts a binding makes applicable are queued on it again.
+    let topic: String
 
     /// Reads the JSON documents of the queries (dates are milliseconds, like Apple's) with the
     /// strict parser the verifier uses: Foundation's JSONDecoder was a tenth of a worker's CPU.
@@ -61,8 +63,12 @@ struct FulfillmentStore: Sendable {
         try StrictJSON.decode(type, from: Array(json.utf8))
     }
 
-    init(leases: EventLeaseStore, appKey: String, everyoneIsTestUser: Bool, crashPoint: CrashPoint? = nil) {
+    init(
+        leases: EventLeaseStore, appKey: String, everyoneIsTestUser: Bool, topic: String,
+        crashPoint: CrashPoint? = nil
+    ) {
         self.leases = leases
+        self.topic = topic
         self.appKey = appKey
         self.everyoneIsTestUser = everyoneIsTestUser
         self.crashPoint = crashPoint

@@ -31,6 +31,9 @@ public struct AppStoreAPIErrorCode: RawRepresentable, Hashable, Sendable, Custom
     public static let invalidRevoked = Self(rawValue: 4_000_030)
     public static let invalidStatus = Self(rawValue: 4_000_031)
     public static let invalidAppAccountToken = Self(rawValue: 4_000_033)
+    /// Set App Account Token and Send Consumption Information refuse a family-shared transaction.
+    public static let familyTransactionNotSupported = Self(rawValue: 4_000_185)
+    public static let transactionIdIsNotOriginalTransactionId = Self(rawValue: 4_000_187)
     public static let subscriptionExtensionIneligible = Self(rawValue: 4_030_004)
     public static let subscriptionMaxExtension = Self(rawValue: 4_030_005)
     public static let familySharedSubscriptionExtensionIneligible = Self(rawValue: 4_030_007)

@@ -17,7 +17,7 @@ final class Scheduler: Service {
     private let owner: String
     private let lease: Duration
     /// What needs the App Store Server API.
-    private typealias AppleWork = (requery: ChainRequery, recovery: NotificationRecovery)
+    private typealias AppleWork = (requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter)
     /// Nil when the App Store Server API is not configured.
     private let apple: AppleWork?
     private let environments: [String]
@@ -44,7 +44,10 @@ final class Scheduler: Service {
                     events: events, publisher: publisher, cipher: cipher, clients: clients,
                     bundleID: configuration.appStore.bundleId, logger: logger),
                 NotificationRecovery(
-                    events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger)
+                    events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger),
+                AppAccountTokenSetter(
+                    bindings: ChainBindingStore(pool: events.pool, topic: configuration.pipeline.eventTopic), clients: clients,
+                    logger: logger)
             )
         }
         let served = configuration.schedulers.appStoreAPI?.environment
@@ -131,6 +134,8 @@ final class Scheduler: Service {
             switch task.work {
             case .requery(let original):
                 result = try await apple.requery.run(task, originalTransactionID: original)
+            case .setAppAccountToken(let original):
+                result = try await apple.tokens.run(task, originalTransactionID: original)
             case .recovery(let start, let end, let token):
                 result = try await apple.recovery.run(task, start: start, end: end, from: token) { next, progress in
                     try await self.tasks.checkpoint(

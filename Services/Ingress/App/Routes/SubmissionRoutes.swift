@@ -64,8 +64,16 @@ struct SubmissionRoutes: Sendable {
         if let orderNo {
             try await checkOrder(orderNo, user: user, productID: productID, transactionID: transactionID)
         }
-        try await checkOwnership(transactionID: transactionID, environment: environment, token: transaction.appAccountToken, user: user)
-        if let existing = try await existingResult(transactionID: transactionID, environment: environment, orderNo: orderNo, user: user) {
+        let owner = try await context.users.owner(
+            ofTransaction: transactionID, originalTransactionID: originalID, environment: environment,
+            appAccountToken: transaction.appAccountToken)
+        let ownedByAnother = owner.map { $0 != user.userID } ?? false
+        // Another account's purchase uploaded for an order is refused; observed (a restore on a
+        // shared device, an account switch) it is still kept and applied to its owner below.
+        if ownedByAnother, orderNo != nil { throw accountConflict(transactionID) }
+        if !ownedByAnother,
+            let existing = try await existingResult(transactionID: transactionID, environment: environment, orderNo: orderNo, user: user)
+        {
             return .json(existing)
         }
         if orderNo != nil, let expires = transaction.expiresDate, expires <= context.clock.now() {
@@ -79,6 +87,10 @@ struct SubmissionRoutes: Sendable {
                 kind: orderNo == nil ? "OBSERVED" : "CLIENT", userID: user.userID, orderNo: orderNo,
                 environment: environment, transactionID: transactionID, originalTransactionID: originalID,
                 payloadHash: hash, sealedPayload: sealed.sealed, payloadKeyID: sealed.keyID, traceID: request.traceID))
+        if ownedByAnother {
+            if let outbox = stored.outbox { await context.intake.publisher.publish([outbox]) }
+            throw accountConflict(transactionID)
+        }
         let key = "\(EventKind.submission.rawValue):\(stored.eventID)"
         let waiter = context.waiter
         let ticket = waiter.register(key)
@@ -124,17 +136,15 @@ struct SubmissionRoutes: Sendable {
         }
     }
 
-    /// A transaction belongs to the user of its appAccountToken: another business user uploading it
-    /// is an account conflict, whoever is logged in.
-    private func checkOwnership(transactionID: String, environment: String, token: UUID?, user: AuthenticatedUser) async throws {
-        let owner = try await context.users.owner(ofTransaction: transactionID, environment: environment, appAccountToken: token)
-        if let owner, owner != user.userID {
-            MetricsRegistry.shared.counter(
-                "subs_account_conflicts_total", help: "Transactions submitted by another business user than their owner"
-            ).increment()
-            context.logger.warning("account conflict on a client submission", ["appstore.transaction_id": .string(transactionID)])
-            throw APIError.accountConflict("this purchase belongs to another account")
-        }
+    /// A transaction belongs to the user of its appAccountToken (or of its chain): another business
+    /// user uploading it is an account conflict, whoever is logged in. The caller learns nothing of
+    /// the owner.
+    private func accountConflict(_ transactionID: String) -> HTTPError {
+        MetricsRegistry.shared.counter(
+            "subs_account_conflicts_total", help: "Transactions submitted by another business user than their owner"
+        ).increment()
+        context.logger.warning("account conflict on a client submission", ["appstore.transaction_id": .string(transactionID)])
+        return APIError.accountConflict("this purchase belongs to another account")
     }
 
     /// An already fulfilled transaction answers with its current result: re-uploads and restores
@@ -162,6 +172,20 @@ struct SubmissionRoutes: Sendable {
             }
         }
         let order = try await context.orders.linkedOrder(environment: environment, transactionID: transactionID)
+        if orderNo == nil, state?.status == "SUCCEEDED" {
+            let applied = try await context.subscriptions.purchaseResult(
+                transactionID: transactionID, environment: environment, orderNo: order?.orderNo, userID: user.userID)
+            // Applied to someone else's chain (another member bound this family access first).
+            if let owner = applied.chainOwner, owner != user.userID { throw accountConflict(transactionID) }
+            // A family member's shared access has no order: applied is fulfilled.
+            if order == nil, applied.chainOwner != nil {
+                return .json(
+                    Result(
+                        orderNo: nil, orderStatus: nil, transactionId: transactionID,
+                        subscriptionStatus: applied.subscriptionStatus?.rawValue, activeProductId: applied.activeProductID,
+                        expiresAt: applied.expiresAt, creditsBalance: Credits.whole(applied.balance), fulfilled: true))
+            }
+        }
         let resolvedOrder = order?.orderNo ?? orderNo
         let orderStatus = order?.status
         if state?.status != "SUCCEEDED" || orderStatus != .fulfilled {

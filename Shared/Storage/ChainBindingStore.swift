@@ -1,0 +1,319 @@
+import Events
+import Foundation
+import Postgres
+
+/// Why a chain is bound to a user (`chain_binding.source`).
+public enum BindingSource: String, Sendable, StoredStatus, Codable {
+    /// An operator attributed an unowned chain (`subsctl chain attribute`, the admin API).
+    case `operator` = "OPERATOR"
+    /// An operator resolved an account conflict in favour of one user: outranks the facts' tokens.
+    case resolution = "RESOLUTION"
+    /// The user imported the chain (restore, migration).
+    case `import` = "IMPORT"
+    /// A family member uploaded their shared access.
+    case family = "FAMILY"
+}
+
+/// Where Apple's Set App Account Token of a bound chain stands (`chain_binding.apple_token_status`).
+public enum AppleTokenStatus: String, Sendable, StoredStatus, Codable {
+    /// A task asks Apple (it waits for a worker with the App Store Server API key).
+    case pending = "PENDING"
+    case set = "SET"
+    /// Apple refuses to set a token on a family-shared transaction.
+    case familyNotSupported = "FAMILY_NOT_SUPPORTED"
+    case failed = "FAILED"
+}
+
+/// A chain's binding as operators see it after an action.
+public struct ChainBinding: Sendable, Codable, Equatable {
+    public var environment: String
+    public var originalTransactionId: String
+    public var userId: String
+    public var source: BindingSource
+    public var appleTokenStatus: AppleTokenStatus?
+    public var appleTokenTaskId: Int64?
+}
+
+/// What an attribution or a resolution did.
+public struct ChainActionResult: Sendable, Codable, Equatable {
+    public var binding: ChainBinding
+    /// DEAD events of the chain put back for processing.
+    public var replayedEvents: Int
+    /// False when the chain was already bound to this user (nothing new but the replay).
+    public var changed: Bool
+}
+
+/// Why an operator's chain action was refused; `code` is the stable error code.
+public struct ChainActionRefusal: Error, Sendable, CustomStringConvertible {
+    public enum Code: String, Sendable {
+        /// The chain belongs to another user (its subscription, a binding, a transaction or a token says so).
+        case accountConflict = "ACCOUNT_CONFLICT"
+        /// Unfreezing a chain that is not frozen by an account conflict.
+        case notFrozen = "CHAIN_NOT_FROZEN"
+        /// No event, fact or subscription names this original transaction id.
+        case notFound = "CHAIN_NOT_FOUND"
+        /// The id is known in both environments: the operator must say which.
+        case environmentAmbiguous = "ENVIRONMENT_AMBIGUOUS"
+    }
+    public let code: Code
+    public let message: String
+    public var description: String { "\(code.rawValue): \(message)" }
+}
+
+/// The SQL of `chain_binding`: who owns a chain whose facts do not say, the operators' attribution
+/// and conflict resolution (each with its audit row, the replay of the chain's waiting facts and
+/// the Set App Account Token task, in one transaction under the chain's lock), and the outcome of
+/// that task.
+public struct ChainBindingStore: Sendable {
+    public let pool: PostgresPool
+    /// The event topic: replayed events are queued on it at once (nil: the sweeper re-publishes them).
+    public let topic: String?
+
+    public init(pool: PostgresPool, topic: String?) {
+        self.pool = pool
+        self.topic = topic
+    }
+
+    /// Binds an unowned chain to `userID`, asks Apple to set the user's token on it, and replays its
+    /// `UNMATCHED_ACCOUNT` facts (grants stay exactly once: they are keyed). A chain that any fact,
+    /// subscription or binding gives to another user is refused with `ACCOUNT_CONFLICT`.
+    /// `environment` nil: the one environment the id is known in.
+    public func attribute(
+        environment: String?, originalTransactionID: String, userID: String, operator operatorName: String, reason: String
+    ) async throws -> ChainActionResult {
+        try await pool.transaction { db in
+            let environment = try await Self.resolveEnvironment(environment, originalTransactionID, on: db)
+            try await Self.lockChain(environment, originalTransactionID, on: db)
+            let before = try await Self.binding(environment, originalTransactionID, on: db)
+            let owners = try await Self.claimants(environment, originalTransactionID, on: db)
+            if owners.contains(where: { $0 != userID }) {
+                throw ChainActionRefusal(
+                    code: .accountConflict, message: "the chain belongs to another user; resolve it with chain unfreeze")
+            }
+            try await UserStore.ensureUser(userID, on: db)
+            try await UserStore.ensureAccountToken(userID, on: db)
+            let changed = before == nil
+            if changed {
+                try await Self.bind(
+                    environment, originalTransactionID, userID: userID, source: .operator, by: operatorName, on: db)
+                try await requestAppleToken(environment, originalTransactionID, reason: reason, by: operatorName, on: db)
+            }
+            let replayed = try await EventLeaseStore.replayDead(
+                environment: environment, originalTransactionID: originalTransactionID, codes: ["UNMATCHED_ACCOUNT"],
+                topic: topic, on: db)
+            let after = try await Self.binding(environment, originalTransactionID, on: db)!
+            let result = ChainActionResult(binding: after, replayedEvents: replayed, changed: changed)
+            try await AuditLog.record(
+                on: db, operator: operatorName, action: "CHAIN_ATTRIBUTED", reason: reason, before: before, after: result)
+            return result
+        }
+    }
+
+    /// Resolves a chain frozen by an account conflict in favour of `ownerUserID`: the chain, its
+    /// transactions and its binding are theirs from now on (also over the facts' tokens), Apple is
+    /// asked to set their token, and the facts the freeze refused are replayed. Grants written for
+    /// the previous owner before the conflict stay theirs.
+    public func unfreeze(
+        environment: String?, originalTransactionID: String, ownerUserID: String, operator operatorName: String,
+        reason: String
+    ) async throws -> ChainActionResult {
+        try await pool.transaction { db in
+            let environment = try await Self.resolveEnvironment(environment, originalTransactionID, on: db)
+            try await Self.lockChain(environment, originalTransactionID, on: db)
+            guard
+                let frozen = try await db.query(
+                    """
+                    SELECT user_id, frozen_reason FROM user_subscription
+                     WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID) FOR UPDATE
+                    """
+                ).first, try frozen.decode("frozen_reason", as: String?.self) == "ACCOUNT_CONFLICT"
+            else {
+                throw ChainActionRefusal(code: .notFrozen, message: "the chain is not frozen by an account conflict")
+            }
+            struct Before: Encodable, Sendable {
+                var subscriptionOwner: String
+                var frozenReason: String
+                var binding: ChainBinding?
+            }
+            let before = Before(
+                subscriptionOwner: try frozen.decode("user_id"), frozenReason: "ACCOUNT_CONFLICT",
+                binding: try await Self.binding(environment, originalTransactionID, on: db))
+            try await UserStore.ensureUser(ownerUserID, on: db)
+            try await UserStore.ensureAccountToken(ownerUserID, on: db)
+            try await Self.bind(
+                environment, originalTransactionID, userID: ownerUserID, source: .resolution, by: operatorName, on: db)
+            try await db.query(
+                """
+                WITH chain AS (
+                    UPDATE user_subscription SET user_id = \(ownerUserID), frozen_reason = NULL, version = version + 1,
+                           updated_at = now()
+                     WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+                )
+                UPDATE apple_transaction SET user_id = \(ownerUserID), updated_at = now()
+                 WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+                """)
+            try await requestAppleToken(environment, originalTransactionID, reason: reason, by: operatorName, on: db)
+            // Apple's facts the freeze or the conflict refused are paid events: replayed, they are
+            // the owner's now. Another user's upload for an order of theirs stays refused.
+            let replayed =
+                try await EventLeaseStore.replayDead(
+                    environment: environment, originalTransactionID: originalTransactionID,
+                    codes: ["CHAIN_FROZEN", "UNMATCHED_ACCOUNT"], topic: topic, on: db)
+                + EventLeaseStore.replayDead(
+                    environment: environment, originalTransactionID: originalTransactionID, codes: ["ACCOUNT_CONFLICT"],
+                    onlyKind: .notification, topic: topic, on: db)
+            let result = ChainActionResult(
+                binding: try await Self.binding(environment, originalTransactionID, on: db)!, replayedEvents: replayed,
+                changed: true)
+            try await AuditLog.record(
+                on: db, operator: operatorName, action: "CHAIN_UNFROZEN", reason: reason, before: before, after: result)
+            return result
+        }
+    }
+
+    /// The chain's binding, or nil.
+    public func binding(environment: String, originalTransactionID: String) async throws -> ChainBinding? {
+        try await pool.withConnection { try await Self.binding(environment, originalTransactionID, on: $0) }
+    }
+
+    /// The user and account token Set App Account Token must send for a bound chain; nil when the
+    /// chain is not bound (the task then has nothing to do).
+    public func tokenToSet(environment: String, originalTransactionID: String) async throws -> (userID: String, token: UUID)? {
+        guard
+            let row = try await pool.query(
+                """
+                SELECT b.user_id, t.app_account_token::text AS token
+                  FROM chain_binding b JOIN user_account_token t ON t.user_id = b.user_id
+                 WHERE b.environment = \(environment) AND b.original_transaction_id = \(originalTransactionID)
+                """
+            ).first, let token = UUID(uuidString: try row.decode("token"))
+        else { return nil }
+        return (try row.decode("user_id"), token)
+    }
+
+    /// Keeps what Apple answered the chain's Set App Account Token.
+    public func recordAppleToken(_ status: AppleTokenStatus, environment: String, originalTransactionID: String)
+        async throws
+    {
+        try await pool.query(
+            """
+            UPDATE chain_binding SET apple_token_status = \(status), updated_at = now()
+             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+            """)
+    }
+
+    // MARK: Statements inside a caller's transaction
+
+    /// Binds a family member's shared access to them (the first binding stands) and replays the
+    /// chain's facts that waited for an owner, in the worker's transaction under the chain lock.
+    /// Apple is not asked for a token: it refuses one on family transactions.
+    public static func bindFamilyMember(
+        _ userID: String, environment: String, originalTransactionID: String, topic: String, on db: PostgresConnection
+    ) async throws {
+        try await UserStore.ensureUser(userID, on: db)
+        try await db.query(
+            """
+            INSERT INTO chain_binding (environment, original_transaction_id, user_id, source, created_by)
+            VALUES (\(environment), \(originalTransactionID), \(userID), \(BindingSource.family), \(userID))
+            ON CONFLICT (environment, original_transaction_id) DO NOTHING
+            """)
+        _ = try await EventLeaseStore.replayDead(
+            environment: environment, originalTransactionID: originalTransactionID, codes: ["UNMATCHED_ACCOUNT"], topic: topic,
+            on: db)
+    }
+
+    /// The chain lock every writer of a chain takes (the workers' apply included).
+    static func lockChain(_ environment: String, _ originalTransactionID: String, on db: PostgresConnection) async throws {
+        try await db.query(
+            "SELECT pg_advisory_xact_lock(hashtextextended(\(environment + "/" + originalTransactionID), 0))")
+    }
+
+    /// The one environment a chain id is known in, unless the caller named one.
+    static func resolveEnvironment(_ environment: String?, _ originalTransactionID: String, on db: PostgresConnection)
+        async throws -> String
+    {
+        if let environment { return environment }
+        let known: [String] = try await db.query(
+            """
+            SELECT environment FROM inbound_event WHERE original_transaction_id = \(originalTransactionID)
+            UNION SELECT environment FROM apple_transaction WHERE original_transaction_id = \(originalTransactionID)
+            UNION SELECT environment FROM user_subscription WHERE original_transaction_id = \(originalTransactionID)
+            """
+        ).map { try $0.decode("environment") }
+        switch known.count {
+        case 0: throw ChainActionRefusal(code: .notFound, message: "no event or fact names this original transaction id")
+        case 1: return known[0]
+        default:
+            throw ChainActionRefusal(
+                code: .environmentAmbiguous, message: "the id is known in \(known.sorted().joined(separator: " and ")): name one")
+        }
+    }
+
+    /// Every user something already gives the chain to: its subscription row, its binding, its
+    /// stored transactions, and the tokens on its facts waiting as unmatched.
+    static func claimants(_ environment: String, _ originalTransactionID: String, on db: PostgresConnection) async throws
+        -> Set<String>
+    {
+        let rows = try await db.query(
+            """
+            SELECT user_id FROM user_subscription
+             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+            UNION SELECT user_id FROM chain_binding
+             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+            UNION SELECT user_id FROM apple_transaction
+             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID) AND user_id IS NOT NULL
+            UNION SELECT t.user_id FROM unmatched_fact f
+              JOIN user_account_token t ON t.app_account_token::text = lower(f.app_account_token)
+             WHERE f.environment = \(environment) AND f.original_transaction_id = \(originalTransactionID)
+               AND f.replayed_at IS NULL
+            """)
+        return Set(try rows.map { try $0.decode("user_id") })
+    }
+
+    static func binding(_ environment: String, _ originalTransactionID: String, on db: PostgresConnection) async throws
+        -> ChainBinding?
+    {
+        guard
+            let row = try await db.query(
+                """
+                SELECT user_id, source, apple_token_status, apple_token_task_id FROM chain_binding
+                 WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+                """
+            ).first
+        else { return nil }
+        return ChainBinding(
+            environment: environment, originalTransactionId: originalTransactionID, userId: try row.decode("user_id"),
+            source: try row.decode("source"), appleTokenStatus: try row.decode("apple_token_status", as: AppleTokenStatus?.self),
+            appleTokenTaskId: try row.decode("apple_token_task_id", as: Int64?.self))
+    }
+
+    /// Binds (or re-binds, for a resolution) the chain.
+    static func bind(
+        _ environment: String, _ originalTransactionID: String, userID: String, source: BindingSource, by requestedBy: String,
+        on db: PostgresConnection
+    ) async throws {
+        try await db.query(
+            """
+            INSERT INTO chain_binding (environment, original_transaction_id, user_id, source, created_by)
+            VALUES (\(environment), \(originalTransactionID), \(userID), \(source), \(requestedBy))
+            ON CONFLICT (environment, original_transaction_id) DO UPDATE
+               SET user_id = EXCLUDED.user_id, source = EXCLUDED.source, created_by = EXCLUDED.created_by,
+                   apple_token_status = NULL, apple_token_task_id = NULL, updated_at = now()
+            """)
+    }
+
+    /// Queues Set App Account Token for the chain and records it on the binding.
+    private func requestAppleToken(
+        _ environment: String, _ originalTransactionID: String, reason: String, by requestedBy: String, on db: PostgresConnection
+    ) async throws {
+        let task = try await TaskStore.requestSetAppAccountToken(
+            environment: environment, originalTransactionID: originalTransactionID, reason: reason, requestedBy: requestedBy,
+            on: db)
+        try await db.query(
+            """
+            UPDATE chain_binding SET apple_token_status = \(AppleTokenStatus.pending), apple_token_task_id = \(task),
+                   updated_at = now()
+             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+            """)
+    }
+}

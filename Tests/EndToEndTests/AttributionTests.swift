@@ -1,0 +1,151 @@
+import AppStore
+import AppStoreTestSupport
+import Foundation
+import Postgres
+import TestSupport
+import Testing
+
+/// Paid facts that no token attributes: a purchase made outside the app's account flow, bound by an
+/// operator (`subsctl chain attribute`, Set App Account Token at Apple's mock), and a family
+/// member's shared access, bound by the member's own upload. Each writes one grant per paid period.
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct AttributionTests {
+    static func id() -> String { String(UInt64.random(in: 2_000_000_000_000_000...2_999_999_999_999_999)) }
+
+    @Test func anOperatorAttributesATokenlessPurchaseWhichThenGrantsOnce() async throws {
+        let harness = try await SchedulerHarness.start()
+        defer { harness.stop() }
+        let pair = harness.pair
+        let bobsToken = try await pair.user("bob")
+        try await pair.user("alice")
+        let id = Self.id()
+        // Redeemed with an offer code in the App Store: Apple's transaction carries no token.
+        let purchase = pair.transaction(id, purchase: Date() - 60, token: nil)
+        try harness.mock.addTransaction(purchase)
+        let subscribed = try await pair.notify(.subscribed, .initialBuy, transaction: purchase)
+        #expect(try await pair.outcome(of: subscribed) == .dead("UNMATCHED_ACCOUNT"))
+
+        let missingReason = try await harness.subsctl(["chain", "attribute", "--original-transaction-id", id, "--user-id", "bob"])
+        #expect(missingReason.status == 64, "\(missingReason.output)")
+        let attributed = try await harness.subsctl([
+            "chain", "attribute", "--original-transaction-id", id, "--user-id", "bob", "--reason", "support ticket 7",
+            "--operator", "ops",
+        ])
+        #expect(attributed.status == 0, "\(attributed.output)")
+        #expect(attributed.output.contains("chain=Sandbox:\(id) userId=bob source=OPERATOR appAccountToken=PENDING"))
+        #expect(attributed.output.contains("replayed=1 changed=true"))
+        #expect(try await pair.outcome(of: subscribed) == .succeeded)
+        #expect(try await pair.balance("bob") == 1000)
+        #expect(try await pair.subscription(id)?.status == "ACTIVE")
+
+        // The worker set Bob's token on the chain at Apple, and kept the outcome.
+        let set = try await eventually(timeout: 30) {
+            try await pair.value(
+                "SELECT apple_token_status FROM chain_binding WHERE original_transaction_id = \(id)", as: String.self) == "SET"
+        }
+        #expect(set)
+        #expect(harness.mock.appAccountToken(for: id) == bobsToken)
+        #expect(try await pair.count("SELECT count(*) FROM audit_log WHERE action = 'CHAIN_ATTRIBUTED' AND operator = 'ops'") == 1)
+
+        // Again: nothing new. Alice cannot have it: another user's chain.
+        let again = try await harness.subsctl([
+            "chain", "attribute", "--original-transaction-id", id, "--user-id", "bob", "--reason", "retry",
+        ])
+        #expect(again.status == 0, "\(again.output)")
+        #expect(again.output.contains("replayed=0 changed=false"))
+        let alices = try await harness.subsctl([
+            "chain", "attribute", "--original-transaction-id", id, "--user-id", "alice", "--reason", "wrong ticket",
+        ])
+        #expect(alices.status == 1)
+        #expect(alices.output.contains("error=ACCOUNT_CONFLICT"))
+        let unknown = try await harness.subsctl([
+            "chain", "attribute", "--original-transaction-id", "1999", "--user-id", "bob", "--reason", "typo",
+        ])
+        #expect(unknown.status == 66)
+        #expect(unknown.output.contains("error=CHAIN_NOT_FOUND"))
+
+        // The next renewal, still without a token, follows the binding: one more grant.
+        let renewal = pair.transaction(Self.id(), original: id, purchase: Date(), token: nil, reason: .renewal)
+        #expect(try await pair.outcome(of: try await pair.notify(.didRenew, transaction: renewal)) == .succeeded)
+        #expect(try await pair.balance("bob") == 2000)
+        #expect(try await pair.balance("alice") == 0)
+        try await pair.checkInvariants()
+    }
+
+    @Test func aFamilyMemberBindsTheirSharedAccessByUploadingIt() async throws {
+        let harness = try await SchedulerHarness.start()
+        defer { harness.stop() }
+        let pair = harness.pair
+        try await pair.user("carol")
+        try await pair.user("dave")
+        let id = Self.id()
+        // The member's own transaction for the purchaser's subscription: Apple puts no token on it.
+        var shared = pair.transaction(id, purchase: Date() - 60, token: nil)
+        shared.rawInAppOwnershipType = InAppOwnershipType.familyShared.rawValue
+        try harness.mock.addTransaction(shared)
+        let subscribed = try await pair.notify(.subscribed, .initialBuy, transaction: shared)
+        #expect(try await pair.outcome(of: subscribed) == .dead("UNMATCHED_ACCOUNT"))
+
+        // Carol's app sees it in Transaction.updates and uploads it: it is hers now.
+        let upload = try await pair.submit(try pair.signer.sign(shared), orderNo: nil, as: "carol")
+        #expect(upload.status == 200, "\(upload.text)")
+        let result = try upload.json()
+        #expect(result["fulfilled"] as? Bool == true)
+        #expect(result["subscriptionStatus"] as? String == "ACTIVE")
+        #expect(result["transactionId"] as? String == id)
+        #expect(try await pair.outcome(of: subscribed) == .succeeded, "the waiting notification is replayed on binding")
+        #expect(try await pair.value("SELECT user_id FROM chain_binding WHERE original_transaction_id = \(id)", as: String.self) == "carol")
+        #expect(try await pair.count("SELECT count(*) FROM payment_order WHERE original_transaction_id = \(id)") == 0)
+        #expect(try await pair.count("SELECT count(*) FROM credit_grant WHERE original_transaction_id = \(id)") == 0)
+
+        // Dave uploads the same shared access: another account's.
+        let daves = try await pair.submit(try pair.signer.sign(shared), orderNo: nil, as: "dave")
+        #expect(daves.status == 409)
+        #expect(try daves.json()["code"] as? String == "ACCOUNT_CONFLICT")
+        #expect(try await pair.subscription(id)?.frozenReason == nil)
+
+        // Apple refuses a token on family transactions; the binding alone keeps attributing.
+        let attributed = try await harness.subsctl([
+            "chain", "attribute", "--original-transaction-id", id, "--user-id", "carol", "--reason", "check",
+        ])
+        #expect(attributed.output.contains("changed=false"), "\(attributed.output)")
+
+        // The purchaser stops sharing: REVOKE of the member's transaction ends Carol's access only.
+        var revoked = shared
+        revoked.revocationDate = TestPayloads.wholeMilliseconds(Date())
+        revoked.signedDate = TestPayloads.wholeMilliseconds(Date())
+        #expect(try await pair.outcome(of: try await pair.notify(.revoke, transaction: revoked)) == .succeeded)
+        #expect(try await pair.subscription(id)?.status == "REVOKED")
+        try await pair.checkInvariants()
+    }
+
+    @Test func setAppAccountTokenOnAFamilyChainKeepsApplesRefusal() async throws {
+        let harness = try await SchedulerHarness.start()
+        defer { harness.stop() }
+        let pair = harness.pair
+        try await pair.user("erin")
+        let id = Self.id()
+        var shared = pair.transaction(id, purchase: Date() - 60, token: nil)
+        shared.rawInAppOwnershipType = InAppOwnershipType.familyShared.rawValue
+        try harness.mock.addTransaction(shared)
+        let subscribed = try await pair.notify(.subscribed, .initialBuy, transaction: shared)
+        #expect(try await pair.outcome(of: subscribed) == .dead("UNMATCHED_ACCOUNT"))
+        let attributed = try await harness.subsctl([
+            "chain", "attribute", "--original-transaction-id", id, "--user-id", "erin", "--reason", "member without the app",
+        ])
+        #expect(attributed.status == 0, "\(attributed.output)")
+        #expect(try await pair.outcome(of: subscribed) == .succeeded)
+        let refused = try await eventually(timeout: 30) {
+            try await pair.value(
+                "SELECT apple_token_status FROM chain_binding WHERE original_transaction_id = \(id)", as: String.self)
+                == "FAMILY_NOT_SUPPORTED"
+        }
+        #expect(refused)
+        #expect(harness.mock.appAccountToken(for: id) == nil)
+        #expect(
+            try await pair.value(
+                "SELECT status FROM fulfillment_task WHERE kind = 'SET_APP_ACCOUNT_TOKEN' AND original_transaction_id = \(id)",
+                as: String.self) == "DONE")
+        #expect(try await pair.subscription(id)?.status == "ACTIVE")
+    }
+}
