@@ -42,8 +42,9 @@ public enum TaskStatus: String, Sendable, StoredStatus {
 public struct ClaimedTask: Sendable {
     public enum Work: Sendable, Equatable {
         case requery(originalTransactionID: String)
-        /// Get Notification History over `start..<end`, from `paginationToken` on (nil: the first page).
-        case recovery(start: Date, end: Date, paginationToken: String?)
+        /// Get Notification History over `start..<end`, from `paginationToken` on (nil: the first
+        /// page); with `onlyFailures`, only the notifications Apple failed to deliver.
+        case recovery(start: Date, end: Date, paginationToken: String?, onlyFailures: Bool)
         /// Set App Account Token of the chain to its bound user's token.
         case setAppAccountToken(originalTransactionID: String)
     }
@@ -245,6 +246,60 @@ public struct TaskStore: Sendable {
         return try rows.map { try $0.decode("chain") }
     }
 
+    /// Asks for the deliveries Apple failed over the last `window` (Get Notification History with
+    /// onlyFailures), unless one was asked for within `interval`: every worker may call this, one
+    /// task per interval results. Returns the task id, or nil when none was needed.
+    @discardableResult
+    public func requestFailedDeliveryRecovery(
+        environment: String, window: Duration, interval: Duration, requestedBy: String
+    ) async throws -> Int64? {
+        try await pool.query(
+            """
+            INSERT INTO fulfillment_task (
+                kind, environment, range_start, range_end, reason, requested_by, dedup_key, only_failures)
+            SELECT \(sql: TaskKind.recovery.literal), \(environment), now() - make_interval(secs => \(window.inSeconds)), now(),
+                   'failed deliveries', \(requestedBy), \("RECOVERY/FAILED/\(environment)"), true
+             WHERE NOT EXISTS (SELECT 1 FROM fulfillment_task
+                                WHERE kind = \(sql: TaskKind.recovery.literal) AND only_failures AND environment = \(environment)
+                                  AND created_at > now() - make_interval(secs => \(interval.inSeconds)))
+            ON CONFLICT (dedup_key) WHERE status = \(sql: TaskStatus.pending.literal) DO NOTHING
+            RETURNING id
+            """
+        ).first?.decode("id", as: Int64.self)
+    }
+
+    /// Flags for a re-query the chains Apple went silent on: past their expiry by more than
+    /// `after`, auto-renew on, and no renewal, expiry or billing-retry fact since (no renewal info
+    /// signed after the expiry, none in billing retry or naming an expiration intent). A missed
+    /// DID_RENEW or EXPIRED is the usual cause. Frozen and revoked chains are left alone; a chain
+    /// re-queried within `cooldown` is not flagged again. Returns the chains flagged.
+    public func requestRequeriesOfLapsedChains(
+        environments: [String], after: Duration, cooldown: Duration, requestedBy: String
+    ) async throws -> [String] {
+        let rows = try await pool.query(
+            """
+            INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)
+            SELECT \(sql: TaskKind.requery.literal), s.environment, s.original_transaction_id,
+                   'LAPSED: expired with auto-renew on and no word from Apple since', \(requestedBy),
+                   \(sql: TaskKind.requery.literal) || '/' || s.environment || '/' || s.original_transaction_id
+              FROM user_subscription s
+              LEFT JOIN apple_renewal_info r
+                ON r.environment = s.environment AND r.original_transaction_id = s.original_transaction_id
+             WHERE s.expires_at < now() - make_interval(secs => \(after.inSeconds)) AND s.frozen_reason IS NULL
+               AND s.environment = ANY(\(PostgresArray(environments))::text[])
+               AND s.status <> 'REVOKED' AND s.auto_renew_enabled
+               AND (r.original_transaction_id IS NULL
+                    OR (r.signed_date < s.expires_at AND NOT r.is_in_billing_retry AND r.expiration_intent IS NULL))
+               AND NOT EXISTS (SELECT 1 FROM fulfillment_task q
+                                WHERE q.kind = \(sql: TaskKind.requery.literal) AND q.environment = s.environment
+                                  AND q.original_transaction_id = s.original_transaction_id
+                                  AND q.created_at > now() - make_interval(secs => \(cooldown.inSeconds)))
+            ON CONFLICT (dedup_key) WHERE status = \(sql: TaskStatus.pending.literal) DO NOTHING
+            RETURNING environment || ':' || original_transaction_id AS chain
+            """)
+        return try rows.map { try $0.decode("chain") }
+    }
+
     /// Takes the oldest due task nobody holds, or nil. The task gives up its deduplication key:
     /// what is asked from now on may be past what it covers, so it becomes a task of its own.
     public func claim(owner: String, lease: Duration) async throws -> ClaimedTask? {
@@ -259,7 +314,7 @@ public struct TaskStore: Sendable {
                                   AND (lease_expires_at IS NULL OR lease_expires_at < now())
                                 ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
                 RETURNING t.id, t.kind, t.environment, t.original_transaction_id, t.range_start, t.range_end,
-                          t.pagination_token, t.attempts, t.result::text AS result
+                          t.pagination_token, t.only_failures, t.attempts, t.result::text AS result
                 """
             ).first
         else { return nil }
@@ -272,7 +327,7 @@ public struct TaskStore: Sendable {
         case .recovery:
             work = .recovery(
                 start: try row.decode("range_start"), end: try row.decode("range_end"),
-                paginationToken: try row.decode("pagination_token", as: String?.self))
+                paginationToken: try row.decode("pagination_token", as: String?.self), onlyFailures: try row.decode("only_failures"))
         }
         let result = try JSONDecoder().decode(TaskResult.self, from: Data(try row.decode("result", as: String.self).utf8))
         return ClaimedTask(

@@ -307,8 +307,12 @@ public final class MockAppStoreServerAPI: Sendable {
         guard filters.startDate < filters.endDate else {
             throw Failure(status: 400, errorCode: 4_000_013, message: "Start date after end date.")
         }
+        // onlyFailures: the notifications that never reached the server (no successful attempt).
+        let notifications = state.withLock { $0.notifications }.filter { item in
+            filters.onlyFailures != true || !(item.sendAttempts ?? []).contains { $0.sendAttemptResult == "SUCCESS" }
+        }
         let page = try page(
-            state.withLock { $0.notifications }, token: request.query("paginationToken"), prefix: "page-",
+            notifications, token: request.query("paginationToken"), prefix: "page-",
             invalid: Failure(status: 400, errorCode: 4_000_014, message: "Invalid pagination token."))
         return Self.json(
             NotificationHistoryResponse(

@@ -32,6 +32,9 @@ struct SchedulerHarness {
                 "APPLE_IAP_ISSUER_ID": "issuer-e2e", "APPLE_IAP_KEY_ID": "KEYE2E01", "APPLE_IAP_PRIVATE_KEY_PATH": keyPath.path,
                 "APPLE_IAP_API_BASE_URL_PRODUCTION": url, "APPLE_IAP_API_BASE_URL_SANDBOX": url,
                 "FULFILLMENT_SCHEDULER_INTERVAL_MS": "200", "FULFILLMENT_REQUERY_SCAN_SECONDS": "1",
+                // The scheduled checks of Apple run only in the tests about them (they would add
+                // tasks and history calls to every other test's counts).
+                "FULFILLMENT_FAILED_DELIVERY_INTERVAL_SECONDS": "0", "FULFILLMENT_EXPIRY_REQUERY_INTERVAL_SECONDS": "0",
             ].merging(extra) { _, new in new }
         ) { _, new in new }
         var workers: [ServiceProcess] = []

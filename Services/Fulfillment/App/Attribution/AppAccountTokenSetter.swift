@@ -29,9 +29,9 @@ struct AppAccountTokenSetter: Sendable {
             try await client.setAppAccountToken(
                 originalTransactionId: originalTransactionID, UpdateAppAccountTokenRequest(appAccountToken: bound.token))
             status = .set
-        } catch where error.apiError == .familyTransactionNotSupported {
+        } catch  where error.apiError == .familyTransactionNotSupported {
             status = .familyNotSupported
-        } catch where !error.isRetryable {
+        } catch  where !error.isRetryable {
             try? await bindings.recordAppleToken(
                 .failed, environment: task.environment, originalTransactionID: originalTransactionID)
             throw Scheduler.failure(error)

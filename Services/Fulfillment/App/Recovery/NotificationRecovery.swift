@@ -41,7 +41,7 @@ struct NotificationRecovery: Sendable {
 
     /// Runs the task to its last page; `checkpoint` records each page (false: the lease was lost).
     func run(
-        _ task: ClaimedTask, start: Date, end: Date, from token: String?,
+        _ task: ClaimedTask, start: Date, end: Date, onlyFailures: Bool, from token: String?,
         checkpoint: (String?, TaskResult) async throws -> Bool
     ) async throws(ProcessingFailure) -> TaskResult {
         guard let client = clients.client(for: task.environment),
@@ -55,7 +55,8 @@ struct NotificationRecovery: Sendable {
             let page: NotificationHistoryResponse
             do {
                 page = try await client.getNotificationHistory(
-                    paginationToken: token, request: NotificationHistoryRequest(startDate: start, endDate: end))
+                    paginationToken: token,
+                    request: NotificationHistoryRequest(startDate: start, endDate: end, onlyFailures: onlyFailures ? true : nil))
             } catch {
                 throw Scheduler.failure(error)
             }

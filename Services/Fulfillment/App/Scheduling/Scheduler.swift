@@ -27,6 +27,8 @@ final class Scheduler: Service {
     private let expired = MetricsRegistry.shared.counter("subs_orders_expired_total", help: "Stale open orders EXPIRED")
     private let flagged = MetricsRegistry.shared.counter(
         "subs_requery_flagged_total", help: "Chains whose facts disagree, flagged for a re-query from Apple")
+    private let lapsed = MetricsRegistry.shared.counter(
+        "subs_requery_lapsed_total", help: "Chains past their expiry with no word from Apple, flagged for a re-query")
 
     init(
         configuration: FulfillmentConfiguration, events: EventIntakeStore, publisher: EventPublisher, verifier: SignedDataVerifier,
@@ -63,12 +65,23 @@ final class Scheduler: Service {
             await requestStartupRecovery()
         }
         var nextScan = ContinuousClock.now
+        var nextFailedDeliveries = ContinuousClock.now
+        var nextLapsedScan = ContinuousClock.now
         while !stop.isFired {
             if let age = configuration.orderExpiry { await expireOrders(olderThan: age) }
             if let apple {
                 if let scan = configuration.requeryScan, ContinuousClock.now >= nextScan {
                     await flagDisagreeingChains(window: scan + .seconds(60))
                     nextScan = ContinuousClock.now + scan
+                }
+                // Every worker asks often; the database keeps it to one pull per interval.
+                if let interval = configuration.failedDeliveryInterval, ContinuousClock.now >= nextFailedDeliveries {
+                    await requestFailedDeliveries(every: interval)
+                    nextFailedDeliveries = ContinuousClock.now + min(interval, .seconds(60))
+                }
+                if let interval = configuration.expiryRequeryInterval, ContinuousClock.now >= nextLapsedScan {
+                    await flagLapsedChains(cooldown: interval)
+                    nextLapsedScan = ContinuousClock.now + interval
                 }
                 await runDueTasks(apple)
             }
@@ -114,6 +127,31 @@ final class Scheduler: Service {
         }
     }
 
+    /// Asks for the deliveries Apple failed in the deployment's environment (the webhook's own).
+    private func requestFailedDeliveries(every interval: Duration) async {
+        guard let environment = configuration.appStoreAPI?.environment.rawValue else { return }
+        do {
+            if let id = try await tasks.requestFailedDeliveryRecovery(
+                environment: environment, window: configuration.failedDeliveryWindow, interval: interval, requestedBy: owner)
+            {
+                logger.info("failed deliveries requested from Apple's notification history", ["task.id": .int(id)])
+            }
+        } catch {
+            logger.warning("failed deliveries not requested", ["error": .string("\(error)")])
+        }
+    }
+
+    private func flagLapsedChains(cooldown: Duration) async {
+        do {
+            let chains = try await tasks.requestRequeriesOfLapsedChains(
+                environments: environments, after: configuration.expiryRequeryAfter, cooldown: cooldown, requestedBy: owner)
+            lapsed.increment(by: chains.count)
+            for chain in chains { logger.warning("chain lapsed without a word from Apple, re-query requested", ["appstore.chain": .string(chain)]) }
+        } catch {
+            logger.warning("lapsed chains not scanned", ["error": .string("\(error)")])
+        }
+    }
+
     /// Runs due tasks until none is left or the worker stops.
     private func runDueTasks(_ apple: AppleWork) async {
         while !stop.isFired {
@@ -136,8 +174,9 @@ final class Scheduler: Service {
                 result = try await apple.requery.run(task, originalTransactionID: original)
             case .setAppAccountToken(let original):
                 result = try await apple.tokens.run(task, originalTransactionID: original)
-            case .recovery(let start, let end, let token):
-                result = try await apple.recovery.run(task, start: start, end: end, from: token) { next, progress in
+            case .recovery(let start, let end, let token, let onlyFailures):
+                result = try await apple.recovery.run(task, start: start, end: end, onlyFailures: onlyFailures, from: token) {
+                    next, progress in
                     try await self.tasks.checkpoint(
                         task, owner: self.owner, lease: self.lease, paginationToken: next, result: progress)
                 }

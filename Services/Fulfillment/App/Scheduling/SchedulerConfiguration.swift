@@ -24,6 +24,17 @@ public struct SchedulerConfiguration: Sendable {
     public var requeryCooldown: Duration
     /// Attempts of a re-query or recovery before it is FAILED (`FULFILLMENT_TASK_MAX_ATTEMPTS`). Default 8.
     public var taskMaxAttempts: Int
+    /// How often Apple's notification history is asked for the deliveries it failed
+    /// (`FULFILLMENT_FAILED_DELIVERY_INTERVAL_SECONDS`, 0 disables). Default 3600.
+    public var failedDeliveryInterval: Duration?
+    /// How far back each of those asks (`FULFILLMENT_FAILED_DELIVERY_WINDOW_HOURS`). Default 24.
+    public var failedDeliveryWindow: Duration
+    /// How often chains that lapsed without a word from Apple are re-queried
+    /// (`FULFILLMENT_EXPIRY_REQUERY_INTERVAL_SECONDS`, 0 disables). Default 86400.
+    public var expiryRequeryInterval: Duration?
+    /// How long after its expiry a chain with auto-renew on and no renewal, expiry or billing-retry
+    /// fact counts as lapsed (`FULFILLMENT_EXPIRY_REQUERY_AFTER_MINUTES`). Default 60.
+    public var expiryRequeryAfter: Duration
 
     public init(reader: ConfigurationReader) {
         let keySettings = ["APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH"]
@@ -36,6 +47,13 @@ public struct SchedulerConfiguration: Sendable {
         requeryScan = scan == 0 ? nil : .seconds(scan)
         requeryCooldown = .seconds(60 * reader.int("FULFILLMENT_REQUERY_COOLDOWN_MINUTES", default: 60, range: 0...(60 * 24 * 30)))
         taskMaxAttempts = reader.int("FULFILLMENT_TASK_MAX_ATTEMPTS", default: 8, range: 1...1000)
+        let failed = reader.int("FULFILLMENT_FAILED_DELIVERY_INTERVAL_SECONDS", default: 3600, range: 0...604_800)
+        failedDeliveryInterval = failed == 0 ? nil : .seconds(failed)
+        // Apple keeps notification history for 180 days.
+        failedDeliveryWindow = .seconds(3600 * reader.int("FULFILLMENT_FAILED_DELIVERY_WINDOW_HOURS", default: 24, range: 1...(24 * 180)))
+        let lapsed = reader.int("FULFILLMENT_EXPIRY_REQUERY_INTERVAL_SECONDS", default: 86_400, range: 0...(86_400 * 30))
+        expiryRequeryInterval = lapsed == 0 ? nil : .seconds(lapsed)
+        expiryRequeryAfter = .seconds(60 * reader.int("FULFILLMENT_EXPIRY_REQUERY_AFTER_MINUTES", default: 60, range: 0...(60 * 24 * 30)))
     }
 }
 
