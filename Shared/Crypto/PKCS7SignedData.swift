@@ -45,7 +45,8 @@ public final class PKCS7SignedData {
         }
         var certificates: [X509Certificate] = []
         if let stack = CMS_get1_certs(parsed) {
-            // get1 up-refs every certificate; each X509Certificate takes one reference.
+            // get1 up-refs every certificate; each X509Certificate takes one reference (and frees
+            // it when it cannot wrap the certificate: one it cannot read cannot help a chain either).
             defer { OPENSSL_sk_free(stack) }
             for index in 0..<OPENSSL_sk_num(stack) {
                 let element = OpaquePointer(OPENSSL_sk_value(stack, index))!

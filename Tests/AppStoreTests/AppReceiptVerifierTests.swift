@@ -187,11 +187,24 @@ import Testing
         }
     }
 
-    @Test func aPayloadThatIsNotAnAttributeSetIsInvalid() async throws {
-        for payload: [UInt8] in [[0x04, 0x02, 0x31, 0x00], [0x31, 0x03, 0x02, 0x01, 0x05], [0x30, 0x00], []] {
+    @Test func aSignedPayloadThatIsNotAReceiptIsInvalid() async throws {
+        func bundleId(_ letter: UInt8) -> [UInt8] { [0x30, 0x0b, 0x02, 0x01, 0x02, 0x02, 0x01, 0x01, 0x04, 0x03, 0x0c, 0x01, letter] }
+        let payloads: [String: [UInt8]] = [
+            "empty": [],
+            "a SEQUENCE": [0x30, 0x00],
+            "a SET of an INTEGER": [0x31, 0x03, 0x02, 0x01, 0x05],
+            "no bundle id": [0x31, 0x00],
+            "no bundle id, wrapped as Xcode does": [0x04, 0x02, 0x31, 0x00],
+            "two bundle ids": [0x31, 0x1a] + bundleId(0x61) + bundleId(0x62),
+            "a bundle id that is not a string": [0x31, 0x0b, 0x30, 0x09, 0x02, 0x01, 0x02, 0x02, 0x01, 0x01, 0x04, 0x01, 0x05],
+        ]
+        // Sanity check of the helper: one bundle id alone is a receipt.
+        let single = try TestPKCS7.sign(
+            [0x31, 0x0d] + bundleId(0x61), certificate: signer.leaf, key: signer.leafKey, chain: [signer.intermediate], encoding: .der)
+        #expect(try await Self.code(verifier(bundleId: "a"), Data(single).base64EncodedString()) == .environmentMismatch)
+        for (name, payload) in payloads {
             let signed = try TestPKCS7.sign(payload, certificate: signer.leaf, key: signer.leafKey, chain: [signer.intermediate], encoding: .der)
-            let receipt = Data(signed).base64EncodedString()
-            #expect(try await Self.code(verifier(), receipt) == .invalid)
+            #expect(try await Self.code(verifier(), Data(signed).base64EncodedString()) == .invalid, "\(name)")
         }
     }
 
