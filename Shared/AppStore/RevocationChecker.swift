@@ -43,6 +43,31 @@ final class RevocationChecker: Sendable {
         goodUntil.withLock { $0[fingerprint].map { $0 > now } ?? false }
     }
 
+    /// OCSP for the leaf (issued by the intermediate) and the intermediate (issued by the root)
+    /// of a verified chain, concurrently; the root is a configured trust anchor.
+    func check(chain: [X509Certificate]) async throws(VerificationError) {
+        let leaf: Result<Void, VerificationError>
+        let intermediate: Result<Void, VerificationError>
+        async let leafCheck = Self.result { () async throws(VerificationError) in try await self.check(chain[0], issuer: chain[1]) }
+        async let intermediateCheck = Self.result { () async throws(VerificationError) in
+            try await self.check(chain[1], issuer: chain[2])
+        }
+        (leaf, intermediate) = await (leafCheck, intermediateCheck)
+        // A definite "revoked" outranks "could not tell" from the other certificate.
+        for result in [leaf, intermediate] {
+            if case .failure(let error) = result, error.code == .invalidChain { throw error }
+        }
+        try leaf.get()
+        try intermediate.get()
+    }
+
+    private static func result(_ body: () async throws(VerificationError) -> Void) async -> Result<Void, VerificationError> {
+        do throws(VerificationError) {
+            try await body()
+            return .success(())
+        } catch { return .failure(error) }
+    }
+
     /// Asks the responder about `certificate` (issued by `issuer`) unless a fresh answer is cached.
     func check(_ certificate: X509Certificate, issuer: X509Certificate) async throws(VerificationError) {
         if isKnownGood(certificate.sha256Fingerprint, now: clock.now()) { return }

@@ -174,37 +174,11 @@ public final class SignedDataVerifier: Sendable {
             switch step {
             case .verified(let payload): return payload
             case .needsRevocationCheck(let key, let chain):
-                try await checkRevocation(chain)
+                try await revocation?.check(chain: chain)
                 checked = key
             }
         }
         throw VerificationError(.retryableVerification, "the revocation status of the chain changed during verification")
-    }
-
-    /// OCSP for the leaf (issued by the intermediate) and the intermediate (issued by the root),
-    /// concurrently; the root is a configured trust anchor.
-    private func checkRevocation(_ chain: [X509Certificate]) async throws(VerificationError) {
-        guard let revocation else { return }
-        let leaf: Result<Void, VerificationError>
-        let intermediate: Result<Void, VerificationError>
-        async let leafCheck = Self.result { () async throws(VerificationError) in try await revocation.check(chain[0], issuer: chain[1]) }
-        async let intermediateCheck = Self.result { () async throws(VerificationError) in
-            try await revocation.check(chain[1], issuer: chain[2])
-        }
-        (leaf, intermediate) = await (leafCheck, intermediateCheck)
-        // A definite "revoked" outranks "could not tell" from the other certificate.
-        for result in [leaf, intermediate] {
-            if case .failure(let error) = result, error.code == .invalidChain { throw error }
-        }
-        try leaf.get()
-        try intermediate.get()
-    }
-
-    private static func result(_ body: () async throws(VerificationError) -> Void) async -> Result<Void, VerificationError> {
-        do throws(VerificationError) {
-            try await body()
-            return .success(())
-        } catch { return .failure(error) }
     }
 
     private func verify<Payload: Decodable>(

@@ -15,6 +15,8 @@ public struct CryptoError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let authenticationFailure = Code("authenticationFailure")
         /// A certificate chain did not verify against the trusted roots.
         public static let chainVerificationFailed = Code("chainVerificationFailed")
+        /// A signature did not verify with the key it names.
+        public static let signatureVerificationFailed = Code("signatureVerificationFailed")
         /// OpenSSL failed where it should not (allocation, provider missing).
         public static let internalFailure = Code("internalFailure")
 

@@ -22,7 +22,7 @@ package struct FetchedAlgorithms: @unchecked Sendable {
 }
 
 /// Runs `body` with a read-only memory BIO over `bytes`. Do not escape the BIO.
-func withReadOnlyBIO<R, E: Error>(_ bytes: [UInt8], _ body: (OpaquePointer) throws(E) -> R) throws(E) -> R {
+package func withReadOnlyBIO<R, E: Error>(_ bytes: [UInt8], _ body: (OpaquePointer) throws(E) -> R) throws(E) -> R {
     let result: Result<R, E> = bytes.withUnsafeBytes { raw in
         guard let bio = BIO_new_mem_buf(raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(raw.count)) else {
             fatalError("BIO_new_mem_buf failed: out of memory")
@@ -34,7 +34,7 @@ func withReadOnlyBIO<R, E: Error>(_ bytes: [UInt8], _ body: (OpaquePointer) thro
 }
 
 /// Runs `body` with an empty growable memory BIO and returns what it wrote.
-func collectingBIO(_ body: (OpaquePointer) -> Bool) -> [UInt8]? {
+package func collectingBIO(_ body: (OpaquePointer) -> Bool) -> [UInt8]? {
     guard let bio = BIO_new(BIO_s_mem()) else { fatalError("BIO_new failed: out of memory") }
     defer { BIO_free(bio) }
     guard body(bio) else { return nil }
