@@ -40,6 +40,7 @@ enum Subsctl {
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
             ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
             CreditsAdjustCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
+            AppleTestNotificationCommand.self, AppleExtendCommand.self,
         ]
     }
 

@@ -177,4 +177,11 @@ public struct EventIntakeStore: Sendable {
         return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
     }
 
+    /// Where the notification with this UUID stands; nil when it was never stored.
+    public func status(ofNotification uuid: String) async throws -> (status: String, errorCode: String?)? {
+        let rows = try await pool.query(
+            "SELECT process_status, error_code FROM inbound_event WHERE notification_uuid = \(uuid)")
+        guard let row = rows.first else { return nil }
+        return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
+    }
 }

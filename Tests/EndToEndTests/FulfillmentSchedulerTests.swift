@@ -54,6 +54,13 @@ struct SchedulerHarness {
     /// Runs `subsctl` against the slice's database; its exit status and output.
     func subsctl(_ arguments: [String]) async throws -> (status: Int32?, output: String) { try await pair.subsctl(arguments) }
 
+    /// Runs `subsctl` with a worker's settings (the App Store Server API key and the mock's address).
+    func subsctlWithAPIKey(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
+        let process = try ServiceProcess(executable: "subsctl", name: "subsctl", environment: workerEnvironment, arguments: arguments)
+        let status = await process.waitForExit(timeout: 120)
+        return (status, process.output)
+    }
+
     /// A notification as Apple keeps it in its history (signed, with its delivery attempts).
     func historyNotification(
         _ type: NotificationTypeV2, _ subtype: Subtype? = nil, transaction: JWSTransactionDecodedPayload,
