@@ -12,6 +12,8 @@ struct IngressContext: Sendable {
     let store: EventIntakeStore
     let intake: NotificationIntake
     let verifier: SignedDataVerifier
+    /// StoreKit 1 app receipts of imports.
+    let receiptVerifier: AppReceiptVerifier
     let cipher: PayloadCipher
     let authenticator: UserAuthenticator
     let services: ServiceAuthenticator
@@ -21,6 +23,7 @@ struct IngressContext: Sendable {
     let users: UserStore
     let subscriptions: SubscriptionStore
     let credits: CreditStatementStore
+    let imports: ImportStore
     let clock: any WallClock
     let logger: Logger
 
@@ -36,6 +39,7 @@ struct IngressContext: Sendable {
         store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         intake = NotificationIntake(store: store, publisher: publisher)
         verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
+        receiptVerifier = try AppReceiptVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
         self.cipher = cipher
@@ -46,6 +50,7 @@ struct IngressContext: Sendable {
         users = UserStore(pool: pool)
         subscriptions = SubscriptionStore(pool: pool)
         credits = CreditStatementStore(pool: pool)
+        imports = ImportStore(pool: pool)
     }
 }
 

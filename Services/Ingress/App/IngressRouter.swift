@@ -16,6 +16,7 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
     router.group("/api/v1", middleware: [UserAuthentication(authenticator: context.authenticator)]) { api in
         OrderRoutes(context: context).register(in: &api)
         SubmissionRoutes(context: context).register(in: &api)
+        ImportRoutes(context: context).register(in: &api)
         CatalogueRoutes(context: context).register(in: &api)
         AccountRoutes(context: context).register(in: &api)
     }

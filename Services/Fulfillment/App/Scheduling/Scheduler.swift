@@ -17,7 +17,9 @@ final class Scheduler: Service {
     private let owner: String
     private let lease: Duration
     /// What needs the App Store Server API.
-    private typealias AppleWork = (requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter)
+    private typealias AppleWork = (
+        requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter, imports: SubscriptionImporter
+    )
     /// Nil when the App Store Server API is not configured.
     private let apple: AppleWork?
     private let environments: [String]
@@ -49,7 +51,12 @@ final class Scheduler: Service {
                     events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger),
                 AppAccountTokenSetter(
                     bindings: ChainBindingStore(pool: events.pool, topic: configuration.pipeline.eventTopic), clients: clients,
-                    logger: logger)
+                    logger: logger),
+                SubscriptionImporter(
+                    imports: ImportStore(pool: events.pool),
+                    bindings: ChainBindingStore(pool: events.pool, topic: configuration.pipeline.eventTopic), events: events,
+                    publisher: publisher, cipher: cipher, verifier: verifier, clients: clients,
+                    bundleID: configuration.appStore.bundleId, logger: logger)
             )
         }
         let served = configuration.schedulers.appStoreAPI?.environment
@@ -174,6 +181,8 @@ final class Scheduler: Service {
                 result = try await apple.requery.run(task, originalTransactionID: original)
             case .setAppAccountToken(let original):
                 result = try await apple.tokens.run(task, originalTransactionID: original)
+            case .importHistory(let importID):
+                result = try await apple.imports.run(task, importID: importID)
             case .recovery(let start, let end, let token, let onlyFailures):
                 result = try await apple.recovery.run(task, start: start, end: end, onlyFailures: onlyFailures, from: token) {
                     next, progress in
