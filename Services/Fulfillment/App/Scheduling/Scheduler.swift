@@ -87,7 +87,8 @@ final class Scheduler: Service {
                     nextFailedDeliveries = ContinuousClock.now + min(interval, .seconds(60))
                 }
                 if let interval = configuration.expiryRequeryInterval, ContinuousClock.now >= nextLapsedScan {
-                    await flagLapsedChains(cooldown: interval)
+                    // Apple's answer takes a moment to apply: never ask again sooner than any re-query.
+                    await flagLapsedChains(cooldown: max(interval, configuration.requeryCooldown))
                     nextLapsedScan = ContinuousClock.now + interval
                 }
                 await runDueTasks(apple)
