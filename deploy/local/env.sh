@@ -20,6 +20,7 @@ if [ -z "${PG_BIN:-}" ]; then
     done
 fi
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+export PG_BIN  # the tests' private clusters (TestSupport's PrivatePostgres) use the same binaries
 PG_RUN="$PG_HOME/run"
 PG_PORT="${SUBS_PG_PORT:-55432}"
 KAFKA_PORT="${SUBS_KAFKA_PORT:-19092}"
