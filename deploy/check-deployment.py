@@ -121,9 +121,19 @@ def check_observability(promtool: str) -> None:
         if f"\n## {alert}\n" not in runbook:
             problem(f"alert {alert} has no section in RUNBOOK.md")
     try:
-        json.loads((folder / "grafana-dashboard.json").read_text())
+        dashboard = json.loads((folder / "grafana-dashboard.json").read_text())
     except ValueError as error:
         problem(f"grafana-dashboard.json: {error}")
+        dashboard = {}
+    # Every metric the rules and the dashboard read is one the services export.
+    exported = "\n".join(p.read_text() for d in ("Shared", "Services") for p in (ROOT / d).rglob("*.swift"))
+    expressions = [r["expr"] for g in yaml.safe_load((folder / "alerts.yml").read_text())["groups"] for r in g["rules"]]
+    expressions += [t["expr"] for panel in dashboard.get("panels", []) for t in panel.get("targets", [])]
+    for expression in expressions:
+        for name in set(re.findall(r"\b((?:subs|appstore|process|kafka|http|postgres)_[a-z0-9_]+)", expression)):
+            base = re.sub(r"_(bucket|count|sum)$", "", name)
+            if f'"{name}"' not in exported and f'"{base}"' not in exported:
+                problem(f"{name} (in alerts.yml or the dashboard) is not a metric any service exports")
 
 
 def check_kubernetes(kubectl: str, validator: str) -> None:
