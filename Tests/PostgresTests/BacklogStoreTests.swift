@@ -5,10 +5,22 @@ import TestSupport
 import Testing
 
 /// The backlog gauges read from a real PostgreSQL: each count and age against rows made for it,
-/// and the sampler's lock held by one session at a time.
+/// and the sampler's lock held by one session at a time. A migrated schema each (no CREATE
+/// DATABASE: its forced checkpoints stall a loaded server).
 @Suite struct BacklogStoreTests {
+    struct Schema {
+        let pool: PostgresPool
+    }
+
+    static func withMigratedSchema(_ body: (Schema) async throws -> Void) async throws {
+        try await Fixture.withSchema { pool, _ in
+            try await Migrator(pool: pool, logger: Fixture.logger).migrate(Migrator.bundled())
+            try await body(Schema(pool: pool))
+        }
+    }
+
     @Test func anEmptyDatabaseHasNoBacklog() async throws {
-        try await withTestDatabase("backlog") { database in
+        try await Self.withMigratedSchema { database in
             let sample = try await database.pool.withConnection { try await BacklogStore().sample(on: $0) }
             #expect(sample.outboxMessages == 0 && sample.outboxOldestAge == 0)
             #expect(sample.eventsByStatus == ["RECEIVED": 0, "PROCESSING": 0, "RETRY_WAIT": 0, "DEAD": 0])
@@ -20,7 +32,7 @@ import Testing
     }
 
     @Test func everyBacklogIsCountedFromItsRows() async throws {
-        try await withTestDatabase("backlog") { database in
+        try await Self.withMigratedSchema { database in
             try await database.pool.query(
                 PostgresQuery(
                     unsafeSQL: """
@@ -74,7 +86,7 @@ import Testing
     }
 
     @Test func oneSessionAtATimeLeadsTheSampling() async throws {
-        try await withTestDatabase("backlog") { database in
+        try await Self.withMigratedSchema { database in
             let store = BacklogStore()
             try await database.pool.withConnection { first in
                 #expect(try await store.tryLead(on: first))
