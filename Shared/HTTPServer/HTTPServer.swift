@@ -85,6 +85,7 @@ final class ServerCore: @unchecked Sendable {
     let rejectedTooLarge = ServerCore.rejected("payload_too_large")
     let rejectedByAdmission = ServerCore.rejected("admission")
     let rejectedShuttingDown = ServerCore.rejected("shutting_down")
+    let rejectedMalformed = ServerCore.rejected("malformed")
 
     static let shuttingDown = HTTPError(status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down")
 
@@ -252,9 +253,15 @@ final class ServerCore: @unchecked Sendable {
 
     /// First call for a request: the head is complete and no body byte has been read yet.
     func begin(_ connection: OpaquePointer, url: String, method: String) -> ConnectionRequest {
-        let context = ConnectionRequest(head: readHead(connection, url: url, method: method), connection: connection)
+        let (head, fields) = readHead(connection, url: url, method: method)
+        let context = ConnectionRequest(head: head, connection: connection)
         let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
-        if length > configuration.maxBodyBytes {
+        if fields.repeatedQuery {
+            rejectedMalformed.increment()
+            context.early = HTTPError(
+                status: 400, code: "INVALID_REQUEST", message: "a query argument is given more than once"
+            ).response(traceID: head.traceID)
+        } else if length > configuration.maxBodyBytes {
             rejectedTooLarge.increment()
             context.early = tooLarge(context)
         } else if let admission, let rejection = admission(context.head) {
@@ -379,7 +386,7 @@ final class ServerCore: @unchecked Sendable {
         ).response(traceID: context.head.traceID)
     }
 
-    private func readHead(_ connection: OpaquePointer, url: String, method: String) -> HTTPRequestHead {
+    private func readHead(_ connection: OpaquePointer, url: String, method: String) -> (HTTPRequestHead, HeadFields) {
         var fields = HeadFields()
         withUnsafeMutablePointer(to: &fields) { pointer in
             _ = MHD_get_connection_values(connection, .HEADER_KIND, collectField, pointer)
@@ -388,9 +395,10 @@ final class ServerCore: @unchecked Sendable {
         let peer =
             cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
             .flatMap { $0.pointee.client_addr }.map(SocketAddress.describe) ?? ""
-        return HTTPRequestHead(
+        let head = HTTPRequestHead(
             method: method, path: url, query: fields.query, headers: fields.headers, remoteAddress: peer,
             traceID: TraceID.accept(fields.headers["x-request-id"]))
+        return (head, fields)
     }
 
     /// MHD reports both why it cannot start and every malformed request or dropped client; only

@@ -9,6 +9,8 @@ import Foundation
 struct HeadFields {
     var headers: [String: String] = [:]
     var query: [String: String] = [:]
+    /// A query argument named more than once (`limit=1&limit=100`): refused, not guessed at.
+    var repeatedQuery = false
 }
 
 // MARK: C callbacks (no captures: state arrives through the `cls` pointers)
@@ -61,7 +63,11 @@ let collectField: MHD_KeyValueIterator = { cls, kind, key, value in
             return spaced.removingPercentEncoding ?? spaced
         }
         let decodedName = decode(name)
-        if fields.pointee.query[decodedName] == nil { fields.pointee.query[decodedName] = decode(text) }
+        if fields.pointee.query[decodedName] == nil {
+            fields.pointee.query[decodedName] = decode(text)
+        } else {
+            fields.pointee.repeatedQuery = true
+        }
     }
     return .YES
 }

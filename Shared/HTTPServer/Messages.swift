@@ -1,5 +1,6 @@
 import Foundation
 import ServiceRuntime
+import StrictJSON
 import Synchronization
 
 /// What is known of a request once its head has arrived, before any body byte is read.
@@ -8,7 +9,7 @@ public struct HTTPRequestHead: Sendable {
     /// The path as sent, still percent-encoded (the router decodes each segment on its own, so an
     /// encoded `/` inside a path parameter stays inside it).
     public var path: String
-    /// Query arguments, decoded; the first occurrence of a repeated name wins.
+    /// Query arguments, decoded (the server refuses a request that repeats a name).
     public var query: [String: String]
     /// Header fields by lowercased name; repeated fields are joined with ", ".
     public var headers: [String: String]
@@ -50,8 +51,16 @@ public struct HTTPRequest: Sendable {
     public func pathParameter(_ name: String) -> String? { pathParameters[name] }
 
     /// Decodes the body as JSON (dates as RFC 3339 strings); any failure is a 400 `MALFORMED_JSON`
-    /// whose message names the offending field but never echoes a value.
+    /// whose message names the offending field but never echoes a value. The syntax is checked
+    /// strictly first: Foundation takes the last of duplicate names, so `{"a":1,"a":2}` could mean
+    /// one thing to us and another to whoever reads the body next.
     public func decodeJSON<T: Decodable>(_ type: T.Type) throws(HTTPError) -> T {
+        do {
+            _ = try body.withUnsafeBufferPointer { try StrictJSON.parse($0) }
+        } catch {
+            let reason = (error as? StrictJSON.SyntaxError)?.reason ?? "unreadable"
+            throw HTTPError(status: 400, code: "MALFORMED_JSON", message: "the request body is not valid JSON (\(reason))")
+        }
         do {
             return try JSONCoding.decoder().decode(type, from: Data(body))
         } catch {

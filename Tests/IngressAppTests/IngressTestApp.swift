@@ -110,8 +110,8 @@ struct IngressTestApp: Sendable {
         try await send("POST", target, json: json, headers: headers)
     }
 
-    /// Path and decoded query arguments, as the server splits them (`+` is a space; the first of
-    /// a repeated name wins).
+    /// Path and decoded query arguments, as the server splits them (`+` is a space; the server
+    /// refuses a repeated name before routing, so tests never send one).
     static func split(_ target: String) -> (String, [String: String]) {
         guard let mark = target.firstIndex(of: "?") else { return (target, [:]) }
         var query: [String: String] = [:]

@@ -81,6 +81,9 @@ struct NotificationRoutes: Sendable {
         let stored: StoredEvent
         do {
             stored = try await context.intake.accept(event)
+        } catch let error as UnstorableNotification {
+            Self.count("malformed")
+            throw APIError.invalidRequest("the field \(error.field) holds a character that cannot be stored")
         } catch {
             // Never 200 for an event that is not durable: Apple retries a 5xx.
             Self.count("storage_unavailable")
