@@ -253,7 +253,7 @@ final class ServerCore: @unchecked Sendable {
 
     /// First call for a request: the head is complete and no body byte has been read yet.
     func begin(_ connection: OpaquePointer, url: String, method: String) -> ConnectionRequest {
-        let (head, fields) = readHead(connection, url: url, method: method)
+        let (head, fields) = readHead(connection, url: RequestPath.normalized(url), method: method)
         let context = ConnectionRequest(head: head, connection: connection)
         let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
         if fields.repeatedQuery {

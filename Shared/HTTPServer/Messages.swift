@@ -6,8 +6,9 @@ import Synchronization
 /// What is known of a request once its head has arrived, before any body byte is read.
 public struct HTTPRequestHead: Sendable {
     public var method: String
-    /// The path as sent, still percent-encoded (the router decodes each segment on its own, so an
-    /// encoded `/` inside a path parameter stays inside it).
+    /// The path in its normalised spelling (`RequestPath`), escapes other than those of
+    /// unreserved characters kept (the router decodes each segment on its own, so an encoded `/`
+    /// inside a path parameter stays inside it).
     public var path: String
     /// Query arguments, decoded (the server refuses a request that repeats a name).
     public var query: [String: String]

@@ -149,9 +149,6 @@ struct AuthRouteTests {
             #expect(document.status == 200)
             let version = try document.json()["openapi"]
             #expect(version is String)
-            let metrics = await app.get("/metrics")
-            #expect(metrics.status == 200)
-            #expect(metrics.header("content-type")?.hasPrefix("text/plain") == true)
         }
     }
 

@@ -14,6 +14,10 @@ public struct IngressConfiguration: Sendable {
     public var httpPort: Int
     /// Listening address (`INGRESS_HTTP_HOST`). Default 0.0.0.0.
     public var httpHost: String
+    /// The internal listener of `/metrics`, `/healthz` and `/readyz` (`INTERNAL_HTTP_HOST`, default
+    /// 0.0.0.0; `INTERNAL_HTTP_PORT`, default 8083, 0 picks a free port): never exposed publicly.
+    public var internalHTTPHost: String
+    public var internalHTTPPort: Int
     /// HTTP worker threads (`INGRESS_HTTP_THREADS`). Default 4.
     public var httpThreads: Int
     /// Largest accepted request body (`INGRESS_MAX_BODY_BYTES`). Default 256 KiB.
@@ -43,6 +47,8 @@ public struct IngressConfiguration: Sendable {
         payloadCipher = PayloadCipher(reader: reader)
         httpPort = reader.int("INGRESS_HTTP_PORT", default: 8080, range: 0...65_535)
         httpHost = reader.string("INGRESS_HTTP_HOST", default: "0.0.0.0")
+        internalHTTPHost = reader.string("INTERNAL_HTTP_HOST", default: "0.0.0.0")
+        internalHTTPPort = reader.int("INTERNAL_HTTP_PORT", default: 8083, range: 0...65_535)
         httpThreads = reader.int("INGRESS_HTTP_THREADS", default: 4, range: 1...256)
         maxBodyBytes = reader.int("INGRESS_MAX_BODY_BYTES", default: 256 * 1024, range: 1024...64 * 1024 * 1024)
         fulfillmentWait = .milliseconds(reader.int("INGRESS_FULFILLMENT_WAIT_MS", default: 3000, range: 0...60_000))

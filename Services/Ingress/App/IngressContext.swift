@@ -21,16 +21,19 @@ struct IngressContext: Sendable {
     let users: UserStore
     let subscriptions: SubscriptionStore
     let credits: CreditStatementStore
+    /// What `/readyz` reports; the application runs it as a service.
+    let readiness: ReadinessMonitor
     let clock: any WallClock
     let logger: Logger
 
     /// The ingress's dependencies on `pool`, handing what it commits to the outbox to `publisher`.
     init(
-        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing, clock: any WallClock,
-        logger: Logger
+        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing,
+        readiness: ReadinessMonitor, clock: any WallClock, logger: Logger
     ) throws {
         self.configuration = configuration
         self.pool = pool
+        self.readiness = readiness
         self.clock = clock
         self.logger = logger
         store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
