@@ -395,9 +395,11 @@ final class ServerCore: @unchecked Sendable {
         let peer =
             cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
             .flatMap { $0.pointee.client_addr }.map(SocketAddress.describe) ?? ""
+        let client = ClientAddress.resolve(
+            peer: peer, forwardedFor: fields.headers["x-forwarded-for"], trustedProxies: configuration.trustedProxies)
         let head = HTTPRequestHead(
             method: method, path: url, query: fields.query, headers: fields.headers, remoteAddress: peer,
-            traceID: TraceID.accept(fields.headers["x-request-id"]))
+            clientAddress: client, traceID: TraceID.accept(fields.headers["x-request-id"]))
         return (head, fields)
     }
 

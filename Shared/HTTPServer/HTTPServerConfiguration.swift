@@ -22,11 +22,21 @@ public struct HTTPServerConfiguration: Sendable {
     public var idleTimeout: Duration
     /// How long `shutdown()` waits for running handlers before answering them 503 itself.
     public var shutdownGracePeriod: Duration
+    /// Load balancers and proxies: requests they relay are attributed to the client they name in
+    /// `X-Forwarded-For` (`HTTPRequestHead.clientAddress`), and their connections are not capped
+    /// per address (one of them carries everyone).
+    public var trustedProxies: [AddressRange]
+    /// Open connections allowed from one address (0: no cap); others beyond it are refused at accept.
+    public var maxConnectionsPerAddress: Int
+    /// A request head (line and fields) must be complete this long after the connection opened or
+    /// the previous answer was sent, however slowly it trickles in; nil: only `idleTimeout`.
+    public var requestHeaderTimeout: Duration?
 
     public init(
         host: String = "0.0.0.0", port: Int = 8080, threadPoolSize: Int = 4, maxBodyBytes: Int = 256 * 1024,
         maxHeaderBytes: Int = 16 * 1024, connectionLimit: Int = 4096, idleTimeout: Duration = .seconds(30),
-        shutdownGracePeriod: Duration = .seconds(10)
+        shutdownGracePeriod: Duration = .seconds(10), trustedProxies: [AddressRange] = [], maxConnectionsPerAddress: Int = 0,
+        requestHeaderTimeout: Duration? = nil
     ) {
         self.host = host
         self.port = port
@@ -36,6 +46,9 @@ public struct HTTPServerConfiguration: Sendable {
         self.connectionLimit = connectionLimit
         self.idleTimeout = idleTimeout
         self.shutdownGracePeriod = shutdownGracePeriod
+        self.trustedProxies = trustedProxies
+        self.maxConnectionsPerAddress = maxConnectionsPerAddress
+        self.requestHeaderTimeout = requestHeaderTimeout
     }
 }
 

@@ -14,19 +14,23 @@ public struct HTTPRequestHead: Sendable {
     public var query: [String: String]
     /// Header fields by lowercased name; repeated fields are joined with ", ".
     public var headers: [String: String]
+    /// The TCP peer.
     public var remoteAddress: String
+    /// Who sent the request: the peer, or the client a trusted proxy names (`ClientAddress`).
+    public var clientAddress: String
     /// The client's `X-Request-Id` when it is sane, else a fresh random id; echoed in the response.
     public var traceID: String
 
     public init(
         method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
-        remoteAddress: String = "", traceID: String = TraceID.generate()
+        remoteAddress: String = "", clientAddress: String? = nil, traceID: String = TraceID.generate()
     ) {
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.remoteAddress = remoteAddress
+        self.clientAddress = clientAddress ?? remoteAddress
         self.traceID = traceID
     }
 }

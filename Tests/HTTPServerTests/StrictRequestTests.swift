@@ -57,3 +57,36 @@ struct StrictRequestTests {
         #expect(RequestPath.normalized("/100%/%zz") == "/100%/%zz")
     }
 }
+
+@Suite("Client address behind trusted proxies")
+struct ClientAddressTests {
+    let proxies = ["10.0.0.0/8", "2001:db8::/32"].compactMap(AddressRange.init(cidr:))
+
+    @Test("CIDRs parse and match IPv4, IPv6 and IPv4-mapped addresses; nonsense is refused")
+    func ranges() {
+        #expect(proxies.count == 2)
+        #expect(proxies[0].contains("10.255.0.1"))
+        #expect(!proxies[0].contains("11.0.0.1"))
+        #expect(proxies[0].contains("::ffff:10.1.2.3"))
+        #expect(proxies[1].contains("2001:db8:1::5"))
+        #expect(!proxies[1].contains("2001:db9::1"))
+        #expect(AddressRange(cidr: "192.0.2.7")?.contains("192.0.2.7") == true)
+        #expect(AddressRange(cidr: "192.0.2.7")?.contains("192.0.2.8") == false)
+        for bad in ["10.0.0.0/33", "10.0.0.0/", "example.com", "10.0.0.0/8/1", "::/129", ""] {
+            #expect(AddressRange(cidr: bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test("the rightmost untrusted X-Forwarded-For entry, only behind a trusted peer")
+    func resolution() {
+        func client(_ peer: String, _ header: String?) -> String {
+            ClientAddress.resolve(peer: peer, forwardedFor: header, trustedProxies: proxies)
+        }
+        #expect(client("10.0.0.1", "203.0.113.7") == "203.0.113.7")
+        #expect(client("10.0.0.1", "198.51.100.1, 203.0.113.7, 10.0.0.2") == "203.0.113.7")
+        #expect(client("10.0.0.1", "junk, 10.0.0.2") == "10.0.0.2")
+        #expect(client("10.0.0.1", nil) == "10.0.0.1")
+        #expect(client("192.0.2.1", "203.0.113.7") == "192.0.2.1")
+        #expect(ClientAddress.resolve(peer: "10.0.0.1", forwardedFor: "203.0.113.7", trustedProxies: []) == "10.0.0.1")
+    }
+}

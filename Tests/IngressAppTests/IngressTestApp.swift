@@ -23,6 +23,8 @@ struct IngressTestApp: Sendable {
     /// The internal listener's routes (probes and metrics).
     let internalRouter: Router<BasicRequestContext>
     let admission: NotificationAdmission
+    /// `INGRESS_TRUSTED_PROXIES`, to attribute requests as the server does.
+    let trustedProxies: [AddressRange]
     /// Behind `/readyz`: observes only when a test calls `observe()`; its probes count their calls.
     let readiness: ReadinessMonitor
     let readinessProbes: Counted
@@ -84,7 +86,7 @@ struct IngressTestApp: Sendable {
         router.logger = logger
         return IngressTestApp(
             database: database, signer: signer, router: router, internalRouter: HealthRoutes(readiness: readiness).internalRouter(),
-            admission: NotificationAdmission(configuration: configuration), readiness: readiness, readinessProbes: probes,
+            admission: NotificationAdmission(), trustedProxies: configuration.trustedProxies, readiness: readiness, readinessProbes: probes,
             userTokenSecret: secret, serviceToken: serviceToken, logs: logs, environment: environment)
     }
 
@@ -102,6 +104,8 @@ struct IngressTestApp: Sendable {
         for (name, value) in headers { fields[name.lowercased()] = value }
         let head = HTTPRequestHead(
             method: method, path: path, query: query, headers: fields, remoteAddress: remoteAddress,
+            clientAddress: ClientAddress.resolve(
+                peer: remoteAddress, forwardedFor: fields["x-forwarded-for"], trustedProxies: trustedProxies),
             traceID: TraceID.accept(fields["x-request-id"]))
         if let refusal = admission.check(head) { return TestResponse(refusal) }
         return TestResponse(await router.handle(HTTPRequest(head: head, body: body)))

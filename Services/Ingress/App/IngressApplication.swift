@@ -45,8 +45,10 @@ public struct IngressApplication: Sendable {
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,
-                threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes),
-            router: router, logger: logger, admission: NotificationAdmission(configuration: configuration).check)
+                threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes,
+                trustedProxies: configuration.trustedProxies, maxConnectionsPerAddress: configuration.maxConnectionsPerIP,
+                requestHeaderTimeout: configuration.requestHeaderTimeout),
+            router: router, logger: logger, admission: NotificationAdmission().check)
         internalServer = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.internalHTTPHost, port: configuration.internalHTTPPort, threadPoolSize: 1),

@@ -21,6 +21,8 @@ struct IngressContext: Sendable {
     let users: UserStore
     let subscriptions: SubscriptionStore
     let credits: CreditStatementStore
+    /// The Apple endpoints' budgets per source.
+    let notificationLimits: NotificationLimits
     /// What `/readyz` reports; the application runs it as a service.
     let readiness: ReadinessMonitor
     let clock: any WallClock
@@ -34,6 +36,7 @@ struct IngressContext: Sendable {
         self.configuration = configuration
         self.pool = pool
         self.readiness = readiness
+        notificationLimits = NotificationLimits(configuration: configuration)
         self.clock = clock
         self.logger = logger
         store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
