@@ -66,6 +66,8 @@ final class ServerCore: @unchecked Sendable {
         var inFlight: [ObjectIdentifier: ConnectionRequest] = [:]
         /// Fired when `inFlight` becomes empty, for a shutdown waiting on it.
         var drainWaiter: ShutdownTrigger?
+        /// Closes connections whose request head is overdue, while the daemon runs.
+        var headTimer: (any DispatchSourceTimer)?
     }
 
     let configuration: HTTPServerConfiguration
@@ -79,6 +81,8 @@ final class ServerCore: @unchecked Sendable {
     let serving = Atomic<Bool>(false)
     let stopping = Atomic<Bool>(false)
     let stopped = ShutdownTrigger()
+    /// Per-address counts and request-head deadlines of the open connections.
+    let connections: ConnectionTable
 
     let activeRequests = MetricsRegistry.shared.gauge(
         "http_server_active_requests", help: "Requests whose handler is running.")
@@ -104,6 +108,9 @@ final class ServerCore: @unchecked Sendable {
         self.responder = responder
         self.logger = logger
         self.admission = admission
+        connections = ConnectionTable(
+            maxPerAddress: configuration.maxConnectionsPerAddress, exempt: configuration.trustedProxies,
+            headerTimeout: configuration.requestHeaderTimeout, logger: logger)
     }
 
     // MARK: Lifecycle
@@ -116,9 +123,21 @@ final class ServerCore: @unchecked Sendable {
             s.port = port
             s.phase = .running
             serving.store(true, ordering: .relaxed)
+            s.headTimer = makeHeadTimer()
             logger.info(
                 "http server listening", ["http.host": .string(configuration.host), "http.port": .int(Int64(port))])
         }
+    }
+
+    /// Checks the request-head deadlines four times per timeout (at most once a second).
+    private func makeHeadTimer() -> (any DispatchSourceTimer)? {
+        guard let timeout = configuration.requestHeaderTimeout else { return nil }
+        let period = min(timeout / 4, .seconds(1))
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now(), repeating: .milliseconds(Int(period.inMilliseconds)))
+        timer.setEventHandler { [connections] in connections.expire() }
+        timer.resume()
+        return timer
     }
 
     private func startDaemon() throws(HTTPServerError) -> (OpaquePointer, Int) {
@@ -155,13 +174,16 @@ final class ServerCore: @unchecked Sendable {
                 MHD_OptionItem(
                     option: .NOTIFY_COMPLETED, value: unsafeBitCast(requestCompleted, to: Int.self),
                     ptr_value: cls),
+                MHD_OptionItem(
+                    option: .NOTIFY_CONNECTION, value: unsafeBitCast(connectionChanged, to: Int.self),
+                    ptr_value: cls),
                 // Leave URL and query escapes alone: the router decodes path segments one by one.
                 MHD_OptionItem(
                     option: .UNESCAPE_CALLBACK, value: unsafeBitCast(keepEscapes, to: Int.self),
                     ptr_value: nil),
                 MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
             ]
-            return cshims_mhd_start_daemon(flags, 0, accessHandler, cls, &options)
+            return cshims_mhd_start_daemon(flags, 0, acceptPolicy, cls, accessHandler, cls, &options)
         }
         guard let daemon else {
             Unmanaged<ServerCore>.fromOpaque(cls).release()
@@ -217,7 +239,11 @@ final class ServerCore: @unchecked Sendable {
             // Give MHD a moment to write those answers before stopping it closes the sockets.
             _ = await requestsFinished(within: .seconds(1))
         }
-        state.withLock { $0.phase = .closing }
+        state.withLock { s in
+            s.phase = .closing
+            s.headTimer?.cancel()
+            s.headTimer = nil
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // MHD_stop_daemon joins MHD's threads: not on the cooperative pool.
             DispatchQueue.global().async {
@@ -253,6 +279,7 @@ final class ServerCore: @unchecked Sendable {
 
     /// First call for a request: the head is complete and no body byte has been read yet.
     func begin(_ connection: OpaquePointer, url: String, method: String) -> ConnectionRequest {
+        connections.headReceived(connection)
         let (head, fields) = readHead(connection, url: RequestPath.normalized(url), method: method)
         let context = ConnectionRequest(head: head, connection: connection)
         let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
@@ -343,6 +370,7 @@ final class ServerCore: @unchecked Sendable {
 
     /// MHD is done with a request (answered and written, or the connection failed).
     func completed(_ context: ConnectionRequest) {
+        connections.awaitingHead(context.connection)
         state.withLock { s in
             guard s.inFlight.removeValue(forKey: ObjectIdentifier(context)) != nil, s.inFlight.isEmpty else { return }
             s.drainWaiter?.fire()

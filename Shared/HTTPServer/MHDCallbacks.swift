@@ -37,6 +37,29 @@ let requestCompleted: MHD_RequestCompletedCallback = { cls, _, contextPointer, _
     Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().completed(context)
 }
 
+let acceptPolicy: MHD_AcceptPolicyCallback = { cls, address, _ in
+    guard let cls, let address else { return .NO }
+    let peer = SocketAddress.describe(UnsafeMutablePointer(mutating: address))
+    return Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().connections.admit(peer) ? .YES : .NO
+}
+
+let connectionChanged: MHD_NotifyConnectionCallback = { cls, connection, _, change in
+    guard let cls, let connection else { return }
+    let table = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().connections
+    switch change {
+    case .CONNECTION_NOTIFY_STARTED:
+        let peer =
+            cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
+            .flatMap { $0.pointee.client_addr }.map(SocketAddress.describe) ?? ""
+        let socket = cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CONNECTION_FD)?.pointee.connect_fd ?? -1
+        table.opened(connection, address: peer, socket: socket)
+    case .CONNECTION_NOTIFY_CLOSED:
+        table.closed(connection)
+    default:
+        break
+    }
+}
+
 let daemonLog: MHD_LogCallback = { cls, format, arguments in
     guard let cls, let format, let arguments else { return }
     var buffer = [CChar](repeating: 0, count: 512)
