@@ -168,8 +168,10 @@ final class ServerCore: @unchecked Sendable {
                 MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.connectionLimit), ptr_value: nil),
                 MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: idleSeconds, ptr_value: nil),
                 // The pool holds the head being parsed plus MHD's bookkeeping and the reply head.
+                // Twice the head limit: a head over the limit but within the pool reaches `begin`
+                // and gets our JSON 431; only a larger one gets MHD's own (HTML) answer.
                 MHD_OptionItem(
-                    option: .CONNECTION_MEMORY_LIMIT, value: max(4096, config.maxHeaderBytes) + 8192,
+                    option: .CONNECTION_MEMORY_LIMIT, value: 2 * max(4096, config.maxHeaderBytes) + 8192,
                     ptr_value: nil),
                 MHD_OptionItem(
                     option: .NOTIFY_COMPLETED, value: unsafeBitCast(requestCompleted, to: Int.self),
@@ -278,12 +280,24 @@ final class ServerCore: @unchecked Sendable {
     // MARK: Requests (called on MHD threads)
 
     /// First call for a request: the head is complete and no body byte has been read yet.
-    func begin(_ connection: OpaquePointer, url: String, method: String) -> ConnectionRequest {
+    func begin(_ connection: OpaquePointer, url: String, method: String, version: String) -> ConnectionRequest {
         connections.headReceived(connection)
         let (head, fields) = readHead(connection, url: RequestPath.normalized(url), method: method)
         let context = ConnectionRequest(head: head, connection: connection)
         let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
-        if fields.repeatedQuery {
+        if fields.headBytes + url.utf8.count > configuration.maxHeaderBytes {
+            rejectedMalformed.increment()
+            context.early = HTTPError(
+                status: 431, code: "HEADERS_TOO_LARGE",
+                message: "the request head exceeds \(configuration.maxHeaderBytes) bytes",
+                headers: [("Connection", "close")]
+            ).response(traceID: head.traceID)
+        } else if let problem = Self.framingProblem(head.headers, version: version) {
+            rejectedMalformed.increment()
+            context.early = HTTPError(
+                status: 400, code: "MALFORMED_REQUEST", message: problem, headers: [("Connection", "close")]
+            ).response(traceID: head.traceID)
+        } else if fields.repeatedQuery {
             rejectedMalformed.increment()
             context.early = HTTPError(
                 status: 400, code: "INVALID_REQUEST", message: "a query argument is given more than once"
@@ -300,6 +314,30 @@ final class ServerCore: @unchecked Sendable {
         return context
     }
 
+    /// Why a request's framing is ambiguous, or nil. Two parsers in a chain (a load balancer and
+    /// us) must never read one request as two, so anything they could read differently is
+    /// refused and the connection closed: repeated or non-numeric Content-Length (MHD takes the
+    /// first and would parse the rest of the body as a new request), Content-Length beside
+    /// Transfer-Encoding, a transfer coding other than one `chunked`, HTTP/1.1 without exactly one
+    /// Host. (libmicrohttpd 0.9.75 answers a missing Host itself under MHD_OPTION_STRICT_FOR_CLIENT,
+    /// but with its status line and headers sent twice, so the check is ours; it also answers a
+    /// negative Content-Length itself, that way, before any callback.)
+    static func framingProblem(_ headers: [String: String], version: String) -> String? {
+        let length = headers["content-length"]
+        let coding = headers["transfer-encoding"]
+        if let length, length.isEmpty || !length.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
+            return "Content-Length must be one decimal number"
+        }
+        if length != nil, coding != nil { return "Content-Length and Transfer-Encoding must not both be sent" }
+        if let coding, coding.lowercased() != "chunked" { return "the only transfer coding accepted is one chunked" }
+        if version == "HTTP/1.1" {
+            guard let host = headers["host"], !host.isEmpty, !host.contains(",") else {
+                return "an HTTP/1.1 request needs exactly one Host"
+            }
+        }
+        return nil
+    }
+
     /// Every later call: body bytes, then the end of the request, then (after resume) the answer.
     func proceed(_ context: ConnectionRequest, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>)
         -> MHD_Result
@@ -308,19 +346,34 @@ final class ServerCore: @unchecked Sendable {
         case .receiving:
             let count = uploadSize.pointee
             if count > 0, let uploadData {
-                guard context.body.count + count <= configuration.maxBodyBytes else {
-                    // MHD accepts no response in the middle of a body: drop the connection.
-                    rejectedTooLarge.increment()
-                    logger.debug(
-                        "http request body over the limit, connection dropped",
-                        ["trace.id": .string(context.head.traceID)])
-                    return .NO
+                if context.discarded > 0 || context.body.count + count > configuration.maxBodyBytes {
+                    // A chunked body crossing the limit: MHD takes no answer in the middle of a body,
+                    // so the rest is read and thrown away, then answered 413. Up to the limit
+                    // again (at least 1 MiB); a sender that keeps going past that loses the connection.
+                    if context.discarded == 0 {
+                        rejectedTooLarge.increment()
+                        context.body = []
+                    }
+                    context.discarded += count
+                    guard context.discarded <= max(configuration.maxBodyBytes, 1 << 20) else {
+                        logger.debug(
+                            "http request body far over the limit, connection dropped",
+                            ["trace.id": .string(context.head.traceID)])
+                        return .NO
+                    }
+                    uploadSize.pointee = 0
+                    return .YES
                 }
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
                     context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
                 }
                 uploadSize.pointee = 0
                 return .YES
+            }
+            if context.discarded > 0 {
+                var response = tooLarge(context)
+                response.headers.append(("Connection", "close"))
+                return queue(response, for: context, route: .unmatched)
             }
             return dispatch(context)
         case .handling:
@@ -460,6 +513,8 @@ final class ConnectionRequest: @unchecked Sendable {
     let started = ContinuousClock.now
     var phase = Phase.receiving
     var body: [UInt8] = []
+    /// Body bytes read and thrown away once the body crossed the limit.
+    var discarded = 0
     /// A rejection decided from the head alone, sent on the first callback.
     var early: HTTPResponse?
     private let slot = Mutex(Slot())

@@ -10,10 +10,12 @@ public struct HTTPServerConfiguration: Sendable {
     /// a preempted thread then stalls fewer connections.
     public var threadPoolSize: Int
     /// Larger bodies get 413 `PAYLOAD_TOO_LARGE`: at once from Content-Length, before any body
-    /// byte is read, or when a chunked body crosses the limit.
+    /// byte is read, or once a chunked body that crossed the limit has ended (read and thrown
+    /// away; one that goes on past twice the limit, at least 1 MiB, loses its connection).
     public var maxBodyBytes: Int
-    /// Approximate bound on the request line plus headers (it sizes MHD's per-connection memory
-    /// pool; a larger head is answered by MHD itself with a 4xx).
+    /// Bound on the request target plus header fields: a larger head gets 431 `HEADERS_TOO_LARGE`
+    /// (it also sizes MHD's per-connection memory pool, twice this: a head beyond even that gets
+    /// MHD's own 431).
     public var maxHeaderBytes: Int
     /// Open connections beyond this are refused.
     public var connectionLimit: Int

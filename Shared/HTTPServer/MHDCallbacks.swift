@@ -11,12 +11,14 @@ struct HeadFields {
     var query: [String: String] = [:]
     /// A query argument named more than once (`limit=1&limit=100`): refused, not guessed at.
     var repeatedQuery = false
+    /// Bytes of the header names and values, for the head limit.
+    var headBytes = 0
 }
 
 // MARK: C callbacks (no captures: state arrives through the `cls` pointers)
 
 let accessHandler: MHD_AccessHandlerCallback = {
-    cls, connection, url, method, _, uploadData, uploadSize, contextPointer in
+    cls, connection, url, method, version, uploadData, uploadSize, contextPointer in
     guard let cls, let connection, let uploadSize, let contextPointer else { return .NO }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
     if let existing = contextPointer.pointee {
@@ -25,7 +27,7 @@ let accessHandler: MHD_AccessHandlerCallback = {
     }
     let context = core.begin(
         connection, url: url.map { String(cString: $0) } ?? "/",
-        method: method.map { String(cString: $0) } ?? "")
+        method: method.map { String(cString: $0) } ?? "", version: version.map { String(cString: $0) } ?? "")
     contextPointer.pointee = Unmanaged.passRetained(context).toOpaque()
     return context.early == nil ? .YES : core.respondEarly(context)
 }
@@ -78,6 +80,7 @@ let collectField: MHD_KeyValueIterator = { cls, kind, key, value in
     let name = String(cString: key)
     let text = value.map { String(cString: $0) } ?? ""
     if kind == .HEADER_KIND {
+        fields.pointee.headBytes += name.utf8.count + text.utf8.count + 4
         let lowered = name.lowercased()
         fields.pointee.headers[lowered] = fields.pointee.headers[lowered].map { $0 + ", " + text } ?? text
     } else {

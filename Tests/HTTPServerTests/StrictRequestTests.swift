@@ -26,6 +26,54 @@ struct StrictRequestTests {
         }
     }
 
+    @Test("ambiguous framing is one 400 MALFORMED_REQUEST, the connection closed and no handler run")
+    func ambiguousFraming() async throws {
+        let calls = Locked(0)
+        var router = testRouter()
+        router.post("/upload") { _ in
+            calls.withLock { $0 += 1 }
+            return .text("read")
+        }
+        try await withServer(router) { server in
+            let port = server.port
+            let requests = [
+                "two lengths": "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 20\r\n\r\nhello"
+                    + "GET /hello/x HTTP/1.1\r\nHost: t\r\n\r\n",
+                "same length twice": "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+                "length and chunked": "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                "other coding": "POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+                "no host": "GET /hello/x HTTP/1.1\r\n\r\n",
+                "two hosts": "GET /hello/x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            ]
+            for (name, raw) in requests {
+                let (response, closed) = try await blocking {
+                    let connection = try RawConnection(port: port)
+                    try connection.send(raw)
+                    let response = try connection.readResponse()
+                    return (response, try connection.waitForClose())
+                }
+                #expect(response.status == 400, "\(name)")
+                #expect(response.errorCode == "MALFORMED_REQUEST", "\(name)")
+                #expect(closed, "\(name): the connection stayed open")
+            }
+        }
+        #expect(calls.value == 0)
+    }
+
+    @Test("a head over maxHeaderBytes is 431 HEADERS_TOO_LARGE in JSON")
+    func oversizedHead() async throws {
+        try await withServer(testRouter(), configure: { $0.maxHeaderBytes = 8 * 1024 }) { server in
+            let port = server.port
+            let response = try await blocking {
+                let connection = try RawConnection(port: port)
+                try connection.request("GET", "/hello/x", headers: ["X-Big": String(repeating: "b", count: 12 * 1024)])
+                return try connection.readResponse()
+            }
+            #expect(response.status == 431)
+            #expect(response.errorCode == "HEADERS_TOO_LARGE")
+        }
+    }
+
     @Test("paths are normalised once, before admission and routing")
     func normalisedPaths() async throws {
         let admission: @Sendable (HTTPRequestHead) -> HTTPResponse? = { head in
