@@ -37,6 +37,7 @@ psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
 service_token=$(openssl rand -base64 33 | tr '+/' '-_' | tr -d '=\n')
 "$bin/subsctl" demo-signer init --dir "$work/signer" >/dev/null
 DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 INTERNAL_HTTP_PORT="$((PORT + 1))" INTERNAL_HTTP_HOST=127.0.0.1 \
+    INGRESS_MAX_CONNECTIONS_PER_IP=100000 \
     SERVICE_TOKENS="bench:$service_token" \
     PAYLOAD_ENCRYPTION_KEYS="bench:$(openssl rand -base64 32)" CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" \
     USER_TOKEN_HS256_SECRET="$(openssl rand -base64 32)" APPLE_IAP_ENV=Sandbox APPLE_IAP_BUNDLE_ID=com.example.subscriptions \

@@ -50,6 +50,7 @@ psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
 # Secrets of this run only: generated here, handed to the ingress, never printed.
 user_secret=$(openssl rand -base64 32)
 DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 INTERNAL_HTTP_PORT="$((PORT + 1))" INTERNAL_HTTP_HOST=127.0.0.1 \
+    INGRESS_MAX_CONNECTIONS_PER_IP=100000 \
     INGRESS_NOTIFICATION_RATE_PER_SECOND=1000000 INGRESS_NOTIFICATION_RATE_BURST=1000000 \
     PAYLOAD_ENCRYPTION_KEYS="bench:$(openssl rand -base64 32)" CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" \
     USER_TOKEN_HS256_SECRET="$user_secret" APPLE_IAP_ENV=Sandbox APPLE_IAP_BUNDLE_ID="$BUNDLE_ID" \
