@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import ServiceRuntime
 import Testing
 
 @testable import IngressApp
@@ -47,5 +48,20 @@ struct OperationsRouteTests {
             #expect(body["status"] as? String == "ready")
             #expect(body["kafka"] as? String == "ok")
         }
+    }
+
+    @Test func aDependencyIsReportedDownAfterTwoFailedObservationsInARow() async throws {
+        let broker = Locked("ok")
+        let monitor = ReadinessMonitor(interval: .milliseconds(500), postgres: { "ok" }, kafka: { broker.value })
+        await monitor.observe()
+        #expect(monitor.response().status == 200)
+        broker.withLock { $0 = "unavailable" }
+        await monitor.observe()
+        #expect(monitor.response().status == 200, "one slow or failed answer is not an outage")
+        await monitor.observe()
+        #expect(monitor.response().status == 503)
+        broker.withLock { $0 = "ok" }
+        await monitor.observe()
+        #expect(monitor.response().status == 200)
     }
 }

@@ -40,13 +40,19 @@ final class ReadinessMonitor: Service, Sendable {
     }
 
     let name = "readiness"
-    /// Between observations (default 500 ms, so a healthy answer is at most about a second old).
+    /// Between observations (default 500 ms: a healthy answer is at most about a second old, an
+    /// outage shows within two observations).
     let interval: Duration
     /// An observation older than this means observing has stalled: not ready.
-    static let staleAfter = Duration.seconds(3)
+    static let staleAfter = Duration.seconds(5)
+    /// Failed probes in a row before a dependency that answered is reported down: one slow
+    /// metadata answer from a busy broker is not an outage (load balancers act on every 503).
+    static let failuresToReport = 2
     private let probePostgres: @Sendable () async -> String
     private let probeKafka: @Sendable () async -> String
     private let latest = Mutex<(readiness: Readiness, at: ContinuousClock.Instant)?>(nil)
+    /// Failed probes in a row, PostgreSQL's and the broker's.
+    private let failures = Mutex((postgres: 0, kafka: 0))
     private let stopped = ShutdownTrigger()
     private let observations = MetricsRegistry.shared.counter(
         "subs_readiness_observations_total", help: "Background observations of the dependencies behind /readyz")
@@ -60,7 +66,7 @@ final class ReadinessMonitor: Service, Sendable {
                 (try? await DatabaseProbe.check(pool)) == nil ? "unavailable" : "ok"
             },
             kafka: {
-                switch await Result(catching: { try await producer.partitionCount(topic, timeout: .seconds(1)) }) {
+                switch await Result(catching: { try await producer.partitionCount(topic, timeout: .seconds(2)) }) {
                 case .success(let count?) where count > 0: "ok"
                 case .success: "topic missing"
                 case .failure: "unavailable"
@@ -87,15 +93,27 @@ final class ReadinessMonitor: Service, Sendable {
 
     func shutdown() async { stopped.fire() }
 
-    /// One observation of both dependencies, at once.
+    /// One observation of both dependencies, at once. A dependency that was up stays reported up
+    /// until `failuresToReport` probes in a row failed.
     func observe() async {
         async let postgres = probePostgres()
         async let kafka = probeKafka()
         let (pg, broker) = await (postgres, kafka)
-        let ready = pg == "ok" && broker == "ok"
         observations.increment()
+        let previous = latest.withLock { $0?.readiness }
+        let reported = failures.withLock { counts -> (String, String) in
+            counts.postgres = pg == "ok" ? 0 : counts.postgres + 1
+            counts.kafka = broker == "ok" ? 0 : counts.kafka + 1
+            func shown(_ now: String, _ before: String?, _ failed: Int) -> String {
+                now != "ok" && before == "ok" && failed < Self.failuresToReport ? "ok" : now
+            }
+            return (shown(pg, previous?.postgres, counts.postgres), shown(broker, previous?.kafka, counts.kafka))
+        }
+        let ready = reported.0 == "ok" && reported.1 == "ok"
         latest.withLock {
-            $0 = (Readiness(status: ready ? "ready" : "not ready", postgres: pg, kafka: broker), ContinuousClock.now)
+            $0 = (
+                Readiness(status: ready ? "ready" : "not ready", postgres: reported.0, kafka: reported.1), ContinuousClock.now
+            )
         }
     }
 
