@@ -12,6 +12,7 @@
 #
 #   Tests/Soak/soak.sh                           # 30 minutes
 #   SOAK_MINUTES=5 SOAK_PORT=18290 Tests/Soak/soak.sh
+#   SOAK_MINUTES=3 SOAK_BIN_DIR="$(swift build --show-bin-path)" Tests/Soak/soak.sh   # debug binaries
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source deploy/local/env.sh
@@ -31,11 +32,15 @@ soak_cleanup() {
     bench_cleanup
 }
 trap soak_cleanup EXIT
-echo "building ingress, fulfillment and subsctl (release)..."
-for product in ingress fulfillment subsctl; do
-    swift build -c release --product "$product" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-done
-bin="$(swift build -c release --show-bin-path)"
+if [ -n "${SOAK_BIN_DIR:-}" ]; then
+    bin="$SOAK_BIN_DIR"  # e.g. the debug build, for a quick try of the script itself
+else
+    echo "building ingress, fulfillment and subsctl (release)..."
+    for product in ingress fulfillment subsctl; do
+        swift build -c release --product "$product" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+    done
+    bin="$(swift build -c release --show-bin-path)"
+fi
 
 "$bin/subsctl" demo-signer init --dir "$work/signer" >/dev/null
 psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
