@@ -293,6 +293,7 @@ struct FulfillmentSchedulerTests {
         let restarted = WorkerHarness(
             ingress: IngressHarness(
                 pipeline: pair.ingress.pipeline, signer: pair.signer, process: ingress, client: TestHTTPClient(port: ingress.httpPort!),
+                internalClient: TestHTTPClient(port: ingress.internalHTTPPort!),
                 userTokenSecret: pair.ingress.userTokenSecret, pool: pair.pool, environment: pair.ingress.environment),
             workers: [worker])
         #expect(try await restarted.outcome(of: renewed.uuid, timeout: 60) == .succeeded)

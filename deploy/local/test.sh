@@ -44,4 +44,6 @@ else
     run_phase modules --skip EndToEndTests --skip KafkaTests
     run_phase kafka --filter KafkaTests
     run_phase end-to-end --filter EndToEndTests
+    log "fuzzing a live ingress (short mode: Tests/Fuzz/ingress-fuzz.sh --short)"
+    bash "$REPO_DIR/Tests/Fuzz/ingress-fuzz.sh" --short
 fi

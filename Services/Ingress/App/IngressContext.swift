@@ -24,16 +24,22 @@ struct IngressContext: Sendable {
     let subscriptions: SubscriptionStore
     let credits: CreditStatementStore
     let imports: ImportStore
+    /// The Apple endpoints' budgets per source.
+    let notificationLimits: NotificationLimits
+    /// What `/readyz` reports; the application runs it as a service.
+    let readiness: ReadinessMonitor
     let clock: any WallClock
     let logger: Logger
 
     /// The ingress's dependencies on `pool`, handing what it commits to the outbox to `publisher`.
     init(
-        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing, clock: any WallClock,
-        logger: Logger
+        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing,
+        readiness: ReadinessMonitor, clock: any WallClock, logger: Logger
     ) throws {
         self.configuration = configuration
         self.pool = pool
+        self.readiness = readiness
+        notificationLimits = NotificationLimits(configuration: configuration)
         self.clock = clock
         self.logger = logger
         store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
