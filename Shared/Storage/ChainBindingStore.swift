@@ -171,6 +171,12 @@ public struct ChainBindingStore: Sendable {
         }
     }
 
+    /// The one environment a chain id is known in (refused with `CHAIN_NOT_FOUND` or
+    /// `ENVIRONMENT_AMBIGUOUS`), for actions whose caller did not name one.
+    public func environment(ofChain originalTransactionID: String) async throws -> String {
+        try await pool.withConnection { try await Self.resolveEnvironment(nil, originalTransactionID, on: $0) }
+    }
+
     /// The chain's binding, or nil.
     public func binding(environment: String, originalTransactionID: String) async throws -> ChainBinding? {
         try await pool.withConnection { try await Self.binding(environment, originalTransactionID, on: $0) }

@@ -15,6 +15,8 @@ public struct IngressApplication: Sendable {
     public let intake: NotificationIntake
     public let sweeper: PipelineSweeper
     public let server: HTTPServer
+    /// The admin API's own listener, when `ADMIN_TOKENS` is set.
+    public let adminServer: HTTPServer?
     public let logger: Logger
     let waiter: FulfillmentWaiter
     /// Method and path pattern of every route served, for the check that the API document lists them all.
@@ -42,16 +44,27 @@ public struct IngressApplication: Sendable {
                 host: configuration.httpHost, port: configuration.httpPort,
                 threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes),
             router: router, logger: logger, admission: NotificationAdmission(configuration: configuration).check)
+        adminServer =
+            configuration.admin.isEnabled
+            ? HTTPServer(
+                configuration: HTTPServerConfiguration(
+                    host: configuration.admin.host, port: configuration.admin.port, threadPoolSize: 1,
+                    maxBodyBytes: 64 * 1024, connectionLimit: 64),
+                router: try buildAdminRouter(context), logger: logger) : nil
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
-    public var services: [any Service] { [pool, producer, sweeper, waiter, server] }
+    public var services: [any Service] { [pool, producer, sweeper, waiter, server] + (adminServer.map { [$0] } ?? []) }
 
     /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
     public func run() async throws {
         try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)
         try server.start()
         logger.info("ingress listening", ["http.port": .int(Int64(server.port))])
+        if let adminServer {
+            try adminServer.start()
+            logger.info("admin API listening", ["http.port": .int(Int64(adminServer.port))])
+        }
         try await ServiceGroup(services: services, logger: logger).run()
     }
 }
