@@ -13,7 +13,7 @@ import ServiceRuntime
 /// ready / accepted within its bounded waits.
 enum DemoCommand: SubsctlCommand {
     static let path = ["demo"]
-    static let usage = "demo --ingress URL --signer-dir DIR [--user ID] [--wait-seconds N]"
+    static let usage = "demo --ingress URL --signer-dir DIR [--user-id ID] [--wait-seconds N]"
     static let summary = """
         Local demo only: purchase, renewal, plan change and refund against a running ingress and worker, signed by the \
         demo signer (trusted only with APPLE_IAP_ALLOW_TEST_ROOTS=true). Reads USER_TOKEN_HS256_SECRET and \
@@ -25,7 +25,7 @@ enum DemoCommand: SubsctlCommand {
         guard let ingress = arguments.option("ingress").flatMap(URL.init(string:)), ingress.scheme == "http" || ingress.scheme == "https"
         else { return usageError("--ingress must be an http(s) URL") }
         guard let signerDir = arguments.option("signer-dir") else { return usageError("--signer-dir is required") }
-        let user = arguments.option("user") ?? "demo-" + Hex.encode(SecureRandom.bytes(4))
+        let user = arguments.userID() ?? "demo-" + Hex.encode(SecureRandom.bytes(4))
         guard let wait = Int(arguments.option("wait-seconds") ?? "15"), (0...300).contains(wait) else {
             return usageError("--wait-seconds must be an integer in 0...300")
         }

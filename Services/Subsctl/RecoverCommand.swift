@@ -27,8 +27,10 @@ enum RecoverCommand: SubsctlCommand {
         guard let environment else { return usageError("--env must be Production or Sandbox") }
         guard let wait else { return usageError("--wait must be a whole number of seconds from 0 to 86400") }
         let now = Date()
-        if let problem = TaskStore.recoveryRangeProblem(from: from, to: to, environment: environment, now: now) {
-            return usageError("--" + problem)
+        if let problem = TaskStore.recoveryRangeProblem(
+            from: from, to: to, environment: environment, now: now, names: ("--from", "--to"))
+        {
+            return usageError(problem)
         }
         return await Subsctl.withDatabase { pool in
             let tasks = TaskStore(pool: pool)

@@ -188,6 +188,17 @@ public struct SupportCase: Sendable, Codable {
     public var timeline: [TimelineItem]
 }
 
+/// What the support lookup answers (admin API and `subsctl lookup --json` alike).
+public struct CaseLookup: Sendable, Encodable {
+    public var matches: [CaseMatch]
+    public var supportCase: SupportCase
+
+    enum CodingKeys: String, CodingKey {
+        case matches
+        case supportCase = "case"
+    }
+}
+
 /// One inbound event (notification or client submission) as operators list it; events of both
 /// kinds share one id space.
 public struct EventSummary: Sendable, Codable {
@@ -235,7 +246,7 @@ public struct CaseStore: Sendable {
     public init(pool: PostgresPool) { self.pool = pool }
 
     /// What `q` is (it may be several things at once), and the case it leads to; nil when nothing has this id.
-    public func lookup(_ q: String, now: Date) async throws -> (matches: [CaseMatch], supportCase: SupportCase)? {
+    public func lookup(_ q: String, now: Date) async throws -> CaseLookup? {
         try await pool.withConnection { db in
             let token = UUID(uuidString: q)?.uuidString.lowercased()
             let matches = try await db.query(
@@ -274,7 +285,7 @@ public struct CaseStore: Sendable {
             ).first?.decode("user_id")
             let chains = try await Self.chainKeys(q, userID: userID, on: db)
             let supportCase = try await Self.supportCase(userID: userID, chains: chains, q: q, now: now, on: db)
-            return (matches, supportCase)
+            return CaseLookup(matches: matches, supportCase: supportCase)
         }
     }
 

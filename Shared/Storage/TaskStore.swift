@@ -145,12 +145,15 @@ public struct TaskStore: Sendable {
 
     /// Why an operator's recovery range cannot be asked for (nil: it can), for `subsctl recover`
     /// and the admin API alike.
-    public static func recoveryRangeProblem(from: Date, to: Date, environment: String, now: Date) -> String? {
+    /// `names` are how the caller calls the two ends (`--from`, `from`).
+    public static func recoveryRangeProblem(
+        from: Date, to: Date, environment: String, now: Date, names: (from: String, to: String) = ("from", "to")
+    ) -> String? {
         let days = retentionDays(environment)
-        if from >= to { return "from must be before to" }
-        if to > now + 300 { return "to is in the future" }
+        if from >= to { return "\(names.from) must be before \(names.to)" }
+        if to > now + 300 { return "\(names.to) is in the future" }
         if from < now - Double(days) * 86_400 {
-            return "from is more than \(days) days ago: Apple keeps \(environment) history for \(days) days"
+            return "\(names.from) is more than \(days) days ago: Apple keeps \(environment) history for \(days) days"
         }
         return nil
     }

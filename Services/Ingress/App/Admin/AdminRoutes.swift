@@ -60,15 +60,6 @@ struct AdminRoutes: Sendable {
 
     // MARK: Reads
 
-    struct LookupAnswer: Encodable, Sendable {
-        let matches: [CaseMatch]
-        let supportCase: SupportCase
-        enum CodingKeys: String, CodingKey {
-            case matches
-            case supportCase = "case"
-        }
-    }
-
     func lookup(_ request: HTTPRequest) async throws -> HTTPResponse {
         guard let q = request.query("q")?.trimmingCharacters(in: .whitespaces), (1...200).contains(q.count) else {
             throw APIError.invalidRequest("q must be an id of 1 to 200 characters")
@@ -76,7 +67,7 @@ struct AdminRoutes: Sendable {
         guard let found = try await cases.lookup(q, now: context.clock.now()) else {
             throw APIError.notFound("nothing has the id \(q)")
         }
-        return .json(LookupAnswer(matches: found.matches, supportCase: found.supportCase))
+        return .json(found)
     }
 
     static let statuses = ["RECEIVED", "PROCESSING", "RETRY_WAIT", "SUCCEEDED", "DEAD"]
