@@ -119,6 +119,19 @@ struct AdminRouteTests {
         }
     }
 
+    @Test func theRegisteredRoutesAreTheDocumentedOnes() async throws {
+        try await AdminTestApp.with { admin in
+            let response = await admin.router.handle(HTTPRequest(head: HTTPRequestHead(method: "GET", path: "/admin/openapi.json")))
+            #expect(response.status == 200)
+            let document = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] ?? [:]
+            let paths = document["paths"] as? [String: [String: Any]] ?? [:]
+            let documented = Set(paths.flatMap { path, operations in operations.keys.map { "\($0.uppercased()) \(path)" } })
+            let registered = Set(admin.router.registeredRoutes.map { "\($0.method) \($0.pattern)" })
+            #expect(registered == documented.union(["GET /admin/openapi.json"]))
+            #expect(registered.count == 12)
+        }
+    }
+
     @Test func readsNeedATokenAndActionsTheOperatorRole() async throws {
         try await AdminTestApp.with { admin in
             for token in [nil, "", "nope", admin.operatorToken + "x", String(admin.operatorToken.dropLast())] {

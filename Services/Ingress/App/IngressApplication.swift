@@ -63,7 +63,7 @@ public struct IngressApplication: Sendable {
         logger.info("ingress listening", ["http.port": .int(Int64(server.port))])
         if let adminServer {
             try adminServer.start()
-            logger.info("admin API listening", ["http.port": .int(Int64(adminServer.port))])
+            logger.info("admin API listening", ["admin.port": .int(Int64(adminServer.port))])
         }
         try await ServiceGroup(services: services, logger: logger).run()
     }

@@ -3,13 +3,15 @@ import HTTPServer
 import Storage
 
 /// The admin listener's routes (`ADMIN_HTTP_*`), apart from the public ones: the support lookup
-/// and the event queue for any admin token, the actions for operator tokens. Every route maps
+/// and the event queue for any admin token, the actions for operator tokens, and the API document
+/// (`/admin/openapi.json`, open like the public one). Every route maps
 /// database errors and refusals (`DatabaseErrors`, `AdminRefusals`); nothing is started.
 func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestContext> {
     let authenticator = AdminAuthenticator(settings: context.configuration.admin)
     var router = Router(context: AdminRequestContext.self)
     router.add(middleware: DatabaseErrors())
     router.add(middleware: AdminRefusals())
+    try OpenAPIRoutes(resource: "admin-openapi", path: "/admin/openapi.json").register(in: &router)
     let routes = AdminRoutes(context: context)
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .viewer)]) {
         routes.registerReads(in: &$0)
