@@ -13,8 +13,10 @@ struct AdminPrincipal: Sendable, Equatable {
 struct AdminRequestContext: RequestContext {
     let traceID: String
     var logger: Logger
-    /// Set by `AdminAuthentication`.
+    /// Set by `AdminAuthentication` and `ConsoleSession`.
     var principal: AdminPrincipal?
+    /// The console session's CSRF token, set by `ConsoleSession` for the forms of its pages.
+    var csrf: String?
 
     init(traceID: String, logger: Logger) {
         self.traceID = traceID

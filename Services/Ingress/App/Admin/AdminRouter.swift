@@ -19,6 +19,11 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .operator)]) {
         routes.registerActions(in: &$0)
     }
+    let console = Console(routes: routes, authenticator: authenticator, csrfKey: context.configuration.cursorSigningKey)
+    console.registerSignIn(in: &router)
+    router.group("/admin", middleware: [ConsoleSession(authenticator: authenticator, csrfKey: console.csrfKey)]) {
+        console.registerPages(in: &$0)
+    }
     return router
 }
 
@@ -31,16 +36,26 @@ struct AdminRefusals: RouterMiddleware {
     ) async throws -> HTTPResponse {
         do {
             return try await next(request, context)
-        } catch let refusal as ChainActionRefusal {
-            throw HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
-        } catch let refusal as EventReplayRefusal {
-            throw HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
-        } catch CreditAdjustmentError.unknownUser(let user) {
-            throw APIError.notFound("no user \(user): nothing booked")
-        } catch CreditAdjustmentError.numberUsedForAnother(let first) {
-            throw HTTPError(
+        } catch {
+            guard let mapped = Self.httpError(for: error) else { throw error }
+            throw mapped
+        }
+    }
+
+    /// The answer a refusal stands for; nil for any other error.
+    static func httpError(for error: any Error) -> HTTPError? {
+        switch error {
+        case let refusal as ChainActionRefusal:
+            HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
+        case let refusal as EventReplayRefusal:
+            HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
+        case CreditAdjustmentError.unknownUser(let user):
+            APIError.notFound("no user \(user): nothing booked")
+        case CreditAdjustmentError.numberUsedForAnother(let first):
+            HTTPError(
                 status: 409, code: "ADJUSTMENT_NUMBER_CONFLICT",
                 message: "adjustment number \(first.adjustmentNo) was used for another adjustment; nothing booked")
+        default: nil
         }
     }
 }
