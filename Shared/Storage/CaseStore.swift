@@ -483,13 +483,15 @@ public struct CaseStore: Sendable {
                 createdAt: try row.decode("created_at"))
         }
         // Audit states name users and chains as JSON strings: a row is the case's when one of its
-        // ids appears quoted in it. The trail is small (manual actions), so a scan is fine.
+        // ids appears quoted in it, or when it names one of its events. The trail is small (manual
+        // actions), so a scan is fine.
         let needles = ([userID].compactMap { $0 } + chains.map(\.originalTransactionID)).map { "\"\($0)\"" }
         let audit = try await db.query(
             """
             SELECT id, operator, action, reason, before::text AS before, after::text AS after, created_at FROM audit_log
              WHERE EXISTS (SELECT 1 FROM unnest(\(PostgresArray(needles))::text[]) AS n(needle)
                             WHERE strpos(coalesce(before::text, '') || coalesce(after::text, ''), needle) > 0)
+                OR coalesce(before->>'eventId', after->>'eventId') = ANY(\(PostgresArray(events.map { String($0.eventId) }))::text[])
              ORDER BY id DESC LIMIT \(sectionLimit)
             """
         ).map { row in

