@@ -48,6 +48,16 @@ enum DemoCommand: SubsctlCommand {
             bearer: DevTokenCommand.token(user: user, secret: secret, ttl: 3600), wait: .seconds(wait))
         do {
             try await story.run()
+            // Where support would look this user up.
+            let port = environment["ADMIN_HTTP_PORT"].flatMap(Int.init) ?? 8082
+            let host = environment["ADMIN_HTTP_HOST"].flatMap { $0 == "0.0.0.0" || $0.isEmpty ? nil : $0 } ?? "127.0.0.1"
+            let query = user.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? user
+            Subsctl.printOutput(
+                """
+
+                Look the user up:  subsctl lookup \(user)
+                Support console:   http://\(host):\(port)/admin/case?q=\(query)\(environment["ADMIN_TOKENS"] == nil ? "  (with ADMIN_TOKENS set on the ingress)" : "")
+                """)
             return ExitStatus.success
         } catch {
             Subsctl.printError(error.description)
