@@ -333,26 +333,9 @@ public struct CaseStore: Sendable {
                 userId: try row.decode("user_id"), isTestUser: try row.decode("is_test_user"),
                 createdAt: try row.decode("created_at"), appAccountTokens: tokens.split(separator: ",").map(String.init))
         }
-        let historyRows = try await db.query(
-            """
-            SELECT entity_type, entity_key, previous_status, current_status, cause, event_id, created_at FROM status_history
-             WHERE (entity_type = 'SUBSCRIPTION' AND entity_key = ANY(
-                       SELECT e || ':' || o FROM unnest(\(environments)::text[], \(originals)::text[]) AS c(e, o)))
-                OR (entity_type = 'ORDER' AND entity_key IN (
-                       SELECT order_no FROM payment_order
-                        WHERE user_id = \(userID) OR order_no = \(q)
-                           OR (environment, original_transaction_id) IN (
-                               SELECT e, o FROM unnest(\(environments)::text[], \(originals)::text[]) AS c(e, o))))
-             ORDER BY id LIMIT \(sectionLimit * 4)
-            """)
-        var history: [String: [SupportCase.StatusChange]] = [:]
-        for row in historyRows {
-            let key = "\(try row.decode("entity_type", as: String.self))/\(try row.decode("entity_key", as: String.self))"
-            history[key, default: []].append(
-                SupportCase.StatusChange(
-                    previousStatus: try row.decode("previous_status"), currentStatus: try row.decode("current_status"),
-                    cause: try row.decode("cause"), eventId: try row.decode("event_id"), at: try row.decode("created_at")))
-        }
+        // The chains' keys as `environment:originalTransactionId`; each statement below also names
+        // the original ids alone, so an index on them serves it.
+        let chainKeys = PostgresArray(chains.map { "\($0.environment):\($0.originalTransactionID)" })
         let chainRows = try await db.query(
             """
             SELECT c.e AS environment, c.o AS original_transaction_id, s.user_id, s.status, s.active_product_id,
@@ -363,7 +346,7 @@ public struct CaseStore: Sendable {
               LEFT JOIN chain_binding b ON b.environment = c.e AND b.original_transaction_id = c.o
              ORDER BY c.e, c.o
             """)
-        let chainList = try chainRows.map { row in
+        var chainList = try chainRows.map { row in
             let environment: String = try row.decode("environment")
             let original: String = try row.decode("original_transaction_id")
             let boundUser: String? = try row.decode("bound_user_id")
@@ -378,15 +361,15 @@ public struct CaseStore: Sendable {
                     SupportCase.Binding(
                         userId: $0, source: try row.decode("source"), appleTokenStatus: try row.decode("apple_token_status"))
                 },
-                history: history["SUBSCRIPTION/\(environment):\(original)"] ?? [])
+                history: [])
         }
-        let orders = try await db.query(
+        var orders = try await db.query(
             """
             SELECT order_no, user_id, product_id, order_type, status, environment, transaction_id, original_transaction_id,
                    failure_code, created_at, updated_at FROM payment_order
              WHERE user_id = \(userID) OR order_no = \(q)
-                OR (environment, original_transaction_id) IN (
-                    SELECT e, o FROM unnest(\(environments)::text[], \(originals)::text[]) AS c(e, o))
+                OR (environment = ANY(\(environments)::text[]) AND original_transaction_id = ANY(\(originals)::text[])
+                    AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[]))
              ORDER BY created_at, id LIMIT \(sectionLimit)
             """
         ).map { row in
@@ -397,8 +380,28 @@ public struct CaseStore: Sendable {
                 environment: try row.decode("environment"), transactionId: try row.decode("transaction_id"),
                 originalTransactionId: try row.decode("original_transaction_id"), failureCode: try row.decode("failure_code"),
                 createdAt: try row.decode("created_at"), updatedAt: try row.decode("updated_at"),
-                history: history["ORDER/\(orderNo)"] ?? [])
+                history: [])
         }
+        // Status history of the chains and orders, in one indexed statement.
+        let historyRows = try await db.query(
+            """
+            SELECT entity_type, entity_key, previous_status, current_status, cause, event_id, created_at FROM status_history
+             WHERE entity_type IN ('SUBSCRIPTION', 'ORDER')
+               AND entity_key = ANY(\(PostgresArray(chains.map { "\($0.environment):\($0.originalTransactionID)" } + orders.map(\.orderNo)))::text[])
+             ORDER BY id LIMIT \(sectionLimit * 4)
+            """)
+        var history: [String: [SupportCase.StatusChange]] = [:]
+        for row in historyRows {
+            let key = "\(try row.decode("entity_type", as: String.self))/\(try row.decode("entity_key", as: String.self))"
+            history[key, default: []].append(
+                SupportCase.StatusChange(
+                    previousStatus: try row.decode("previous_status"), currentStatus: try row.decode("current_status"),
+                    cause: try row.decode("cause"), eventId: try row.decode("event_id"), at: try row.decode("created_at")))
+        }
+        for index in chainList.indices {
+            chainList[index].history = history["SUBSCRIPTION/\(chainList[index].environment):\(chainList[index].originalTransactionId)"] ?? []
+        }
+        for index in orders.indices { orders[index].history = history["ORDER/\(orders[index].orderNo)"] ?? [] }
         let transactions = try await db.query(
             """
             SELECT environment, transaction_id, original_transaction_id, web_order_line_item_id, product_id, user_id,
@@ -406,8 +409,8 @@ public struct CaseStore: Sendable {
                    revocation_date, revocation_reason, revocation_type, offer_type, offer_identifier, offer_discount_type,
                    is_upgraded, price_milliunits, currency, signed_date
               FROM apple_transaction
-             WHERE (environment, original_transaction_id) IN (
-                    SELECT e, o FROM unnest(\(environments)::text[], \(originals)::text[]) AS c(e, o))
+             WHERE original_transaction_id = ANY(\(originals)::text[])
+               AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[])
              ORDER BY purchase_date, id LIMIT \(sectionLimit)
             """
         ).map { row in
@@ -429,8 +432,8 @@ public struct CaseStore: Sendable {
         let events = try await db.query(
             """
             SELECT \(sql: Self.eventColumns) FROM inbound_event
-             WHERE (environment, original_transaction_id) IN (
-                    SELECT e, o FROM unnest(\(environments)::text[], \(originals)::text[]) AS c(e, o))
+             WHERE (original_transaction_id = ANY(\(originals)::text[])
+                    AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[]))
                 OR (kind = 'submission' AND user_id = \(userID))
                 OR notification_uuid = \(q)
              ORDER BY id LIMIT \(sectionLimit)
@@ -468,12 +471,7 @@ public struct CaseStore: Sendable {
         let consumption = try await db.query(
             """
             SELECT notification_uuid, transaction_id, outcome, error_message, created_at FROM consumption_answer
-             WHERE user_id = \(userID)
-                OR notification_uuid IN (
-                    SELECT notification_uuid FROM inbound_event
-                     WHERE (environment, original_transaction_id) IN (
-                        SELECT e, o FROM unnest(\(environments)::text[], \(originals)::text[]) AS c(e, o))
-                       AND notification_uuid IS NOT NULL)
+             WHERE user_id = \(userID) OR notification_uuid = ANY(\(PostgresArray(events.compactMap(\.notificationUUID)))::text[])
              ORDER BY created_at LIMIT \(sectionLimit)
             """
         ).map { row in
