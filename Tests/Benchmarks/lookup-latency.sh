@@ -57,7 +57,7 @@ INSERT INTO user_subscription (environment, original_transaction_id, user_id, ac
            now() + interval '20 days', (3000000000 + n)::text, now() FROM generate_series(1, $USERS) n;
 INSERT INTO apple_transaction (environment, transaction_id, original_transaction_id, user_id, product_id, purchase_date,
         expires_date, ownership_type, signed_date, payload_hash)
-    SELECT 'Sandbox', (t * 1000000000 + n)::text, (1000000000 + n)::text, 'bench-user-' || n, 'com.example.starter.monthly',
+    SELECT 'Sandbox', (t::bigint * 1000000000 + n)::text, (1000000000 + n)::text, 'bench-user-' || n, 'com.example.starter.monthly',
            now() - (t || ' days')::interval, now() + interval '20 days', 'PURCHASED', now(), md5(n::text || t)
       FROM generate_series(1, $USERS) n, (VALUES (3), (4)) AS k(t);
 INSERT INTO inbound_event (kind, notification_uuid, notification_type, environment, signed_date, transaction_id,
@@ -73,8 +73,8 @@ INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, environment,
            (1000000000 + n)::text FROM generate_series(1, $USERS) n;
 INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
     SELECT 'bench-user-' || n, 'SUBSCRIPTION', 1000000000, 1000000000, 'GRANT', 'bench-grant-' || n FROM generate_series(1, $USERS) n;
-VACUUM ANALYZE;
 "
+sql "VACUUM ANALYZE"
 echo "seeded in $(( $(date +%s) - started )) s: $(sql "SELECT count(*) FROM inbound_event") events, $(sql "SELECT count(*) FROM app_user") users"
 
 run_wrk() {  # duration output

@@ -108,6 +108,10 @@ struct AdminRouteTests {
         #expect(problems(["ADMIN_TOKENS": "alice:viewer:\(token),alice:operator:\(token)y"]) == ["ADMIN_TOKENS"])
         #expect(problems(["ADMIN_TOKENS": "\(token)"]) == ["ADMIN_TOKENS"])
         #expect(problems(["ADMIN_HTTP_PORT": "70000"]) == ["ADMIN_HTTP_PORT"])
+        let clash = ConfigurationReader(
+            environment: base.merging(["ADMIN_TOKENS": "alice:operator:\(token)", "ADMIN_HTTP_PORT": "8080"]) { _, new in new })
+        _ = IngressConfiguration(reader: clash)
+        #expect(clash.problems.map(\.name).contains("ADMIN_HTTP_PORT"))
     }
 
     @Test func thePublicRouterHasNoAdminRoutes() async throws {

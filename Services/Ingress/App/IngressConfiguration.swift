@@ -55,6 +55,9 @@ public struct IngressConfiguration: Sendable {
         userTokens = UserTokenSettings(reader: reader)
         serviceTokens = ServiceTokenSettings(reader: reader)
         admin = AdminSettings(reader: reader)
+        if admin.isEnabled && admin.port != 0 && admin.port == httpPort {
+            reader.report("ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT (the admin API is not public)")
+        }
     }
 
     /// A secret given as base64 (or as raw text of at least 32 bytes).
