@@ -42,8 +42,9 @@ enum Subsctl {
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
             ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
-            CreditsAdjustCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self, ChainRequeryCommand.self,
-            LookupCommand.self, EventsListCommand.self, EventsSummaryCommand.self,
+            CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
+            AppleTestNotificationCommand.self, AppleExtendCommand.self, ChainRequeryCommand.self, LookupCommand.self,
+            EventsListCommand.self, EventsSummaryCommand.self,
         ]
     }
 

@@ -25,7 +25,7 @@ struct AdminTestApp: Sendable {
         return try await IngressTestApp.with(extra: ["ADMIN_TOKENS": tokens]) { app in
             let configuration = try IngressConfiguration.load(environment: app.environment)
             let context = try IngressContext(
-                configuration: configuration, pool: app.pool, publisher: OutboxOnly(), clock: SystemClock(),
+                configuration: configuration, pool: app.pool, publisher: OutboxOnly(), readiness: app.readiness, clock: SystemClock(),
                 logger: Logger(label: "admin", level: .warning, sink: LogSink.memory()))
             return try await body(
                 AdminTestApp(
