@@ -92,7 +92,7 @@ let package = Package(
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
                 "Domain", "Catalogue", "Credits", "StrictJSON",
             ],
-            path: "Services/Ingress/App", resources: [.copy("openapi.json")], swiftSettings: swiftSettings),
+            path: "Services/Ingress/App", resources: [.copy("openapi.json"), .copy("admin-openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(
             name: "Ingress", dependencies: ["IngressApp"], path: "Services/Ingress/Main",
             swiftSettings: swiftSettings),

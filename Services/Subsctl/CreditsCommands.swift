@@ -57,9 +57,11 @@ enum CreditsRunJobsCommand: SubsctlCommand {
             let jobs = CreditJobs(
                 pool: pool, appKey: appKey, configuration: CreditsConfiguration(welcomeCredits: welcomeCredits),
                 logger: Subsctl.logger)
+            Subsctl.printProgress("running the credit jobs (welcome, yearly grants, daily close, expiry clearing)…")
             let started = ContinuousClock.now
             let report = try await jobs.runAll(now: now)
             let seconds = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
+            Subsctl.printProgress("checking every balance against its ledger…")
             let violations = try await jobs.checkInvariant()
             Subsctl.printOutput(
                 """
@@ -77,13 +79,13 @@ enum CreditsRunJobsCommand: SubsctlCommand {
 enum CreditsAdjustCommand: SubsctlCommand {
     static let path = ["credits", "adjust"]
     static let usage =
-        "credits adjust --user ID --pool SUBSCRIPTION|WELCOME|PERMANENT --amount CREDITS --number ADJUSTMENT_NO --operator NAME --reason TEXT"
+        "credits adjust --user-id ID --pool SUBSCRIPTION|WELCOME|PERMANENT --amount CREDITS --number ADJUSTMENT_NO --operator NAME --reason TEXT"
     static let summary =
         "Credit (positive --amount, e.g. 3) or debit (negative, e.g. -2.5; never below zero, the rest recorded as unrecoverable) a pool in DATABASE_URL, once per --number."
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
-        let values = ["user", "pool", "amount", "number", "operator", "reason"].map { ($0, arguments.option($0)) }
+        let values = [("user-id", arguments.userID())] + ["pool", "amount", "number", "operator", "reason"].map { ($0, arguments.option($0)) }
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
         if let missing = values.first(where: { $0.1?.isEmpty ?? true }) { return usageError("--\(missing.0) is required") }
@@ -98,7 +100,7 @@ enum CreditsAdjustCommand: SubsctlCommand {
             do {
                 let result = try await database.transaction { db in
                     try await CreditLedger.adjust(
-                        userID: option["user", default: ""], pool: pool, amount: amount, adjustmentNo: option["number", default: ""],
+                        userID: option["user-id", default: ""], pool: pool, amount: amount, adjustmentNo: option["number", default: ""],
                         operator: option["operator", default: ""], reason: option["reason", default: ""], on: db)
                 }
                 Subsctl.printOutput(line(result))

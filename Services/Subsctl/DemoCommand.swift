@@ -13,7 +13,7 @@ import ServiceRuntime
 /// ready / accepted within its bounded waits.
 enum DemoCommand: SubsctlCommand {
     static let path = ["demo"]
-    static let usage = "demo --ingress URL --signer-dir DIR [--user ID] [--wait-seconds N]"
+    static let usage = "demo --ingress URL --signer-dir DIR [--user-id ID] [--wait-seconds N]"
     static let summary = """
         Local demo only: purchase, renewal, plan change and refund against a running ingress and worker, signed by the \
         demo signer (trusted only with APPLE_IAP_ALLOW_TEST_ROOTS=true). Reads USER_TOKEN_HS256_SECRET and \
@@ -25,7 +25,7 @@ enum DemoCommand: SubsctlCommand {
         guard let ingress = arguments.option("ingress").flatMap(URL.init(string:)), ingress.scheme == "http" || ingress.scheme == "https"
         else { return usageError("--ingress must be an http(s) URL") }
         guard let signerDir = arguments.option("signer-dir") else { return usageError("--signer-dir is required") }
-        let user = arguments.option("user") ?? "demo-" + Hex.encode(SecureRandom.bytes(4))
+        let user = arguments.userID() ?? "demo-" + Hex.encode(SecureRandom.bytes(4))
         guard let wait = Int(arguments.option("wait-seconds") ?? "15"), (0...300).contains(wait) else {
             return usageError("--wait-seconds must be an integer in 0...300")
         }
@@ -48,6 +48,16 @@ enum DemoCommand: SubsctlCommand {
             bearer: DevTokenCommand.token(user: user, secret: secret, ttl: 3600), wait: .seconds(wait))
         do {
             try await story.run()
+            // Where support would look this user up.
+            let port = environment["ADMIN_HTTP_PORT"].flatMap(Int.init) ?? 8082
+            let host = environment["ADMIN_HTTP_HOST"].flatMap { $0 == "0.0.0.0" || $0.isEmpty ? nil : $0 } ?? "127.0.0.1"
+            let query = user.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? user
+            Subsctl.printOutput(
+                """
+
+                Look the user up:  subsctl lookup \(user)
+                Support console:   http://\(host):\(port)/admin/case?q=\(query)\(environment["ADMIN_TOKENS"] == nil ? "  (with ADMIN_TOKENS set on the ingress)" : "")
+                """)
             return ExitStatus.success
         } catch {
             Subsctl.printError(error.description)

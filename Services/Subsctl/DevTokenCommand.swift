@@ -5,7 +5,7 @@ import Foundation
 /// with `USER_TOKEN_HS256_SECRET` (production tokens come from the identity provider).
 enum DevTokenCommand: SubsctlCommand {
     static let path = ["dev-token"]
-    static let usage = "dev-token --user ID [--ttl SECONDS]"
+    static let usage = "dev-token --user-id ID [--ttl SECONDS]"
     static let summary =
         "Print an HS256 bearer token (sub = ID, exp = now + SECONDS, default 3600) signed with USER_TOKEN_HS256_SECRET; local use only."
 
@@ -13,12 +13,12 @@ enum DevTokenCommand: SubsctlCommand {
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
-        let user = arguments.option("user")
+        let user = arguments.userID()
         let ttlText = arguments.option("ttl")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         // The ingress accepts subjects of 1 to 128 characters.
-        guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user must be a user id of 1 to 128 characters") }
+        guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user-id must be a user id of 1 to 128 characters") }
         let ttl = ttlText.map { Int($0) } ?? 3600
         guard let ttl, (1...maxTTL).contains(ttl) else { return usageError("--ttl must be a whole number of seconds from 1 to \(maxTTL)") }
         // The same key bytes the ingress uses: the secret's UTF-8 text.

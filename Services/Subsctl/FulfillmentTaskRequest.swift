@@ -31,11 +31,19 @@ enum FulfillmentTaskRequest {
 
     /// Polls the task until it is final or `seconds` pass (nil then).
     static func follow(_ id: Int64, seconds: Int, tasks: TaskStore) async throws -> Outcome? {
-        let deadline = ContinuousClock.now + .seconds(seconds)
+        let started = ContinuousClock.now
+        let deadline = started + .seconds(seconds)
+        var reported = started
         while true {
             let task = try await read(id, tasks: tasks)
             if task.status != TaskStatus.pending.rawValue { return task }
             if ContinuousClock.now >= deadline { return nil }
+            if ContinuousClock.now - reported >= .seconds(5) {
+                reported = ContinuousClock.now
+                let counters = ["pages", "fetched", "stored"].compactMap { key in (task.result[key] as? Int).map { "\(key)=\($0)" } }
+                Subsctl.printProgress(
+                    "task \(id) pending after \((reported - started).components.seconds) s " + counters.joined(separator: " "))
+            }
             try await Task.sleep(for: .milliseconds(250))
         }
     }

@@ -13,9 +13,6 @@ enum RecoverCommand: SubsctlCommand {
     static let summary =
         "Recover the notifications Apple sent in [from, to) from Get Notification History (run by a worker); print the counts."
 
-    /// How far back Apple keeps the history: 180 days in Production, 30 in Sandbox.
-    static func retentionDays(_ environment: String) -> Int { environment == "Production" ? 180 : 30 }
-
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let from = arguments.option("from").flatMap(RFC3339.date(from:))
@@ -30,11 +27,10 @@ enum RecoverCommand: SubsctlCommand {
         guard let environment else { return usageError("--env must be Production or Sandbox") }
         guard let wait else { return usageError("--wait must be a whole number of seconds from 0 to 86400") }
         let now = Date()
-        guard from < to else { return usageError("--from must be before --to") }
-        guard to <= now + 300 else { return usageError("--to is in the future") }
-        let days = retentionDays(environment)
-        guard from >= now - Double(days) * 86_400 else {
-            return usageError("--from is more than \(days) days ago: Apple keeps \(environment) history for \(days) days")
+        if let problem = TaskStore.recoveryRangeProblem(
+            from: from, to: to, environment: environment, now: now, names: ("--from", "--to"))
+        {
+            return usageError(problem)
         }
         return await Subsctl.withDatabase { pool in
             let tasks = TaskStore(pool: pool)

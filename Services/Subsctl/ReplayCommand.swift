@@ -21,6 +21,7 @@ enum ReplayCommand: SubsctlCommand {
             code.utf8.allSatisfy({ (0x41...0x5A).contains($0) || (0x30...0x39).contains($0) || $0 == UInt8(ascii: "_") })
         else { return usageError("--error-code must be an error code such as UNMATCHED_PRODUCT") }
         return await Subsctl.withDatabase { pool in
+            Subsctl.printProgress("replaying the DEAD events with error code \(code)…")
             let replayed = try await EventLeaseStore(pool: pool).replayDead(
                 errorCode: code, operator: operatorName, reason: reason)
             Subsctl.printOutput("replayed=\(replayed) errorCode=\(code)")

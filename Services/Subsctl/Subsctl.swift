@@ -34,13 +34,17 @@ enum ExitStatus {
 }
 
 enum Subsctl {
+    /// What `subsctl --version` prints; raised with each release of the operators' interface.
+    static let version = "1.1.0"
+
     static var commands: [any SubsctlCommand.Type] {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
             ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
             CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
-            AppleTestNotificationCommand.self, AppleExtendCommand.self,
+            AppleTestNotificationCommand.self, AppleExtendCommand.self, ChainRequeryCommand.self, LookupCommand.self,
+            EventsListCommand.self, EventsSummaryCommand.self,
         ]
     }
 
@@ -52,12 +56,29 @@ enum Subsctl {
             printUsage(to: arguments.isEmpty ? .standardError : .standardOutput)
             return arguments.isEmpty ? ExitStatus.usage : ExitStatus.success
         }
+        if arguments == ["--version"] || arguments == ["version"] {
+            printOutput("subsctl \(version)")
+            return ExitStatus.success
+        }
+        let options = arguments.prefix { $0 != "--" }
+        let wantsHelp = options.contains("--help") || options.contains("-h")
         // The longest command path that prefixes the arguments wins.
         let match = commands.filter { arguments.starts(with: $0.path) }.max { $0.path.count < $1.path.count }
         guard let command = match else {
+            // The first words of a group of commands (`subsctl chain --help`): the group's usage.
+            let words = Array(arguments.prefix { !$0.hasPrefix("-") })
+            let group = commands.filter { !words.isEmpty && $0.path.starts(with: words) }
+            if !group.isEmpty {
+                printUsage(of: group, to: wantsHelp ? .standardOutput : .standardError)
+                return wantsHelp ? ExitStatus.success : ExitStatus.usage
+            }
             printError("unknown command '\(arguments.joined(separator: " "))'")
             printUsage(to: .standardError)
             return ExitStatus.usage
+        }
+        if wantsHelp {
+            printOutput("usage: subsctl \(command.usage)\n\n\(command.summary)")
+            return ExitStatus.success
         }
         do {
             return await command.run(try ParsedArguments(Array(arguments.dropFirst(command.path.count))))
@@ -68,9 +89,18 @@ enum Subsctl {
     }
 
     static func printUsage(to handle: FileHandle) {
-        var text = "usage: subsctl <command> [options]\n\ncommands:\n"
+        printUsage(of: commands, to: handle, header: "usage: subsctl <command> [options] (--help after any command, --version)\n\n")
+    }
+
+    static func printUsage(of commands: [any SubsctlCommand.Type], to handle: FileHandle, header: String = "") {
+        var text = header + "commands:\n"
         for command in commands { text += "  subsctl \(command.usage)\n      \(command.summary)\n" }
         handle.write(Data(text.utf8))
+    }
+
+    /// Progress of a long operation, for the person watching: on stderr, so stdout stays the result.
+    static func printProgress(_ message: String) {
+        FileHandle.standardError.write(Data(("subsctl: " + message + "\n").utf8))
     }
 
     static func printError(_ message: String) {
@@ -82,9 +112,12 @@ enum Subsctl {
     }
 }
 
-/// Command-line arguments split into `--name value` options and positionals. `-` alone is a
-/// positional (stdin); `--` ends the options.
+/// Command-line arguments split into `--name value` options, value-less flags (`--json`) and
+/// positionals. `-` alone is a positional (stdin); `--` ends the options.
 struct ParsedArguments {
+    /// Options that take no value.
+    static let flags: Set<String> = ["json", "help"]
+
     struct UsageError: Error, CustomStringConvertible {
         let description: String
     }
@@ -104,6 +137,8 @@ struct ParsedArguments {
                 let name = String(argument.dropFirst(2))
                 if let equals = name.firstIndex(of: "=") {
                     options[String(name[..<equals])] = String(name[name.index(after: equals)...])
+                } else if Self.flags.contains(name) {
+                    options[name] = "true"
                 } else {
                     guard index + 1 < arguments.count else { throw UsageError(description: "option --\(name) needs a value") }
                     index += 1
@@ -119,6 +154,18 @@ struct ParsedArguments {
     mutating func option(_ name: String) -> String? {
         consumed.insert(name)
         return options[name]
+    }
+
+    /// Whether a value-less flag such as `--json` was given.
+    mutating func flag(_ name: String) -> Bool { option(name) != nil }
+
+    /// `--user-id`; `--user` is still read, with a warning, as its deprecated spelling.
+    mutating func userID() -> String? {
+        if let deprecated = option("user") {
+            Subsctl.printError("--user is deprecated: use --user-id")
+            return option("user-id") ?? deprecated
+        }
+        return option("user-id")
     }
 
     /// `--operator`, else the login name: who an audit row names.

@@ -171,6 +171,12 @@ public struct ChainBindingStore: Sendable {
         }
     }
 
+    /// The one environment a chain id is known in (refused with `CHAIN_NOT_FOUND` or
+    /// `ENVIRONMENT_AMBIGUOUS`), for actions whose caller did not name one.
+    public func environment(ofChain originalTransactionID: String) async throws -> String {
+        try await pool.withConnection { try await Self.resolveEnvironment(nil, originalTransactionID, on: $0) }
+    }
+
     /// Binds a chain a user imports to them, unless something already gives it to another user (its
     /// subscription row, binding, stored transactions or waiting facts, or `tokens`, the tokens on
     /// the transactions Apple just returned): then nothing is bound and false is returned. A chain

@@ -149,6 +149,51 @@ public struct EventLeaseStore: Sendable {
         environment: String, originalTransactionID: String, codes: [String], onlyKind kind: EventKind? = nil, topic: String?,
         on db: PostgresConnection
     ) async throws -> Int {
+        try await replayDead(
+            eventID: nil, environment: environment, originalTransactionID: originalTransactionID, codes: codes, kind: kind,
+            topic: topic, on: db)
+    }
+
+    /// Puts one DEAD event back to RECEIVED with a fresh retry budget, queued on `topic` at once
+    /// (nil: the sweeper re-publishes it), with the operator's audit row in the same transaction.
+    /// Any other state is refused with `EVENT_NOT_REPLAYABLE`, an unknown id with `EVENT_NOT_FOUND`.
+    /// Returns the event's error code before the replay.
+    @discardableResult
+    public func replayDead(eventID: Int64, topic: String?, operator operatorName: String, reason: String) async throws
+        -> String?
+    {
+        struct State: Encodable, Sendable {
+            var eventId: Int64
+            var status: String
+            var errorCode: String?
+        }
+        return try await pool.transaction { db in
+            guard
+                let row = try await db.query(
+                    "SELECT process_status, error_code FROM inbound_event WHERE id = \(eventID) FOR UPDATE"
+                ).first
+            else { throw EventReplayRefusal(code: .notFound, message: "no event \(eventID)") }
+            let status: EventStatus = try row.decode("process_status")
+            let errorCode: String? = try row.decode("error_code")
+            guard status == .dead else {
+                throw EventReplayRefusal(
+                    code: .notReplayable, message: "event \(eventID) is \(status.rawValue); only a DEAD event is replayed")
+            }
+            _ = try await Self.replayDead(
+                eventID: eventID, environment: nil, originalTransactionID: nil, codes: nil, kind: nil, topic: topic, on: db)
+            try await AuditLog.record(
+                on: db, operator: operatorName, action: "DEAD_EVENT_REPLAYED", reason: reason,
+                before: State(eventId: eventID, status: EventStatus.dead.rawValue, errorCode: errorCode),
+                after: State(eventId: eventID, status: EventStatus.received.rawValue, errorCode: nil))
+            return errorCode
+        }
+    }
+
+    /// The one replay statement: DEAD events matching every filter given.
+    private static func replayDead(
+        eventID: Int64?, environment: String?, originalTransactionID: String?, codes: [String]?, kind: EventKind?,
+        topic: String?, on db: PostgresConnection
+    ) async throws -> Int {
         try await db.query(
             """
             WITH replayed AS (
@@ -156,8 +201,11 @@ public struct EventLeaseStore: Sendable {
                    SET process_status = \(sql: EventStatus.received.literal), retry_count = 0, next_retry_at = NULL,
                        error_code = NULL, error_message = NULL,
                        republished_at = CASE WHEN \(topic)::text IS NULL THEN NULL ELSE now() END, updated_at = now()
-                 WHERE process_status = \(sql: EventStatus.dead.literal) AND environment = \(environment)
-                   AND original_transaction_id = \(originalTransactionID) AND error_code = ANY(\(PostgresArray(codes))::text[])
+                 WHERE process_status = \(sql: EventStatus.dead.literal)
+                   AND (\(eventID)::bigint IS NULL OR id = \(eventID))
+                   AND (\(environment)::text IS NULL OR environment = \(environment))
+                   AND (\(originalTransactionID)::text IS NULL OR original_transaction_id = \(originalTransactionID))
+                   AND (\(codes == nil) OR error_code = ANY(\(PostgresArray(codes ?? []))::text[]))
                    AND (\(kind?.rawValue)::text IS NULL OR kind = \(kind?.rawValue))
                 RETURNING kind, id, routing_key, trace_id
             ), marked AS (
@@ -184,4 +232,16 @@ public struct EventLeaseStore: Sendable {
             (try row.decode("id"), try row.decode("process_status"), try row.decode("error_code", as: String?.self))
         }
     }
+}
+
+/// Why an operator's replay of one event was refused; `code` is the stable error code.
+public struct EventReplayRefusal: Error, Sendable, CustomStringConvertible {
+    public enum Code: String, Sendable {
+        /// The event is not DEAD (it succeeded, or is still on its way).
+        case notReplayable = "EVENT_NOT_REPLAYABLE"
+        case notFound = "EVENT_NOT_FOUND"
+    }
+    public let code: Code
+    public let message: String
+    public var description: String { "\(code.rawValue): \(message)" }
 }

@@ -145,6 +145,24 @@ public struct TaskStore: Sendable {
         ).first!.decode("id", as: Int64.self)
     }
 
+    /// How far back Apple keeps the notification history: 180 days in Production, 30 in Sandbox.
+    public static func retentionDays(_ environment: String) -> Int { environment == "Production" ? 180 : 30 }
+
+    /// Why an operator's recovery range cannot be asked for (nil: it can), for `subsctl recover`
+    /// and the admin API alike.
+    /// `names` are how the caller calls the two ends (`--from`, `from`).
+    public static func recoveryRangeProblem(
+        from: Date, to: Date, environment: String, now: Date, names: (from: String, to: String) = ("from", "to")
+    ) -> String? {
+        let days = retentionDays(environment)
+        if from >= to { return "\(names.from) must be before \(names.to)" }
+        if to > now + 300 { return "\(names.to) is in the future" }
+        if from < now - Double(days) * 86_400 {
+            return "\(names.from) is more than \(days) days ago: Apple keeps \(environment) history for \(days) days"
+        }
+        return nil
+    }
+
     /// An operator's recovery (`subsctl recover`), with its audit row in the same transaction.
     public func requestRecovery(
         environment: String, start: Date, end: Date, reason: String, operator operatorName: String

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import TestSupport
 import Testing
@@ -32,6 +33,42 @@ struct ContractTests {
             let status = run.terminate()
             #expect(status == 0, "schemathesis found problems:\n\(run.output.suffix(6000))")
             #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
+        }
+    }
+
+    @Test func liveAdminAPIConformsToItsOpenAPIDocument() async throws {
+        let schemathesis = ServiceProcess.packageRoot.appendingPathComponent(".local/venv/bin/schemathesis")
+        guard FileManager.default.isExecutableFile(atPath: schemathesis.path) else {
+            throw MissingServiceError(variable: "schemathesis in .local/venv (deploy/local/install.sh installs it)")
+        }
+        let token = Base64URL.encode(SecureRandom.bytes(32))
+        try await IngressHarness.with(extra: ["ADMIN_TOKENS": "contract:operator:\(token)", "ADMIN_HTTP_PORT": "0"]) { harness in
+            try await harness.rows.seedTwoPlanCatalogue()
+            var adminPort: Int?
+            _ = await eventually(timeout: 30, every: .milliseconds(100)) {
+                let log = harness.process.output
+                guard let range = log.range(of: #""admin.port":(\d+)"#, options: .regularExpression) else { return false }
+                adminPort = Int(log[range].dropFirst("\"admin.port\":".count))
+                return true
+            }
+            let port = try #require(adminPort, "the admin port in the ingress log")
+            let base = "http://127.0.0.1:\(port)"
+            let run = try ServiceProcess(
+                executablePath: schemathesis.path, name: "schemathesis-admin",
+                arguments: [
+                    "run", "\(base)/admin/openapi.json", "--url", base,
+                    "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+                    "--max-examples", "10", "--seed", "20261202", "--workers", "1", "--max-time", "60",
+                    "--header", "Authorization: Bearer \(token)",
+                    "--no-color", "--output-sanitize", "true", "--generation-database", "none",
+                ],
+                environment: ["HOME": FileManager.default.temporaryDirectory.path])
+            let finished = await eventually(timeout: 240, every: .milliseconds(500)) { !run.isRunning }
+            #expect(finished, "schemathesis did not finish")
+            let status = run.terminate()
+            #expect(status == 0, "schemathesis found problems:\n\(run.output.suffix(6000))")
+            #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
+            #expect(!harness.process.output.contains(token), "the ingress log leaks the admin token")
         }
     }
 }

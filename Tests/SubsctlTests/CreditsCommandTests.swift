@@ -59,7 +59,7 @@ struct CreditsCommandTests {
             func adjust(_ amount: String, _ number: String, user: String = "u1", pool: String = "PERMANENT") throws -> Subsctl.Run {
                 try Subsctl.run(
                     [
-                        "credits", "adjust", "--user", user, "--pool", pool, "--amount", amount, "--number", number, "--operator", "ops-alice",
+                        "credits", "adjust", "--user-id", user, "--pool", pool, "--amount", amount, "--number", number, "--operator", "ops-alice",
                         "--reason", "ticket 42",
                     ], environment: environment)
             }

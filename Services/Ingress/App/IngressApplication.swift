@@ -17,6 +17,8 @@ public struct IngressApplication: Sendable {
     public let server: HTTPServer
     /// Probes and metrics, on `INTERNAL_HTTP_HOST`:`INTERNAL_HTTP_PORT`.
     public let internalServer: HTTPServer
+    /// The admin API's own listener, when `ADMIN_TOKENS` is set.
+    public let adminServer: HTTPServer?
     public let logger: Logger
     let readiness: ReadinessMonitor
     let waiter: FulfillmentWaiter
@@ -53,10 +55,17 @@ public struct IngressApplication: Sendable {
             configuration: HTTPServerConfiguration(
                 host: configuration.internalHTTPHost, port: configuration.internalHTTPPort, threadPoolSize: 1),
             router: HealthRoutes(readiness: readiness).internalRouter(), logger: logger)
+        adminServer =
+            configuration.admin.isEnabled
+            ? HTTPServer(
+                configuration: HTTPServerConfiguration(
+                    host: configuration.admin.host, port: configuration.admin.port, threadPoolSize: 1,
+                    maxBodyBytes: 64 * 1024, connectionLimit: 64),
+                router: try buildAdminRouter(context), logger: logger) : nil
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
-    public var services: [any Service] { [pool, producer, readiness, sweeper, waiter, internalServer, server] }
+    public var services: [any Service] { [pool, producer, readiness, sweeper, waiter, internalServer, server] + (adminServer.map { [$0] } ?? []) }
 
     /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
     public func run() async throws {
@@ -68,6 +77,10 @@ public struct IngressApplication: Sendable {
         logger.info(
             "ingress listening",
             ["http.port": .int(Int64(server.port)), "internal.http.port": .int(Int64(internalServer.port))])
+        if let adminServer {
+            try adminServer.start()
+            logger.info("admin API listening", ["admin.port": .int(Int64(adminServer.port))])
+        }
         try await ServiceGroup(services: services, logger: logger).run()
     }
 }

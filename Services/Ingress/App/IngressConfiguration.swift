@@ -54,6 +54,8 @@ public struct IngressConfiguration: Sendable {
     public var userTokens: UserTokenSettings
     /// `SERVICE_TOKENS`: the back-end services allowed to use the metering API.
     public var serviceTokens: ServiceTokenSettings
+    /// `ADMIN_HTTP_HOST`, `ADMIN_HTTP_PORT`, `ADMIN_TOKENS`: the admin listener, off without tokens.
+    public var admin: AdminSettings
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -78,6 +80,11 @@ public struct IngressConfiguration: Sendable {
         cursorSigningKey = Self.secretBytes(reader, "CURSOR_SIGNING_KEY")
         userTokens = UserTokenSettings(reader: reader)
         serviceTokens = ServiceTokenSettings(reader: reader)
+        admin = AdminSettings(reader: reader)
+        if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
+            reader.report(
+                "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")
+        }
     }
 
     /// A secret given as base64 (or as raw text of at least 32 bytes).

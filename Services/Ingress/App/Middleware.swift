@@ -31,11 +31,11 @@ struct ServiceAuthentication: RouterMiddleware {
 
 /// Database trouble is the client's cue to retry (503); a value the database cannot hold
 /// (SQLSTATE class 22: NUL characters, overlong text) is the client's mistake (400); every other
-/// error passes through.
-struct DatabaseErrors: RouterMiddleware {
+/// error passes through. For the public and the admin router alike.
+struct DatabaseErrors<Context: RequestContext>: RouterMiddleware {
     func handle(
-        _ request: HTTPRequest, context: IngressRequestContext,
-        next: (HTTPRequest, IngressRequestContext) async throws -> HTTPResponse
+        _ request: HTTPRequest, context: Context,
+        next: (HTTPRequest, Context) async throws -> HTTPResponse
     ) async throws -> HTTPResponse {
         do {
             return try await next(request, context)

@@ -1,0 +1,90 @@
+"""Drives the support console in Debian's headless Chromium (JavaScript off) through Selenium:
+sign-in, a search by transaction id, the timeline, the replay of a DEAD event with a reason and
+its confirmation, and sign-out. Screenshots go to SCREENSHOT_DIR for a person to look at.
+
+Run by Tests/EndToEndTests/ConsoleBrowserTests.swift, which starts the ingress with an admin
+token and a DEAD event, passes CONSOLE_URL, ADMIN_TOKEN and TRANSACTION_ID, and checks the
+database afterwards. Exits non-zero with the reason on the first step that fails.
+"""
+import os
+import sys
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+BASE = os.environ["CONSOLE_URL"].rstrip("/")
+TOKEN = os.environ["ADMIN_TOKEN"]
+TRANSACTION = os.environ["TRANSACTION_ID"]
+SHOTS = os.environ["SCREENSHOT_DIR"]
+REASON = "product added (browser test)"
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def main():
+    os.makedirs(SHOTS, exist_ok=True)
+    options = Options()
+    options.binary_location = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1800",
+                     "--disable-gpu", "--no-first-run"):
+        options.add_argument(argument)
+    # The console must work without JavaScript.
+    options.add_experimental_option("prefs", {"profile.managed_default_content_settings.javascript": 2})
+    service = Service(os.environ.get("CHROMEDRIVER_BIN", "/usr/bin/chromedriver"))
+    driver = webdriver.Chrome(service=service, options=options)
+    driver.set_page_load_timeout(30)
+    shot = lambda name: driver.save_screenshot(os.path.join(SHOTS, name + ".png"))
+    try:
+        driver.get(BASE + "/admin/")
+        check(driver.current_url.endswith("/admin/login"), "an anonymous visit goes to the sign-in page: " + driver.current_url)
+        shot("01-sign-in")
+        driver.find_element(By.ID, "token").send_keys(TOKEN)
+        driver.find_element(By.ID, "sign-in").click()
+        check("signed in as browser-operator (operator)" in driver.page_source, "signed in")
+        shot("02-search")
+
+        driver.find_element(By.ID, "q").send_keys(TRANSACTION)
+        driver.find_element(By.ID, "search").click()
+        check("transactionId" in driver.find_element(By.ID, "matches").text, "the id is recognised as a transaction id")
+        timeline = driver.find_element(By.ID, "timeline")
+        check("UNMATCHED_PRODUCT" in timeline.text, "the timeline shows the dead event")
+        check(len(timeline.find_elements(By.TAG_NAME, "tr")) >= 2, "the timeline has its rows")
+        shot("03-case")
+
+        events = driver.find_element(By.ID, "events")
+        form = events.find_element(By.CSS_SELECTOR, "form[action='/admin/actions/replay-event']")
+        form.find_element(By.NAME, "reason").send_keys(REASON)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        check("Confirm: Replay event" in driver.page_source, "a confirmation step comes first")
+        check(REASON in driver.page_source, "the confirmation shows the reason")
+        shot("04-confirm")
+        driver.find_element(By.ID, "confirm").click()
+        check("Done, audited as browser-operator" in driver.find_element(By.ID, "result").text, "the replay is done")
+        check('"RECEIVED"' in driver.find_element(By.TAG_NAME, "pre").text, "the event is RECEIVED again")
+        shot("05-replayed")
+        driver.find_element(By.ID, "back").click()
+        check("DEAD_EVENT_REPLAYED" in driver.find_element(By.ID, "audit").text, "the case shows the audit row")
+        shot("06-case-after")
+
+        driver.find_element(By.ID, "sign-out").click()
+        check(driver.current_url.endswith("/admin/login"), "sign-out leads to the sign-in page")
+        driver.get(BASE + "/admin/queue")
+        check(driver.current_url.endswith("/admin/login"), "after sign-out the console is closed")
+        shot("07-signed-out")
+    except Exception as error:  # noqa: BLE001 - any failure ends the run with its reason
+        shot("failure")
+        print("console browser test failed: %s (at %s)" % (error, driver.current_url), file=sys.stderr)
+        return 1
+    finally:
+        driver.quit()
+    print("console browser test: sign-in, search, timeline, replay, sign-out done; screenshots in " + SHOTS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

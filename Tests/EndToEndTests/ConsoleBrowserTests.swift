@@ -1,0 +1,72 @@
+import AppStore
+import AppStoreTestSupport
+import Crypto
+import Foundation
+import Postgres
+import TestSupport
+import Testing
+
+/// The support console in a real browser: Tests/Browser/console_browser_test.py drives Debian's
+/// headless Chromium through Selenium (both installed by deploy/local/install.sh) against a live
+/// ingress; screenshots stay in .local/browser-screenshots for a person to look at.
+@Suite(.timeLimit(.minutes(5)))
+struct ConsoleBrowserTests {
+    @Test func signInSearchReplayAndSignOutInChromium() async throws {
+        let root = ServiceProcess.packageRoot
+        let python = root.appendingPathComponent(".local/venv/bin/python")
+        let script = root.appendingPathComponent("Tests/Browser/console_browser_test.py")
+        for needed in [python.path, "/usr/bin/chromium", "/usr/bin/chromedriver"] where !FileManager.default.isExecutableFile(atPath: needed) {
+            throw MissingServiceError(variable: "\(needed) (deploy/local/install.sh installs chromium, chromium-driver and selenium)")
+        }
+        let token = Base64URL.encode(SecureRandom.bytes(32))
+        try await IngressHarness.with(extra: ["ADMIN_TOKENS": "browser-operator:operator:\(token)", "ADMIN_HTTP_PORT": "0"]) { harness in
+            var adminPort: Int?
+            _ = await eventually(timeout: 30, every: .milliseconds(100)) {
+                let log = harness.process.output
+                guard let range = log.range(of: #""admin.port":(\d+)"#, options: .regularExpression) else { return false }
+                adminPort = Int(log[range].dropFirst("\"admin.port\":".count))
+                return true
+            }
+            let port = try #require(adminPort, "the admin port in the ingress log")
+            // A renewal whose product is unknown: DEAD with UNMATCHED_PRODUCT, as a worker leaves it.
+            let transactionID = String(UInt64.random(in: 2_000_000_000...2_999_999_999))
+            let transaction = TestPayloads.transaction(
+                bundleId: IngressHarness.bundleID, environment: .sandbox, transactionId: transactionID,
+                originalTransactionId: transactionID)
+            let uuid = UUID()
+            let jws = try harness.signer.signNotification(
+                type: .didRenew, bundleId: IngressHarness.bundleID, environment: .sandbox, transaction: transaction,
+                notificationUUID: uuid)
+            let posted = try await harness.client.post("/api/v1/iap/apple/notifications/sandbox", json: ["signedPayload": jws])
+            #expect(posted.status == 200)
+            let eventID: Int64 = try await harness.pool.query(
+                """
+                UPDATE inbound_event SET process_status = 'DEAD', error_code = 'UNMATCHED_PRODUCT', error_message = 'no such product'
+                 WHERE notification_uuid = \(uuid.uuidString.lowercased()) RETURNING id
+                """
+            ).first!.decode("id")
+
+            let screenshots = root.appendingPathComponent(".local/browser-screenshots").path
+            let run = try ServiceProcess(
+                executablePath: python.path, name: "console-browser", arguments: [script.path],
+                environment: [
+                    "CONSOLE_URL": "http://127.0.0.1:\(port)", "ADMIN_TOKEN": token, "TRANSACTION_ID": transactionID,
+                    "SCREENSHOT_DIR": screenshots, "HOME": FileManager.default.temporaryDirectory.path, "PATH": "/usr/bin:/bin",
+                ])
+            let finished = await eventually(timeout: 180, every: .milliseconds(500)) { !run.isRunning }
+            #expect(finished, "the browser test did not finish")
+            let status = run.terminate()
+            #expect(status == 0, "the browser test failed:\n\(run.output.suffix(4000))")
+            let state: String = try await harness.pool.query(
+                "SELECT process_status FROM inbound_event WHERE id = \(eventID)"
+            ).first!.decode("process_status")
+            #expect(state == "RECEIVED", "the replay reached the database")
+            let audited = try await harness.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'DEAD_EVENT_REPLAYED' AND operator = 'browser-operator' AND reason = 'product added (browser test)'"
+            )
+            #expect(audited == 1)
+            #expect(FileManager.default.fileExists(atPath: screenshots + "/03-case.png"))
+            #expect(!harness.process.output.contains(token), "the ingress log leaks the admin token")
+        }
+    }
+}
