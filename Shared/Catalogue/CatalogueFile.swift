@@ -123,7 +123,7 @@ public struct CatalogueFile: Sendable, Equatable {
         case .valueNotFound(_, let context)?: return "\(path(context)) must not be null"
         case .typeMismatch(_, let context)?: return "\(path(context)) has the wrong type"
         case .dataCorrupted(let context)? where !context.codingPath.isEmpty:
-            return "\(path(context)) has an invalid value (duration: MONTH|YEAR, upgradeGrant: FULL|DIFFERENCE)"
+            return "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE)"
         default: return "the file is not a JSON object"
         }
     }

@@ -99,7 +99,8 @@ public struct CatalogueStore: Sendable {
                 trial_grants_credits, upgrade_grant, family_shared_grants_credits
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
-            ORDER BY subscription_group_id, plan_level, duration, product_id
+            ORDER BY subscription_group_id, plan_level,
+                array_position(ARRAY['P1W', 'P1M', 'P2M', 'P3M', 'P6M', 'P1Y'], duration), product_id
             """
         ).map(Self.product)
     }

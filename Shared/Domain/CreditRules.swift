@@ -36,31 +36,50 @@ public struct GrantDecision: Sendable, Hashable {
     }
 }
 
+/// A change of plan Apple applied at once, inside a paid period.
+public struct PlanChange: Sendable, Hashable {
+    /// `.upgrade` or `.crossgrade` (same level, same duration).
+    public var relation: PlanRelation
+    /// The plans the period ran on before, latest first (several after switching back and forth).
+    public var replaced: [CatalogueProduct]
+
+    public init(relation: PlanRelation, replaced: [CatalogueProduct]) {
+        self.relation = relation
+        self.replaced = replaced
+    }
+}
+
 /// The credit rules of domain.md, as pure functions.
 public enum CreditRules {
-    /// Grants owed for one verified transaction (the first month only, for a yearly plan).
+    /// Grants owed for one verified transaction (the first month only, for plans longer than a month).
     ///
-    /// - Parameter replaced: the product this transaction upgraded from, when it is an upgrade.
+    /// - Parameter change: the immediate change of plan this transaction is, if it is one.
     public static func grants(
-        for transaction: TransactionFact, product: CatalogueProduct, replaced: CatalogueProduct? = nil
+        for transaction: TransactionFact, product: CatalogueProduct, change: PlanChange? = nil
     ) -> [GrantDecision] {
         guard transaction.revocationDate == nil else { return [] }
         if transaction.isFamilyShared, !product.familySharedGrantsCredits { return [] }
         if transaction.isFreeTrial, !product.trialGrantsCredits { return [] }
         var amount = Credits.micro(product.creditsAmount)
         var reason = transaction.transactionReason == "RENEWAL" ? "RENEWAL" : "PURCHASE"
-        if let replaced {
-            reason = "UPGRADE"
-            if product.upgradeGrant == .difference {
-                amount = max(0, amount - Credits.micro(replaced.creditsAmount))
+        if let change {
+            // What the period has already been given is its highest plan so far: the new plan
+            // adds at most the difference to it, so switching back and forth adds nothing twice.
+            let given = Credits.micro(change.replaced.map(\.creditsAmount).max() ?? 0)
+            if change.relation == .upgrade {
+                reason = "UPGRADE"
+                if product.upgradeGrant == .difference { amount = max(0, amount - given) }
+            } else {
+                reason = "CROSSGRADE"
+                amount = max(0, amount - given)
             }
         }
         guard amount > 0 else { return [] }
-        let key = periodGrantKey(transaction, monthIndex: product.duration == .year ? 0 : nil)
+        let key = periodGrantKey(transaction, monthIndex: product.duration.grantsMonthly ? 0 : nil)
         return [GrantDecision(grantKey: key, pool: .subscription, amount: amount, reason: reason)]
     }
 
-    /// `environment:transactionId` for a period grant; `:m<index>` for the months of a yearly plan.
+    /// `environment:transactionId` for a period grant; `:m<index>` for the months of a longer plan.
     public static func periodGrantKey(_ transaction: TransactionFact, monthIndex: Int?) -> String {
         periodGrantKey(environment: transaction.environment, transactionID: transaction.transactionID, monthIndex: monthIndex)
     }
@@ -70,13 +89,13 @@ public enum CreditRules {
         return monthIndex.map { "\(base):m\($0)" } ?? base
     }
 
-    /// The grant dates of a yearly plan: month 0 at purchase, then each month on the anchor day
-    /// (UTC, clamped to the month's last day), 12 in all, never after the period ends.
-    public static func yearlyGrantDates(purchase: Date, expires: Date?) -> [Date] {
+    /// The grant dates of a plan of `months` months: month 0 at purchase, then each month on the
+    /// anchor day (UTC, clamped to the month's last day), `months` in all, never after the period ends.
+    public static func monthlyGrantDates(purchase: Date, months: Int, expires: Date?) -> [Date] {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
         let anchor = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: purchase)
-        return (0..<12).compactMap { index -> Date? in
+        return (0..<months).compactMap { index -> Date? in
             if index == 0 { return purchase }
             guard
                 let firstOfMonth = calendar.date(

@@ -70,6 +70,18 @@ import Testing
         #expect(!rules.enabled && !rules.trialGrantsCredits && rules.upgradeGrant == .difference && rules.familySharedGrantsCredits)
     }
 
+    @Test func durationsAreAppStoreConnectsAndTheOldSpellingsMeanP1MAndP1Y() throws {
+        let values = ["P1W", "P1M", "P2M", "P3M", "P6M", "P1Y", "MONTH", "YEAR"]
+        let file = try Self.parse([
+            "appKey": "com.example.app",
+            "products": values.map { Self.product(["productId": "p.\($0)", "duration": $0]) },
+        ])
+        #expect(file.products.map(\.duration) == [.week, .month, .twoMonths, .threeMonths, .sixMonths, .year, .month, .year])
+        #expect(
+            Self.problems(["appKey": "a", "products": [Self.product(["duration": "P4M"])]]).first?.hasPrefix(
+                "products[0].duration has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y") == true)
+    }
+
     /// Each case: fields (JSON) merged into a valid product, and the start of the expected problem.
     @Test(arguments: [
         (#"{"creditAmount": 5}"#, "products[0].creditAmount is not a catalogue field"),

@@ -52,7 +52,9 @@ import Testing
     @Test func periodGrantsAreKeyedByTransaction() {
         let grants = CreditRules.grants(for: tx("7"), product: pro)
         #expect(grants == [GrantDecision(grantKey: "period:Production:7", pool: .subscription, amount: 3_000_000_000, reason: "PURCHASE")])
-        #expect(CreditRules.grants(for: tx("7"), product: pro, replaced: starter).first?.amount == Credits.micro(2000))
+        #expect(
+            CreditRules.grants(for: tx("7"), product: pro, change: PlanChange(relation: .upgrade, replaced: [starter])).first?.amount
+                == Credits.micro(2000))
         var revoked = tx("8")
         revoked.revocationDate = Date()
         #expect(CreditRules.grants(for: revoked, product: pro).isEmpty)
@@ -65,11 +67,59 @@ import Testing
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
         let purchase = calendar.date(from: DateComponents(year: 2028, month: 1, day: 31, hour: 10))!
-        let dates = CreditRules.yearlyGrantDates(purchase: purchase, expires: calendar.date(byAdding: .year, value: 1, to: purchase))
+        let dates = CreditRules.monthlyGrantDates(
+            purchase: purchase, months: 12, expires: calendar.date(byAdding: .year, value: 1, to: purchase))
         #expect(dates.count == 12)
         let days = dates.map { calendar.component(.day, from: $0) }
         #expect(days == [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])  // February 2028 has 29 days
         #expect(calendar.component(.month, from: dates[1]) == 2)
+    }
+
+    @Test(arguments: [(ProductDuration.twoMonths, 2), (.threeMonths, 3), (.sixMonths, 6), (.year, 12)])
+    func longerPlansGrantEachOfTheirMonthsOnTheAnchorDay(duration: ProductDuration, months: Int) {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        // 31 August 2027: the anchor falls on short months (30 September, 28 February 2028 is a
+        // leap February: 29) and comes back to the 31st.
+        let purchase = calendar.date(from: DateComponents(year: 2027, month: 8, day: 31, hour: 23, minute: 59))!
+        let expires = calendar.date(byAdding: .month, value: months, to: purchase)!
+        #expect(duration.months == months && duration.grantsMonthly)
+        let dates = CreditRules.monthlyGrantDates(purchase: purchase, months: months, expires: expires)
+        #expect(dates.count == months)
+        let expected = [
+            (2027, 8, 31), (2027, 9, 30), (2027, 10, 31), (2027, 11, 30), (2027, 12, 31), (2028, 1, 31), (2028, 2, 29),
+            (2028, 3, 31), (2028, 4, 30), (2028, 5, 31), (2028, 6, 30), (2028, 7, 31),
+        ].prefix(months)
+        #expect(
+            dates.map { calendar.dateComponents([.year, .month, .day, .hour, .minute], from: $0) }
+                == expected.map { DateComponents(year: $0.0, month: $0.1, day: $0.2, hour: 23, minute: 59) })
+        #expect(dates.allSatisfy { $0 < expires })
+        // A period cut short (a refund's expiry, an upgrade) grants no month after it ends.
+        #expect(CreditRules.monthlyGrantDates(purchase: purchase, months: months, expires: dates[1]).count == 1)
+    }
+
+    @Test func durationsAreISO8601AndTheOldSpellingsStillRead() throws {
+        #expect(ProductDuration.allCases.map(\.rawValue) == ["P1W", "P1M", "P2M", "P3M", "P6M", "P1Y"])
+        #expect(ProductDuration(catalogueValue: "MONTH") == .month)
+        #expect(ProductDuration(catalogueValue: "YEAR") == .year)
+        #expect(ProductDuration(catalogueValue: "P1D") == nil)
+        #expect(ProductDuration(catalogueValue: "WEEK") == nil)
+        let decoded = try JSONDecoder().decode([ProductDuration].self, from: Data(#"["YEAR","P6M","P1W"]"#.utf8))
+        #expect(decoded == [.year, .sixMonths, .week])
+        #expect(String(decoding: try JSONEncoder().encode([ProductDuration.year]), as: UTF8.self) == #"["P1Y"]"#)
+        #expect(ProductDuration.week.months == nil && !ProductDuration.week.grantsMonthly && !ProductDuration.month.grantsMonthly)
+    }
+
+    @Test func weeklyAndMonthlyPlansGrantOneWholePeriodPerTransactionLongerPlansTheirFirstMonth() {
+        for (duration, key) in [
+            (ProductDuration.week, "period:Production:1"), (.month, "period:Production:1"), (.threeMonths, "period:Production:1:m0"),
+        ] {
+            var product = pro
+            product.duration = duration
+            let grants = CreditRules.grants(for: tx("1"), product: product)
+            #expect(grants.map(\.grantKey) == [key])
+            #expect(grants.map(\.amount) == [Credits.micro(3000)], "creditsAmount is per week or per month")
+        }
     }
 
     @Test func usageDrawsInPoolOrderOrNotAtAll() {
@@ -100,5 +150,38 @@ import Testing
         yearly.duration = .year
         #expect(PlanRelation.between(current: pro, candidate: yearly) == .crossgrade)
         #expect(PlanRelation.between(current: nil, candidate: pro) == .new)
+    }
+
+    @Test func changeTimingsFollowApple() {
+        var yearly = pro
+        yearly.productID = "com.example.pro.yearly"
+        yearly.duration = .year
+        var twin = pro
+        twin.productID = "com.example.pro.monthly2"
+        #expect(ChangeTiming.of(current: starter, candidate: pro) == .now, "higher level")
+        #expect(ChangeTiming.of(current: pro, candidate: twin) == .now, "same level, same duration")
+        #expect(ChangeTiming.of(current: pro, candidate: yearly) == .nextRenewal, "same level, other duration")
+        #expect(ChangeTiming.of(current: pro, candidate: starter) == .nextRenewal, "lower level")
+        #expect(ChangeTiming.of(current: pro, candidate: pro) == nil, "the current product")
+        #expect(ChangeTiming.of(current: nil, candidate: pro) == .now, "a first purchase")
+        #expect(ChangeTiming.now.rawValue == "NOW" && ChangeTiming.nextRenewal.rawValue == "NEXT_RENEWAL")
+    }
+
+    @Test func sameLevelChangesGrantOnlyTheDifferenceWhateverTheUpgradeRule() {
+        var cheaper = pro
+        cheaper.creditsAmount = 1000
+        cheaper.upgradeGrant = .full
+        var dearer = cheaper
+        dearer.creditsAmount = 1500
+        let up = CreditRules.grants(for: tx("1"), product: dearer, change: PlanChange(relation: .crossgrade, replaced: [cheaper]))
+        #expect(up.map(\.amount) == [Credits.micro(500)] && up.map(\.reason) == ["CROSSGRADE"])
+        #expect(CreditRules.grants(for: tx("2"), product: cheaper, change: PlanChange(relation: .crossgrade, replaced: [dearer])).isEmpty)
+        #expect(
+            CreditRules.grants(for: tx("3"), product: dearer, change: PlanChange(relation: .crossgrade, replaced: [cheaper, dearer]))
+                .isEmpty)
+        // A FULL upgrade still grants the whole amount.
+        #expect(
+            CreditRules.grants(for: tx("4"), product: dearer, change: PlanChange(relation: .upgrade, replaced: [cheaper])).map(\.amount)
+                == [Credits.micro(1500)])
     }
 }

@@ -75,9 +75,12 @@ struct ReadRouteTests {
             try await harness.pool.query(
                 """
                 INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled)
-                VALUES ('com.example.subscriptions', 'com.example.legacy.monthly', '21000000', 'legacy', 3, 'MONTH', 500, false),
-                       ('com.example.subscriptions', 'com.example.addon.monthly', '22000000', 'addon', 1, 'MONTH', 100, true),
-                       ('com.other.app', 'com.other.monthly', '23000000', 'other', 1, 'MONTH', 100, true)
+                VALUES ('com.example.subscriptions', 'com.example.legacy.monthly', '21000000', 'legacy', 3, 'P1M', 500, false),
+                       ('com.example.subscriptions', 'com.example.addon.monthly', '22000000', 'addon', 1, 'P1M', 100, true),
+                       ('com.example.subscriptions', 'com.example.addon2.monthly', '22000000', 'addon2', 1, 'P1M', 150, true),
+                       ('com.example.subscriptions', 'com.example.addon2.weekly', '22000000', 'addon2', 1, 'P1W', 40, true),
+                       ('com.example.subscriptions', 'com.example.addon.lite', '22000000', 'lite', 2, 'P1M', 50, true),
+                       ('com.other.app', 'com.other.monthly', '23000000', 'other', 1, 'P1M', 100, true)
                 """)
             try await harness.rows.addSubscription(
                 user: "starter", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400))
@@ -99,7 +102,8 @@ struct ReadRouteTests {
             }
             let main = ["com.example.starter.monthly", "com.example.pro.monthly", "com.example.pro.yearly"]
             func expected(_ values: [String], addon: String = "NEW") -> [String: String] {
-                Dictionary(uniqueKeysWithValues: zip(main, values)).merging(["com.example.addon.monthly": addon]) { a, _ in a }
+                let addons = ["com.example.addon.monthly", "com.example.addon2.monthly", "com.example.addon2.weekly", "com.example.addon.lite"]
+                return Dictionary(uniqueKeysWithValues: zip(main, values)).merging(addons.map { ($0, addon) }) { a, _ in a }
             }
             #expect(try await relations("starter") == expected(["CURRENT", "UPGRADE", "UPGRADE"]))
             #expect(try await relations("yearly") == expected(["DOWNGRADE", "CROSSGRADE", "CURRENT"]))
@@ -107,12 +111,40 @@ struct ReadRouteTests {
             #expect(try await relations("grace") == expected(["DOWNGRADE", "CURRENT", "CROSSGRADE"]))
             #expect(try await relations("lapsed") == expected(["NEW", "NEW", "NEW"]))
 
+            // When Apple applies each switch: a higher level, or the same level and duration, at
+            // once; a lower level, or the same level with another duration, at the next renewal.
+            try await harness.rows.addSubscription(
+                user: "addon", product: "com.example.addon.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400))
+            func timings(_ user: String) async throws -> [String: String] {
+                let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: user)["products"] as? [[String: Any]])
+                #expect(products.allSatisfy { $0.keys.contains("changeTiming") }, "changeTiming is always present")
+                return Dictionary(
+                    uniqueKeysWithValues: products.map { ($0["productId"] as! String, ($0["changeTiming"] as? String) ?? "null") })
+            }
+            let addonTimings = try await timings("addon")
+            #expect(
+                addonTimings.filter { $0.key.contains("addon") }
+                    == [
+                        "com.example.addon.monthly": "null", "com.example.addon2.monthly": "NOW", "com.example.addon2.weekly": "NEXT_RENEWAL",
+                        "com.example.addon.lite": "NEXT_RENEWAL",
+                    ])
+            #expect(try await relations("addon")["com.example.addon2.monthly"] == "CROSSGRADE")
+            #expect(
+                try await timings("starter").filter { main.contains($0.key) } == Dictionary(uniqueKeysWithValues: zip(main, ["null", "NOW", "NOW"])))
+            #expect(
+                try await timings("yearly").filter { main.contains($0.key) }
+                    == Dictionary(uniqueKeysWithValues: zip(main, ["NEXT_RENEWAL", "NEXT_RENEWAL", "null"])))
+            #expect(try await timings("lapsed").values.allSatisfy { $0 == "NOW" }, "a first purchase takes effect at once")
+
             let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: "starter")["products"] as? [[String: Any]])
             let yearly = try #require(products.first { $0["productId"] as? String == "com.example.pro.yearly" })
-            #expect(Set(yearly.keys) == ["productId", "planCode", "planLevel", "duration", "creditsAmount", "subscriptionGroupId", "relation"])
+            #expect(
+                Set(yearly.keys) == [
+                    "productId", "planCode", "planLevel", "duration", "creditsAmount", "subscriptionGroupId", "relation", "changeTiming",
+                ])
             #expect(yearly["planCode"] as? String == "pro")
             #expect(yearly["planLevel"] as? Int == 1)
-            #expect(yearly["duration"] as? String == "YEAR")
+            #expect(yearly["duration"] as? String == "P1Y")
             #expect(yearly["creditsAmount"] as? Int == 3000)
             #expect(yearly["subscriptionGroupId"] as? String == "21000000")
         }
