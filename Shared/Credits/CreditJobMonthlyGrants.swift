@@ -4,7 +4,8 @@ import Postgres
 import ServiceRuntime
 
 extension CreditJobs {
-    /// Grants the months of plans longer than a month (P2M…P1Y) that are due by `now`: month i on
+    /// Grants the months of periods longer than a month (P2M…P1Y plans, and pay-up-front or free
+    /// offers covering several months) that are due by `now`: month i on
     /// the anchor day of the i-th month after the purchase (UTC, clamped to the month's end), for
     /// every month of the period, while the subscription is ACTIVE or in GRACE and the transaction is not revoked;
     /// only for periods whose first month was granted (trials and family sharing follow the
@@ -14,17 +15,16 @@ extension CreditJobs {
         let candidates = try await pool.query(
             """
             SELECT s.environment, s.original_transaction_id, s.user_id, t.transaction_id, t.purchase_date, t.expires_date,
-                   p.credits_amount, p.duration,
+                   p.credits_amount, p.duration, t.offer_discount_type, t.offer_period,
                    (SELECT string_agg(g.grant_key, ',') FROM credit_grant g
                      WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) AS granted
               FROM user_subscription s
               JOIN apple_transaction t ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
               JOIN payment_product p ON p.channel = 'APPLE' AND p.app_key = \(appKey) AND p.product_id = t.product_id
-             WHERE s.status IN ('ACTIVE', 'GRACE') AND s.frozen_reason IS NULL AND p.duration NOT IN ('P1W', 'P1M')
+             WHERE s.status IN ('ACTIVE', 'GRACE') AND s.frozen_reason IS NULL AND (p.duration NOT IN ('P1W', 'P1M') OR t.offer_period IS NOT NULL)
                AND t.revocation_date IS NULL AND t.purchase_date <= \(now)
                AND (SELECT count(*) FROM credit_grant g
-                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) BETWEEN 1 AND 11
-               -- 11: at most 12 months (P1Y) in a period; shorter plans stop at their own count below.
+                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) >= 1
             """)
         var granted = 0
         for row in candidates {
@@ -33,7 +33,13 @@ extension CreditJobs {
             let existing = Set((try row.decode("granted", as: String?.self) ?? "").split(separator: ",").map(String.init))
             guard existing.contains(CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: 0))
             else { continue }
-            guard let months = ProductDuration(rawValue: try row.decode("duration"))?.months else { continue }
+            guard let duration = ProductDuration(rawValue: try row.decode("duration")),
+                let months = CreditRules.periodMonths(
+                    offerDiscountType: try row.decode("offer_discount_type", as: String?.self),
+                    offerPeriod: try row.decode("offer_period", as: String?.self),
+                    duration: duration),
+                months > 1, existing.count < months
+            else { continue }
             let dates = CreditRules.monthlyGrantDates(
                 purchase: try row.decode("purchase_date"), months: months, expires: try row.decode("expires_date", as: Date?.self))
             let amount = Credits.micro(try row.decode("credits_amount"))

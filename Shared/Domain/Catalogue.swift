@@ -49,6 +49,40 @@ public enum UpgradeGrant: String, Sendable, Codable {
     case difference = "DIFFERENCE"
 }
 
+/// Apple's offer types (`offerType`).
+public enum OfferKind: Int, Sendable, Hashable, Codable, CaseIterable, CodingKeyRepresentable {
+    /// Free trial, pay as you go or pay up front, once per subscription group.
+    case introductory = 1
+    case promotional = 2
+    case offerCode = 3
+    case winBack = 4
+
+    private struct Key: CodingKey {
+        var stringValue: String
+        var intValue: Int?
+        init(stringValue: String) { (self.stringValue, intValue) = (stringValue, Int(stringValue)) }
+        init(intValue: Int) { (stringValue, self.intValue) = ("\(intValue)", intValue) }
+    }
+
+    /// Keyed by Apple's number (`{"3": false}`), so rules keyed by kind are a JSON object.
+    public var codingKey: any CodingKey { Key(intValue: rawValue) }
+
+    public init?<T: CodingKey>(codingKey: T) {
+        guard let value = codingKey.intValue ?? Int(codingKey.stringValue) else { return nil }
+        self.init(rawValue: value)
+    }
+
+    /// The name of the kind in catalogue files.
+    public var catalogueName: String {
+        switch self {
+        case .introductory: "INTRODUCTORY"
+        case .promotional: "PROMOTIONAL"
+        case .offerCode: "OFFER_CODE"
+        case .winBack: "WIN_BACK"
+        }
+    }
+}
+
 /// A product of the catalogue with its per-product credit rules (data, never hard-coded).
 public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var productID: String
@@ -63,11 +97,14 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var trialGrantsCredits: Bool
     public var upgradeGrant: UpgradeGrant
     public var familySharedGrantsCredits: Bool
+    /// Whether a free period of a promotional, offer-code or win-back offer grants credits; a kind
+    /// left out follows `trialGrantsCredits` (which decides for introductory free trials).
+    public var freePeriodGrantsCredits: [OfferKind: Bool]
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
-        familySharedGrantsCredits: Bool = false
+        familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:]
     ) {
         self.productID = productID
         self.subscriptionGroupID = subscriptionGroupID
@@ -79,6 +116,12 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.trialGrantsCredits = trialGrantsCredits
         self.upgradeGrant = upgradeGrant
         self.familySharedGrantsCredits = familySharedGrantsCredits
+        self.freePeriodGrantsCredits = freePeriodGrantsCredits
+    }
+
+    /// Whether a free period of this offer kind grants the product's credits.
+    public func freePeriodGrants(_ kind: OfferKind) -> Bool {
+        kind == .introductory ? trialGrantsCredits : freePeriodGrantsCredits[kind] ?? trialGrantsCredits
     }
 }
 

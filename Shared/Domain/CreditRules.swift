@@ -59,7 +59,7 @@ public enum CreditRules {
     ) -> [GrantDecision] {
         guard transaction.revocationDate == nil else { return [] }
         if transaction.isFamilyShared, !product.familySharedGrantsCredits { return [] }
-        if transaction.isFreeTrial, !product.trialGrantsCredits { return [] }
+        if transaction.isFreePeriod, let offer = transaction.offer, !product.freePeriodGrants(offer) { return [] }
         var amount = Credits.micro(product.creditsAmount)
         var reason = transaction.transactionReason == "RENEWAL" ? "RENEWAL" : "PURCHASE"
         if let change {
@@ -75,11 +75,30 @@ public enum CreditRules {
             }
         }
         guard amount > 0 else { return [] }
-        let key = periodGrantKey(transaction, monthIndex: product.duration.grantsMonthly ? 0 : nil)
+        let months = periodMonths(offerDiscountType: transaction.offerDiscountType, offerPeriod: transaction.offerPeriod, duration: product.duration)
+        let key = periodGrantKey(transaction, monthIndex: (months ?? 0) > 1 ? 0 : nil)
         return [GrantDecision(grantKey: key, pool: .subscription, amount: amount, reason: reason)]
     }
 
-    /// `environment:transactionId` for a period grant; `:m<index>` for the months of a longer plan.
+    /// The months one transaction's period grants over: a pay-up-front or free offer covers its
+    /// `offerPeriod` (`P3M`, `P1Y`) in one transaction; otherwise the product's duration. Nil for
+    /// periods counted in weeks or days, which grant once.
+    public static func periodMonths(offerDiscountType: String?, offerPeriod: String?, duration: ProductDuration) -> Int? {
+        if offerDiscountType == "PAY_UP_FRONT" || offerDiscountType == "FREE_TRIAL", let offerPeriod {
+            return months(in: offerPeriod)
+        }
+        return duration.months
+    }
+
+    /// Whole months of an ISO 8601 period of months or years (`P2M`, `P1Y`); nil otherwise.
+    public static func months(in period: String) -> Int? {
+        guard period.hasPrefix("P"), let unit = period.last, unit == "M" || unit == "Y",
+            let count = Int(period.dropFirst().dropLast()), (1...120).contains(count)
+        else { return nil }
+        return unit == "Y" ? count * 12 : count
+    }
+
+    /// `environment:transactionId` for a period grant; `:m<index>` for the months of a longer period.
     public static func periodGrantKey(_ transaction: TransactionFact, monthIndex: Int?) -> String {
         periodGrantKey(environment: transaction.environment, transactionID: transaction.transactionID, monthIndex: monthIndex)
     }

@@ -152,6 +152,50 @@ import Testing
         #expect(PlanRelation.between(current: nil, candidate: pro) == .new)
     }
 
+    func offer(_ id: String, kind: Int, discount: String, period: String? = nil) -> TransactionFact {
+        var transaction = tx(id)
+        transaction.offerType = kind
+        transaction.offerDiscountType = discount
+        transaction.offerPeriod = period
+        return transaction
+    }
+
+    /// Every offer kind's free period follows its catalogue rule; a kind left out follows
+    /// trialGrantsCredits; paid offers always grant.
+    @Test func freePeriodsOfEveryOfferKindFollowTheCatalogue() {
+        var product = starter
+        product.trialGrantsCredits = false
+        for kind in 1...4 {
+            #expect(CreditRules.grants(for: offer("f\(kind)", kind: kind, discount: "FREE_TRIAL", period: "P1M"), product: product).isEmpty)
+            #expect(CreditRules.grants(for: offer("p\(kind)", kind: kind, discount: "PAY_AS_YOU_GO", period: "P3M"), product: product).count == 1)
+        }
+        product.freePeriodGrantsCredits = [.offerCode: true, .winBack: false]
+        #expect(CreditRules.grants(for: offer("a", kind: 3, discount: "FREE_TRIAL", period: "P1M"), product: product).count == 1)
+        #expect(CreditRules.grants(for: offer("b", kind: 4, discount: "FREE_TRIAL", period: "P1M"), product: product).isEmpty)
+        #expect(CreditRules.grants(for: offer("c", kind: 2, discount: "FREE_TRIAL", period: "P1M"), product: product).isEmpty, "follows trials")
+        #expect(CreditRules.grants(for: offer("d", kind: 1, discount: "FREE_TRIAL", period: "P1W"), product: product).isEmpty)
+        product.trialGrantsCredits = true
+        #expect(CreditRules.grants(for: offer("e", kind: 2, discount: "FREE_TRIAL", period: "P1M"), product: product).count == 1)
+        #expect(CreditRules.grants(for: offer("f", kind: 4, discount: "FREE_TRIAL", period: "P1M"), product: product).isEmpty)
+        #expect(product.freePeriodGrants(.introductory) && product.freePeriodGrants(.promotional) && !product.freePeriodGrants(.winBack))
+    }
+
+    /// One pay-up-front transaction covers its whole offer period: month 0 now (keyed `:m0`), the
+    /// rest month by month; pay as you go grants with each paid period like a normal renewal.
+    @Test func payUpFrontOffersGrantMonthByMonthOverTheOfferPeriod() {
+        #expect(CreditRules.months(in: "P3M") == 3 && CreditRules.months(in: "P1Y") == 12 && CreditRules.months(in: "P2Y") == 24)
+        #expect(CreditRules.months(in: "P1W") == nil && CreditRules.months(in: "P3D") == nil && CreditRules.months(in: "3M") == nil)
+        #expect(CreditRules.periodMonths(offerDiscountType: "PAY_UP_FRONT", offerPeriod: "P6M", duration: .month) == 6)
+        #expect(CreditRules.periodMonths(offerDiscountType: "PAY_AS_YOU_GO", offerPeriod: "P6M", duration: .month) == 1)
+        #expect(CreditRules.periodMonths(offerDiscountType: nil, offerPeriod: nil, duration: .year) == 12)
+        #expect(CreditRules.periodMonths(offerDiscountType: "FREE_TRIAL", offerPeriod: "P1W", duration: .year) == nil)
+        let upFront = CreditRules.grants(for: offer("9", kind: 1, discount: "PAY_UP_FRONT", period: "P3M"), product: starter)
+        #expect(upFront.map(\.grantKey) == ["period:Production:9:m0"])
+        #expect(upFront.map(\.amount) == [Credits.micro(1000)])
+        let asYouGo = CreditRules.grants(for: offer("10", kind: 1, discount: "PAY_AS_YOU_GO", period: "P3M"), product: starter)
+        #expect(asYouGo.map(\.grantKey) == ["period:Production:10"])
+    }
+
     @Test func changeTimingsFollowApple() {
         var yearly = pro
         yearly.productID = "com.example.pro.yearly"

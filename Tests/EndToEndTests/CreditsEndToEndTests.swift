@@ -366,6 +366,48 @@ struct CreditsEndToEndTests {
         try await harness.checkInvariants()
     }
 
+    /// Offers through the worker: an offer-code free month on a product whose trials do not grant
+    /// grants nothing (the paid renewal after it does); a pay-up-front introductory offer of three
+    /// months grants its months one by one on the anchor day.
+    @Test func offerCodeFreeMonthWithTrialsNotGrantingAndPayUpFrontMonths() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        try await harness.pool.query("UPDATE payment_product SET trial_grants_credits = false")
+        let token = try await harness.user("olga")
+        let signed = Date() - 600
+        let start = TestPayloads.wholeMilliseconds(Date() - 31 * Self.day)
+        let original = Self.id()
+        var free = harness.transaction(original, purchase: start, days: 30, token: token, signed: signed)
+        free.offerType = .subscriptionOfferCode
+        free.offerDiscountType = .freeTrial
+        free.offerPeriod = "P1M"
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: free)) == .succeeded)
+        #expect(try await harness.balance("olga") == 0)
+        #expect(try await harness.value("SELECT offer_period FROM apple_transaction WHERE transaction_id = \(original)", as: String.self) == "P1M")
+        let paid = harness.transaction(
+            Self.id(), original: original, purchase: start + 30 * Self.day, days: 30, token: token, reason: .renewal, signed: signed + 1)
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: paid)) == .succeeded)
+        #expect(try await harness.balance("olga") == 1000)
+
+        let upFrontToken = try await harness.user("uma")
+        let purchaseDate = TestPayloads.wholeMilliseconds(Date() - 3600)
+        let id = Self.id()
+        var upFront = harness.transaction(id, purchase: purchaseDate, days: 91, token: upFrontToken, signed: signed)
+        upFront.offerType = .introductoryOffer
+        upFront.offerDiscountType = .payUpFront
+        upFront.offerPeriod = "P3M"
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: upFront)) == .succeeded)
+        #expect(try await harness.balance("uma") == 1000)
+        let jobs = jobs(harness.pool)
+        for date in CreditRules.monthlyGrantDates(purchase: purchaseDate, months: 3, expires: purchaseDate + 91 * Self.day).dropFirst() {
+            #expect(try await jobs.grantPlanMonths(now: date - 1) == 0)
+            #expect(try await jobs.grantPlanMonths(now: date) == 1)
+        }
+        #expect(try await jobs.grantPlanMonths(now: purchaseDate + 95 * Self.day) == 0)
+        #expect(try await harness.balance("uma") == 3000)
+        try await harness.checkInvariants()
+    }
+
     /// The worker runs the jobs itself: welcome credits appear for a new user and the ledger check
     /// is exposed as a metric.
     @Test func theWorkerGrantsWelcomeCreditsAndExposesTheLedgerCheck() async throws {

@@ -113,6 +113,7 @@ extension FulfillmentStore {
                 .init("offer_type", "integer[]", t.map(\.fact.offerType)),
                 .init("offer_identifier", "text[]", t.map(\.record?.offerIdentifier)),
                 .init("offer_discount_type", "text[]", t.map(\.fact.offerDiscountType)),
+                .init("offer_period", "text[]", t.map(\.fact.offerPeriod)),
                 .init("is_upgraded", "boolean[]", t.map(\.fact.isUpgraded)),
                 .init("price_milliunits", "bigint[]", t.map(\.record?.price)),
                 .init("currency", "text[]", t.map(\.record?.currency)),
