@@ -81,7 +81,8 @@ public struct CatalogueFile: Sendable, Equatable {
                     planCode: product.planCode, planLevel: product.planLevel, duration: product.duration,
                     creditsAmount: product.creditsAmount, enabled: product.enabled ?? true,
                     trialGrantsCredits: product.trialGrantsCredits ?? true, upgradeGrant: product.upgradeGrant ?? .full,
-                    familySharedGrantsCredits: product.familySharedGrantsCredits ?? false, freePeriodGrantsCredits: freePeriods))
+                    familySharedGrantsCredits: product.familySharedGrantsCredits ?? false, freePeriodGrantsCredits: freePeriods,
+                    billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false))
         }
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
@@ -100,7 +101,7 @@ public struct CatalogueFile: Sendable, Equatable {
     private struct RawProduct: Decodable {
         enum CodingKeys: String, CodingKey, CaseIterable {
             case productId, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, enabled
-            case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits
+            case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
         }
         let productId: String
         let subscriptionGroupId: String
@@ -113,6 +114,7 @@ public struct CatalogueFile: Sendable, Equatable {
         let upgradeGrant: UpgradeGrant?
         let familySharedGrantsCredits: Bool?
         let freePeriodGrantsCredits: [String: Bool]?
+        let billingRetrySpendsCredits: Bool?
     }
 
     private static func unknownKeys(of object: [String: Any], allowed: [String], at prefix: String) -> [String] {

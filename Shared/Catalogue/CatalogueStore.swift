@@ -37,7 +37,7 @@ public struct CatalogueStore: Sendable {
                 """
                 SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                     trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                    offer_code_free_grants_credits, win_back_free_grants_credits, version, deleted
+                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, version, deleted
                 FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
                 """)
             for row in rows {
@@ -57,12 +57,13 @@ public struct CatalogueStore: Sendable {
                         """
                         INSERT INTO payment_product (channel, app_key, product_id, subscription_group_id, plan_code, plan_level,
                             duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits,
-                            promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits)
+                            promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits,
+                            billing_retry_spends_credits)
                         VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
                             \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
                             \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits),
                             \(product.freePeriodGrantsCredits[.promotional]), \(product.freePeriodGrantsCredits[.offerCode]),
-                            \(product.freePeriodGrantsCredits[.winBack]))
+                            \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits))
                         RETURNING version
                         """
                     )[0].decode("version")
@@ -77,7 +78,8 @@ public struct CatalogueStore: Sendable {
                             family_shared_grants_credits = \(product.familySharedGrantsCredits),
                             promotional_free_grants_credits = \(product.freePeriodGrantsCredits[.promotional]),
                             offer_code_free_grants_credits = \(product.freePeriodGrantsCredits[.offerCode]),
-                            win_back_free_grants_credits = \(product.freePeriodGrantsCredits[.winBack]), deleted = false,
+                            win_back_free_grants_credits = \(product.freePeriodGrantsCredits[.winBack]),
+                            billing_retry_spends_credits = \(product.billingRetrySpendsCredits), deleted = false,
                             version = version + 1, updated_at = now()
                         WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
                         RETURNING version
@@ -104,7 +106,7 @@ public struct CatalogueStore: Sendable {
             """
             SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                 trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                offer_code_free_grants_credits, win_back_free_grants_credits
+                offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
             ORDER BY subscription_group_id, plan_level,
@@ -129,7 +131,8 @@ public struct CatalogueStore: Sendable {
                 .promotional: try row.decode("promotional_free_grants_credits", as: Bool?.self),
                 .offerCode: try row.decode("offer_code_free_grants_credits", as: Bool?.self),
                 .winBack: try row.decode("win_back_free_grants_credits", as: Bool?.self),
-            ].compactMapValues { $0 })
+            ].compactMapValues { $0 },
+            billingRetrySpendsCredits: try row.decode("billing_retry_spends_credits"))
     }
 }
 
@@ -150,6 +153,7 @@ private struct StoredProduct {
             let upgradeGrant: String
             let familySharedGrantsCredits: Bool
             let freePeriodGrantsCredits: [String: Bool]
+            let billingRetrySpendsCredits: Bool
             let version: Int
             let deleted: Bool
         }
@@ -164,6 +168,7 @@ private struct StoredProduct {
                 familySharedGrantsCredits: product.familySharedGrantsCredits,
                 freePeriodGrantsCredits: Dictionary(
                     uniqueKeysWithValues: product.freePeriodGrantsCredits.map { ($0.key.catalogueName, $0.value) }),
+                billingRetrySpendsCredits: product.billingRetrySpendsCredits,
                 version: version, deleted: deleted),
             encoder: encoder)
     }

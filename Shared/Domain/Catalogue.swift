@@ -100,11 +100,14 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     /// Whether a free period of a promotional, offer-code or win-back offer grants credits; a kind
     /// left out follows `trialGrantsCredits` (which decides for introductory free trials).
     public var freePeriodGrantsCredits: [OfferKind: Bool]
+    /// Whether the subscription pool stays spendable while Apple retries a failed renewal.
+    public var billingRetrySpendsCredits: Bool
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
-        familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:]
+        familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
+        billingRetrySpendsCredits: Bool = false
     ) {
         self.productID = productID
         self.subscriptionGroupID = subscriptionGroupID
@@ -117,6 +120,7 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.upgradeGrant = upgradeGrant
         self.familySharedGrantsCredits = familySharedGrantsCredits
         self.freePeriodGrantsCredits = freePeriodGrantsCredits
+        self.billingRetrySpendsCredits = billingRetrySpendsCredits
     }
 
     /// Whether a free period of this offer kind grants the product's credits.

@@ -142,10 +142,24 @@ public enum CreditRules {
         return (revoke, outstanding - revoke)
     }
 
+    /// Whether the SUBSCRIPTION pool may be spent, from the user's chains (status, and whether the
+    /// chain's product allows spending during billing retry): with an entitled chain (ACTIVE or
+    /// GRACE), or one in retry whose product allows it, or no chain at all (what an operator
+    /// credited). The SQL function `credit_subscription_spendable` (migration 0018) is the same rule.
+    public static func subscriptionSpendable(chains: [(status: SubscriptionStatus, retrySpends: Bool)]) -> Bool {
+        chains.isEmpty
+            || chains.contains { $0.status == .active || $0.status == .grace || ($0.status == .billingRetry && $0.retrySpends) }
+    }
+
     /// Usage drawn from the pools in order (subscription, welcome, permanent), or nil when the
-    /// total cannot cover it, in which case nothing may change.
-    public static func draw(_ cost: MicroCredits, from balances: [CreditPool: MicroCredits]) -> [CreditPool: MicroCredits]? {
+    /// total cannot cover it, in which case nothing may change. A SUBSCRIPTION pool that is not
+    /// spendable (billing retry) is passed over and kept.
+    public static func draw(
+        _ cost: MicroCredits, from balances: [CreditPool: MicroCredits], subscriptionSpendable: Bool = true
+    ) -> [CreditPool: MicroCredits]? {
         precondition(cost >= 0, "a cost is never negative")
+        var balances = balances
+        if !subscriptionSpendable { balances[.subscription] = 0 }
         let total = CreditPool.allCases.reduce(0) { $0 + max(0, balances[$1] ?? 0) }
         guard total >= cost else { return nil }
         var remaining = cost

@@ -129,6 +129,19 @@ import Testing
         #expect(CreditRules.draw(1800, from: balances) == [.subscription: 500, .welcome: 300, .permanent: 1000])
     }
 
+    @Test func theSubscriptionPoolIsSpendableOnlyWithAnEntitledChain() {
+        #expect(CreditRules.subscriptionSpendable(chains: []), "an operator's credits without any chain")
+        #expect(CreditRules.subscriptionSpendable(chains: [(.active, false)]))
+        #expect(CreditRules.subscriptionSpendable(chains: [(.grace, false), (.expired, false)]))
+        #expect(!CreditRules.subscriptionSpendable(chains: [(.billingRetry, false)]))
+        #expect(CreditRules.subscriptionSpendable(chains: [(.billingRetry, true)]), "the product allows it")
+        #expect(!CreditRules.subscriptionSpendable(chains: [(.expired, true), (.revoked, false)]))
+        let balances: [CreditPool: MicroCredits] = [.subscription: 500, .welcome: 300, .permanent: 100]
+        #expect(CreditRules.draw(350, from: balances, subscriptionSpendable: false) == [.welcome: 300, .permanent: 50])
+        #expect(CreditRules.draw(401, from: balances, subscriptionSpendable: false) == nil)
+        #expect(CreditRules.draw(350, from: balances) == [.subscription: 350])
+    }
+
     @Test func revocationNeverDrivesABalanceNegative() {
         #expect(CreditRules.revocation(granted: 1000, alreadyRevoked: 0, poolBalance: 400) == (400, 600))
         #expect(CreditRules.revocation(granted: 1000, alreadyRevoked: 400, poolBalance: 5000) == (600, 0))

@@ -408,6 +408,35 @@ struct CreditsEndToEndTests {
         try await harness.checkInvariants()
     }
 
+    /// Billing retry without grace: the subscription credits are kept but not spendable (402
+    /// CREDITS_EXHAUSTED) until Apple recovers the renewal; then they are spendable again.
+    @Test func billingRetryRefusesSubscriptionCreditsThenRecovery() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        try await Self.rates(harness.pool)
+        let token = try await harness.user("ben")
+        let signed = Date() - 600
+        let start = TestPayloads.wholeMilliseconds(Date() - 31 * Self.day)
+        let original = Self.id()
+        let purchase = harness.transaction(original, purchase: start, days: 30, token: token, signed: signed)
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        let failure = harness.renewalInfo(original: original, billingRetry: true, signed: signed + 1)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didFailToRenew, transaction: purchase, renewal: failure)) == .succeeded)
+        #expect(try await harness.subscription(original)?.status == "BILLING_RETRY")
+        let refused = try await Self.use(harness.client, user: "ben", units: 1, rate: "unit")
+        #expect(refused.status == 402 && Self.code(refused) == "CREDITS_EXHAUSTED", "\(refused.text)")
+        #expect(try await harness.balance("ben") == 1000, "kept while Apple retries")
+
+        let recovered = harness.transaction(
+            Self.id(), original: original, purchase: Date() - 60, days: 30, token: token, reason: .renewal, signed: signed + 2)
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, .billingRecovery, transaction: recovered)) == .succeeded)
+        let used = try await Self.use(harness.client, user: "ben", units: 1, rate: "unit")
+        #expect(used.status == 200, "\(used.text)")
+        #expect(try await harness.balance("ben") == 1999)
+        try await harness.checkInvariants()
+    }
+
     /// The worker runs the jobs itself: welcome credits appear for a new user and the ledger check
     /// is exposed as a metric.
     @Test func theWorkerGrantsWelcomeCreditsAndExposesTheLedgerCheck() async throws {
