@@ -75,12 +75,17 @@ public struct RenewalFact: Sendable, Hashable, Codable {
     public var expirationIntent: Int?
     public var priceIncreaseStatus: Int?
     public var renewalDate: Date?
+    /// The price of the next renewal, in milliunits of `renewalCurrency` (Apple's `renewalPrice`).
+    public var renewalPrice: Int64?
+    /// ISO 4217 (Apple's `currency` of the renewal info).
+    public var renewalCurrency: String?
     public var signedDate: Date
 
     public init(
         environment: String, originalTransactionID: String, productID: String, autoRenewProductID: String?,
         autoRenewEnabled: Bool, isInBillingRetryPeriod: Bool = false, gracePeriodExpiresDate: Date? = nil,
-        expirationIntent: Int? = nil, priceIncreaseStatus: Int? = nil, renewalDate: Date? = nil, signedDate: Date
+        expirationIntent: Int? = nil, priceIncreaseStatus: Int? = nil, renewalDate: Date? = nil, renewalPrice: Int64? = nil,
+        renewalCurrency: String? = nil, signedDate: Date
     ) {
         self.environment = environment
         self.originalTransactionID = originalTransactionID
@@ -92,6 +97,8 @@ public struct RenewalFact: Sendable, Hashable, Codable {
         self.expirationIntent = expirationIntent
         self.priceIncreaseStatus = priceIncreaseStatus
         self.renewalDate = renewalDate
+        self.renewalPrice = renewalPrice
+        self.renewalCurrency = renewalCurrency
         self.signedDate = signedDate
     }
 

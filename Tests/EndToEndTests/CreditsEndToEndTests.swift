@@ -437,6 +437,30 @@ struct CreditsEndToEndTests {
         try await harness.checkInvariants()
     }
 
+    /// A price increase Apple announces in the renewal info reaches the app through the worker:
+    /// PENDING with the new price, then ACCEPTED.
+    @Test func priceIncreaseReachesTheCurrentSubscription() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        let token = try await harness.user("pia")
+        let signed = Date() - 600
+        let original = Self.id()
+        let purchase = harness.transaction(original, purchase: Date() - 3600, days: 30, token: token, signed: signed)
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        for (index, (status, expected)) in [(0, "PENDING"), (1, "ACCEPTED")].enumerated() {
+            var renewal = harness.renewalInfo(original: original, signed: signed + Double(index + 1))
+            renewal.rawPriceIncreaseStatus = Int32(status)
+            renewal.renewalPrice = 12_990
+            renewal.currency = "EUR"
+            let subtype: Subtype = status == 0 ? .pending : .accepted
+            #expect(try await harness.outcome(of: try await harness.notify(.priceIncrease, subtype, renewal: renewal)) == .succeeded)
+            let current = try await harness.ingress.read("/api/v1/subscriptions/current", as: "pia")
+            #expect(current["priceIncreaseStatus"] as? String == expected)
+            #expect(current["renewalPrice"] as? Int == 12_990)
+            #expect(current["renewalCurrency"] as? String == "EUR")
+        }
+    }
+
     /// The worker runs the jobs itself: welcome credits appear for a new user and the ledger check
     /// is exposed as a metric.
     @Test func theWorkerGrantsWelcomeCreditsAndExposesTheLedgerCheck() async throws {

@@ -211,6 +211,46 @@ struct ReadRouteTests {
             let lapsed = try await harness.read("/api/v1/subscriptions/current", as: "lapsed")
             #expect(lapsed["originalTransactionId"] as? String == "6000")
             #expect(lapsed["status"] as? String == "EXPIRED")
+            for key in ["priceIncreaseStatus", "renewalPrice", "renewalCurrency"] {
+                #expect(lapsed[key] is NSNull, "\(key): present and null without renewal info")
+            }
+            let nobody = try await harness.read("/api/v1/subscriptions/current", as: "nobody")
+            #expect(nobody["priceIncreaseStatus"] is NSNull && nobody["renewalPrice"] is NSNull && nobody["renewalCurrency"] is NSNull)
+        }
+    }
+
+    /// A price increase as Apple's renewal info tells it (priceIncreaseStatus 0: not answered yet,
+    /// 1: accepted), in each chain and at the top level for the chain that counts, so the app can
+    /// ask for consent.
+    @Test func currentSubscriptionsCarryPriceIncreases() async throws {
+        try await IngressTestApp.with { harness in
+            let future = wholeSeconds(10 * 86_400)
+            try await harness.rows.addSubscription(
+                user: "p1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future, originalTransactionID: "8100")
+            try await harness.rows.addSubscription(
+                user: "p1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-86_400),
+                originalTransactionID: "8200")
+            try await harness.rows.addSubscription(
+                user: "p1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-2 * 86_400),
+                originalTransactionID: "8300")
+            try await harness.pool.query(
+                """
+                INSERT INTO apple_renewal_info (environment, original_transaction_id, product_id, auto_renew_enabled,
+                                                price_increase_status, renewal_price, renewal_currency, signed_date)
+                VALUES ('Sandbox', '8100', 'com.example.pro.monthly', true, 0, 12990, 'EUR', now()),
+                       ('Sandbox', '8200', 'com.example.starter.monthly', true, 1, 5990, 'USD', now()),
+                       ('Sandbox', '8300', 'com.example.starter.monthly', true, NULL, 4990, 'USD', now())
+                """)
+            let current = try await harness.read("/api/v1/subscriptions/current", as: "p1")
+            #expect(current["priceIncreaseStatus"] as? String == "PENDING")
+            #expect(current["renewalPrice"] as? Int == 12990)
+            #expect(current["renewalCurrency"] as? String == "EUR")
+            let chains = try #require(current["subscriptions"] as? [[String: Any]])
+            let byChain = Dictionary(uniqueKeysWithValues: chains.map { ($0["originalTransactionId"] as! String, $0) })
+            #expect(byChain["8200"]?["priceIncreaseStatus"] as? String == "ACCEPTED")
+            #expect(byChain["8200"]?["renewalPrice"] as? Int == 5990)
+            #expect(byChain["8300"]?["priceIncreaseStatus"] is NSNull)
+            #expect(byChain["8300"]?["renewalCurrency"] as? String == "USD")
         }
     }
 

@@ -142,6 +142,7 @@ struct EventReader: Sendable {
             isInBillingRetryPeriod: decoded.isInBillingRetryPeriod ?? false,
             gracePeriodExpiresDate: decoded.gracePeriodExpiresDate, expirationIntent: decoded.rawExpirationIntent.map(Int.init),
             priceIncreaseStatus: decoded.rawPriceIncreaseStatus.map(Int.init), renewalDate: decoded.renewalDate,
+            renewalPrice: decoded.renewalPrice, renewalCurrency: decoded.currency,
             signedDate: signed)
     }
 

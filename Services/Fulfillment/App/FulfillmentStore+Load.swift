@@ -33,6 +33,7 @@ extension FulfillmentStore {
             'gracePeriodExpiresDate', (extract(epoch FROM r.grace_period_expires_at) * 1000)::bigint,
             'expirationIntent', r.expiration_intent, 'priceIncreaseStatus', r.price_increase_status,
             'renewalDate', (extract(epoch FROM r.renewal_date) * 1000)::bigint,
+            'renewalPrice', r.renewal_price, 'renewalCurrency', r.renewal_currency,
             'signedDate', (extract(epoch FROM r.signed_date) * 1000)::bigint)
         """
     static let stateJSON: StaticString = """

@@ -136,6 +136,8 @@ extension FulfillmentStore {
                 .init("expiration_intent", "integer[]", r.map(\.expirationIntent)),
                 .init("price_increase_status", "integer[]", r.map(\.priceIncreaseStatus)),
                 .init("renewal_date", "timestamptz[]", r.map(\.renewalDate)),
+                .init("renewal_price", "bigint[]", r.map(\.renewalPrice)),
+                .init("renewal_currency", "text[]", r.map(\.renewalCurrency)),
                 .init("signed_date", "timestamptz[]", r.map(\.signedDate)),
             ], conflict: .update(target: "(environment, original_transaction_id)", also: "updated_at = now()"))
     }
