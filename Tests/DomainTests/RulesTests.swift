@@ -32,6 +32,26 @@ import Testing
         #expect(NotificationMatrix.action(type: "TEST", subtype: nil) == .recordOnly)
         #expect(NotificationMatrix.action(type: "SOMETHING_NEW", subtype: "X") == .unknown)
         #expect(NotificationMatrix.alerts(type: "EXPIRED", subtype: "PRODUCT_NOT_FOR_SALE"))
+        #expect(NotificationMatrix.action(type: "OFFER_REDEEMED", subtype: "INITIAL_BUY") == .applyTransaction(.initial))
+        #expect(NotificationMatrix.action(type: "OFFER_REDEEMED", subtype: "UPGRADE") == .applyTransaction(.change))
+        #expect(NotificationMatrix.action(type: "OFFER_REDEEMED", subtype: "DOWNGRADE") == .applyRenewalInfo)
+        #expect(NotificationMatrix.action(type: "OFFER_REDEEMED", subtype: nil) == .applyTransaction(.renewal))
+    }
+
+    /// Every type and subtype Apple documents has a deliberate handling: none falls through to
+    /// `.unknown` (which is still stored and acknowledged, but counted as a surprise).
+    @Test func everyDocumentedNotificationHasAHandling() {
+        var seen: Set<String> = []
+        for (type, subtypes) in NotificationMatrix.documented {
+            #expect(seen.insert(type).inserted, "\(type) listed once")
+            for subtype in subtypes {
+                #expect(NotificationMatrix.action(type: type, subtype: subtype) != .unknown, "\(type)/\(subtype ?? "-")")
+            }
+        }
+        #expect(seen.count == 23)
+        for type in ["METADATA_UPDATE", "MIGRATION", "PRICE_CHANGE", "RESCIND_CONSENT", "EXTERNAL_PURCHASE_TOKEN"] {
+            #expect(NotificationMatrix.action(type: type, subtype: nil) == .recordOnly, "\(type) is stored and acknowledged only")
+        }
     }
 }
 
