@@ -46,7 +46,7 @@ let package = Package(
             name: "Kafka", dependencies: ["CRdKafka", "ServiceRuntime"], path: "Shared/Kafka",
             swiftSettings: swiftSettings),
         .target(
-            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "ServiceRuntime"],
+            name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "ServiceRuntime", "StrictJSON"],
             path: "Shared/HTTPServer", swiftSettings: swiftSettings),
         .target(
             name: "Crypto", dependencies: ["COpenSSL"], path: "Shared/Crypto",
@@ -90,7 +90,7 @@ let package = Package(
             name: "IngressApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
-                "Domain", "Catalogue", "Credits",
+                "Domain", "Catalogue", "Credits", "StrictJSON",
             ],
             path: "Services/Ingress/App", resources: [.copy("openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(

@@ -39,7 +39,8 @@ enum Subsctl {
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
             ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
-            CreditsAdjustCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
+            CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
+            AppleTestNotificationCommand.self, AppleExtendCommand.self,
         ]
     }
 

@@ -371,6 +371,13 @@ public enum FulfillmentPlanner {
                     let existing = Set(input.grants.map(\.grantKey))
                     plan.grants = CreditRules.grants(for: effective, product: effectiveProduct, change: change)
                         .filter { !existing.contains($0.grantKey) }
+                    // An import brings a user's history: only the period in force grants; the
+                    // periods already over are kept as facts.
+                    if case .notification(NotificationMatrix.historyImport, _) = input.source,
+                        !(effective.purchaseDate <= input.now && (effective.expiresDate ?? .distantFuture) > input.now)
+                    {
+                        plan.grants = []
+                    }
                 }
             }
             if effective.revocationDate != nil {

@@ -22,6 +22,8 @@ public enum NotificationMatrix {
     /// Not Apple's: the type of the events a worker stores for Apple's answer to Get All
     /// Subscription Statuses (a re-query), applied like any transaction Apple signed.
     public static let statusRequery = "STATUS_REQUERY"
+    /// Ours, not Apple's: a transaction from Get Transaction History that a user's import stored.
+    public static let historyImport = "HISTORY_IMPORT"
 
     public static func action(type: String, subtype: String?) -> NotificationAction {
         switch (type, subtype) {
@@ -48,6 +50,8 @@ public enum NotificationMatrix {
             return .applyRenewalInfo
         case ("OFFER_REDEEMED", _), (statusRequery, _):
             return .applyTransaction(.renewal)
+        case (historyImport, _):
+            return .applyTransaction(.recovery)
         case ("DID_FAIL_TO_RENEW", nil), ("DID_FAIL_TO_RENEW", "GRACE_PERIOD"), ("GRACE_PERIOD_EXPIRED", _),
             ("EXPIRED", _), ("DID_CHANGE_RENEWAL_STATUS", _), ("DID_CHANGE_RENEWAL_PREF", _),
             ("PRICE_INCREASE", _), ("RENEWAL_EXTENDED", _), ("RENEWAL_EXTENSION", _):

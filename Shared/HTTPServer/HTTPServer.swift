@@ -66,6 +66,8 @@ final class ServerCore: @unchecked Sendable {
         var inFlight: [ObjectIdentifier: ConnectionRequest] = [:]
         /// Fired when `inFlight` becomes empty, for a shutdown waiting on it.
         var drainWaiter: ShutdownTrigger?
+        /// Closes connections whose request head is overdue, while the daemon runs.
+        var headTimer: (any DispatchSourceTimer)?
     }
 
     let configuration: HTTPServerConfiguration
@@ -79,12 +81,15 @@ final class ServerCore: @unchecked Sendable {
     let serving = Atomic<Bool>(false)
     let stopping = Atomic<Bool>(false)
     let stopped = ShutdownTrigger()
+    /// Per-address counts and request-head deadlines of the open connections.
+    let connections: ConnectionTable
 
     let activeRequests = MetricsRegistry.shared.gauge(
         "http_server_active_requests", help: "Requests whose handler is running.")
     let rejectedTooLarge = ServerCore.rejected("payload_too_large")
     let rejectedByAdmission = ServerCore.rejected("admission")
     let rejectedShuttingDown = ServerCore.rejected("shutting_down")
+    let rejectedMalformed = ServerCore.rejected("malformed")
 
     static let shuttingDown = HTTPError(status: 503, code: "SHUTTING_DOWN", message: "the server is shutting down")
 
@@ -103,6 +108,9 @@ final class ServerCore: @unchecked Sendable {
         self.responder = responder
         self.logger = logger
         self.admission = admission
+        connections = ConnectionTable(
+            maxPerAddress: configuration.maxConnectionsPerAddress, exempt: configuration.trustedProxies,
+            headerTimeout: configuration.requestHeaderTimeout, logger: logger)
     }
 
     // MARK: Lifecycle
@@ -115,9 +123,21 @@ final class ServerCore: @unchecked Sendable {
             s.port = port
             s.phase = .running
             serving.store(true, ordering: .relaxed)
+            s.headTimer = makeHeadTimer()
             logger.info(
                 "http server listening", ["http.host": .string(configuration.host), "http.port": .int(Int64(port))])
         }
+    }
+
+    /// Checks the request-head deadlines four times per timeout (at most once a second).
+    private func makeHeadTimer() -> (any DispatchSourceTimer)? {
+        guard let timeout = configuration.requestHeaderTimeout else { return nil }
+        let period = min(timeout / 4, .seconds(1))
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now(), repeating: .milliseconds(Int(period.inMilliseconds)))
+        timer.setEventHandler { [connections] in connections.expire() }
+        timer.resume()
+        return timer
     }
 
     private func startDaemon() throws(HTTPServerError) -> (OpaquePointer, Int) {
@@ -148,11 +168,16 @@ final class ServerCore: @unchecked Sendable {
                 MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.connectionLimit), ptr_value: nil),
                 MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: idleSeconds, ptr_value: nil),
                 // The pool holds the head being parsed plus MHD's bookkeeping and the reply head.
+                // Twice the head limit: a head over the limit but within the pool reaches `begin`
+                // and gets our JSON 431; only a larger one gets MHD's own (HTML) answer.
                 MHD_OptionItem(
-                    option: .CONNECTION_MEMORY_LIMIT, value: max(4096, config.maxHeaderBytes) + 8192,
+                    option: .CONNECTION_MEMORY_LIMIT, value: 2 * max(4096, config.maxHeaderBytes) + 8192,
                     ptr_value: nil),
                 MHD_OptionItem(
                     option: .NOTIFY_COMPLETED, value: unsafeBitCast(requestCompleted, to: Int.self),
+                    ptr_value: cls),
+                MHD_OptionItem(
+                    option: .NOTIFY_CONNECTION, value: unsafeBitCast(connectionChanged, to: Int.self),
                     ptr_value: cls),
                 // Leave URL and query escapes alone: the router decodes path segments one by one.
                 MHD_OptionItem(
@@ -160,7 +185,7 @@ final class ServerCore: @unchecked Sendable {
                     ptr_value: nil),
                 MHD_OptionItem(option: .END, value: 0, ptr_value: nil),
             ]
-            return cshims_mhd_start_daemon(flags, 0, accessHandler, cls, &options)
+            return cshims_mhd_start_daemon(flags, 0, acceptPolicy, cls, accessHandler, cls, &options)
         }
         guard let daemon else {
             Unmanaged<ServerCore>.fromOpaque(cls).release()
@@ -216,7 +241,11 @@ final class ServerCore: @unchecked Sendable {
             // Give MHD a moment to write those answers before stopping it closes the sockets.
             _ = await requestsFinished(within: .seconds(1))
         }
-        state.withLock { $0.phase = .closing }
+        state.withLock { s in
+            s.phase = .closing
+            s.headTimer?.cancel()
+            s.headTimer = nil
+        }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // MHD_stop_daemon joins MHD's threads: not on the cooperative pool.
             DispatchQueue.global().async {
@@ -251,10 +280,29 @@ final class ServerCore: @unchecked Sendable {
     // MARK: Requests (called on MHD threads)
 
     /// First call for a request: the head is complete and no body byte has been read yet.
-    func begin(_ connection: OpaquePointer, url: String, method: String) -> ConnectionRequest {
-        let context = ConnectionRequest(head: readHead(connection, url: url, method: method), connection: connection)
+    func begin(_ connection: OpaquePointer, url: String, method: String, version: String) -> ConnectionRequest {
+        connections.headReceived(connection)
+        let (head, fields) = readHead(connection, url: RequestPath.normalized(url), method: method)
+        let context = ConnectionRequest(head: head, connection: connection)
         let length = context.head.headers["content-length"].flatMap { Int($0) } ?? 0
-        if length > configuration.maxBodyBytes {
+        if fields.headBytes + url.utf8.count > configuration.maxHeaderBytes {
+            rejectedMalformed.increment()
+            context.early = HTTPError(
+                status: 431, code: "HEADERS_TOO_LARGE",
+                message: "the request head exceeds \(configuration.maxHeaderBytes) bytes",
+                headers: [("Connection", "close")]
+            ).response(traceID: head.traceID)
+        } else if let problem = Self.framingProblem(head.headers, version: version) {
+            rejectedMalformed.increment()
+            context.early = HTTPError(
+                status: 400, code: "MALFORMED_REQUEST", message: problem, headers: [("Connection", "close")]
+            ).response(traceID: head.traceID)
+        } else if fields.repeatedQuery {
+            rejectedMalformed.increment()
+            context.early = HTTPError(
+                status: 400, code: "INVALID_REQUEST", message: "a query argument is given more than once"
+            ).response(traceID: head.traceID)
+        } else if length > configuration.maxBodyBytes {
             rejectedTooLarge.increment()
             context.early = tooLarge(context)
         } else if let admission, let rejection = admission(context.head) {
@@ -266,6 +314,30 @@ final class ServerCore: @unchecked Sendable {
         return context
     }
 
+    /// Why a request's framing is ambiguous, or nil. Two parsers in a chain (a load balancer and
+    /// us) must never read one request as two, so anything they could read differently is
+    /// refused and the connection closed: repeated or non-numeric Content-Length (MHD takes the
+    /// first and would parse the rest of the body as a new request), Content-Length beside
+    /// Transfer-Encoding, a transfer coding other than one `chunked`, HTTP/1.1 without exactly one
+    /// Host. (libmicrohttpd 0.9.75 answers a missing Host itself under MHD_OPTION_STRICT_FOR_CLIENT,
+    /// but with its status line and headers sent twice, so the check is ours; it also answers a
+    /// negative Content-Length itself, that way, before any callback.)
+    static func framingProblem(_ headers: [String: String], version: String) -> String? {
+        let length = headers["content-length"]
+        let coding = headers["transfer-encoding"]
+        if let length, length.isEmpty || !length.utf8.allSatisfy({ (0x30...0x39).contains($0) }) {
+            return "Content-Length must be one decimal number"
+        }
+        if length != nil, coding != nil { return "Content-Length and Transfer-Encoding must not both be sent" }
+        if let coding, coding.lowercased() != "chunked" { return "the only transfer coding accepted is one chunked" }
+        if version == "HTTP/1.1" {
+            guard let host = headers["host"], !host.isEmpty, !host.contains(",") else {
+                return "an HTTP/1.1 request needs exactly one Host"
+            }
+        }
+        return nil
+    }
+
     /// Every later call: body bytes, then the end of the request, then (after resume) the answer.
     func proceed(_ context: ConnectionRequest, uploadData: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>)
         -> MHD_Result
@@ -274,19 +346,34 @@ final class ServerCore: @unchecked Sendable {
         case .receiving:
             let count = uploadSize.pointee
             if count > 0, let uploadData {
-                guard context.body.count + count <= configuration.maxBodyBytes else {
-                    // MHD accepts no response in the middle of a body: drop the connection.
-                    rejectedTooLarge.increment()
-                    logger.debug(
-                        "http request body over the limit, connection dropped",
-                        ["trace.id": .string(context.head.traceID)])
-                    return .NO
+                if context.discarded > 0 || context.body.count + count > configuration.maxBodyBytes {
+                    // A chunked body crossing the limit: MHD takes no answer in the middle of a body,
+                    // so the rest is read and thrown away, then answered 413. Up to the limit
+                    // again (at least 1 MiB); a sender that keeps going past that loses the connection.
+                    if context.discarded == 0 {
+                        rejectedTooLarge.increment()
+                        context.body = []
+                    }
+                    context.discarded += count
+                    guard context.discarded <= max(configuration.maxBodyBytes, 1 << 20) else {
+                        logger.debug(
+                            "http request body far over the limit, connection dropped",
+                            ["trace.id": .string(context.head.traceID)])
+                        return .NO
+                    }
+                    uploadSize.pointee = 0
+                    return .YES
                 }
                 uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
                     context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
                 }
                 uploadSize.pointee = 0
                 return .YES
+            }
+            if context.discarded > 0 {
+                var response = tooLarge(context)
+                response.headers.append(("Connection", "close"))
+                return queue(response, for: context, route: .unmatched)
             }
             return dispatch(context)
         case .handling:
@@ -336,6 +423,7 @@ final class ServerCore: @unchecked Sendable {
 
     /// MHD is done with a request (answered and written, or the connection failed).
     func completed(_ context: ConnectionRequest) {
+        connections.awaitingHead(context.connection)
         state.withLock { s in
             guard s.inFlight.removeValue(forKey: ObjectIdentifier(context)) != nil, s.inFlight.isEmpty else { return }
             s.drainWaiter?.fire()
@@ -379,7 +467,7 @@ final class ServerCore: @unchecked Sendable {
         ).response(traceID: context.head.traceID)
     }
 
-    private func readHead(_ connection: OpaquePointer, url: String, method: String) -> HTTPRequestHead {
+    private func readHead(_ connection: OpaquePointer, url: String, method: String) -> (HTTPRequestHead, HeadFields) {
         var fields = HeadFields()
         withUnsafeMutablePointer(to: &fields) { pointer in
             _ = MHD_get_connection_values(connection, .HEADER_KIND, collectField, pointer)
@@ -388,9 +476,12 @@ final class ServerCore: @unchecked Sendable {
         let peer =
             cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
             .flatMap { $0.pointee.client_addr }.map(SocketAddress.describe) ?? ""
-        return HTTPRequestHead(
+        let client = ClientAddress.resolve(
+            peer: peer, forwardedFor: fields.headers["x-forwarded-for"], trustedProxies: configuration.trustedProxies)
+        let head = HTTPRequestHead(
             method: method, path: url, query: fields.query, headers: fields.headers, remoteAddress: peer,
-            traceID: TraceID.accept(fields.headers["x-request-id"]))
+            clientAddress: client, traceID: TraceID.accept(fields.headers["x-request-id"]))
+        return (head, fields)
     }
 
     /// MHD reports both why it cannot start and every malformed request or dropped client; only
@@ -422,6 +513,8 @@ final class ConnectionRequest: @unchecked Sendable {
     let started = ContinuousClock.now
     var phase = Phase.receiving
     var body: [UInt8] = []
+    /// Body bytes read and thrown away once the body crossed the limit.
+    var discarded = 0
     /// A rejection decided from the head alone, sent on the first callback.
     var early: HTTPResponse?
     private let slot = Mutex(Slot())

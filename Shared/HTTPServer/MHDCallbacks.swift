@@ -9,12 +9,16 @@ import Foundation
 struct HeadFields {
     var headers: [String: String] = [:]
     var query: [String: String] = [:]
+    /// A query argument named more than once (`limit=1&limit=100`): refused, not guessed at.
+    var repeatedQuery = false
+    /// Bytes of the header names and values, for the head limit.
+    var headBytes = 0
 }
 
 // MARK: C callbacks (no captures: state arrives through the `cls` pointers)
 
 let accessHandler: MHD_AccessHandlerCallback = {
-    cls, connection, url, method, _, uploadData, uploadSize, contextPointer in
+    cls, connection, url, method, version, uploadData, uploadSize, contextPointer in
     guard let cls, let connection, let uploadSize, let contextPointer else { return .NO }
     let core = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue()
     if let existing = contextPointer.pointee {
@@ -23,7 +27,7 @@ let accessHandler: MHD_AccessHandlerCallback = {
     }
     let context = core.begin(
         connection, url: url.map { String(cString: $0) } ?? "/",
-        method: method.map { String(cString: $0) } ?? "")
+        method: method.map { String(cString: $0) } ?? "", version: version.map { String(cString: $0) } ?? "")
     contextPointer.pointee = Unmanaged.passRetained(context).toOpaque()
     return context.early == nil ? .YES : core.respondEarly(context)
 }
@@ -33,6 +37,29 @@ let requestCompleted: MHD_RequestCompletedCallback = { cls, _, contextPointer, _
     let context = Unmanaged<ConnectionRequest>.fromOpaque(pointer).takeRetainedValue()
     contextPointer.pointee = nil
     Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().completed(context)
+}
+
+let acceptPolicy: MHD_AcceptPolicyCallback = { cls, address, _ in
+    guard let cls, let address else { return .NO }
+    let peer = SocketAddress.describe(UnsafeMutablePointer(mutating: address))
+    return Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().connections.admit(peer) ? .YES : .NO
+}
+
+let connectionChanged: MHD_NotifyConnectionCallback = { cls, connection, _, change in
+    guard let cls, let connection else { return }
+    let table = Unmanaged<ServerCore>.fromOpaque(cls).takeUnretainedValue().connections
+    switch change {
+    case .CONNECTION_NOTIFY_STARTED:
+        let peer =
+            cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CLIENT_ADDRESS)
+            .flatMap { $0.pointee.client_addr }.map(SocketAddress.describe) ?? ""
+        let socket = cshims_mhd_get_connection_info(connection, .CONNECTION_INFO_CONNECTION_FD)?.pointee.connect_fd ?? -1
+        table.opened(connection, address: peer, socket: socket)
+    case .CONNECTION_NOTIFY_CLOSED:
+        table.closed(connection)
+    default:
+        break
+    }
 }
 
 let daemonLog: MHD_LogCallback = { cls, format, arguments in
@@ -53,6 +80,7 @@ let collectField: MHD_KeyValueIterator = { cls, kind, key, value in
     let name = String(cString: key)
     let text = value.map { String(cString: $0) } ?? ""
     if kind == .HEADER_KIND {
+        fields.pointee.headBytes += name.utf8.count + text.utf8.count + 4
         let lowered = name.lowercased()
         fields.pointee.headers[lowered] = fields.pointee.headers[lowered].map { $0 + ", " + text } ?? text
     } else {
@@ -61,7 +89,11 @@ let collectField: MHD_KeyValueIterator = { cls, kind, key, value in
             return spaced.removingPercentEncoding ?? spaced
         }
         let decodedName = decode(name)
-        if fields.pointee.query[decodedName] == nil { fields.pointee.query[decodedName] = decode(text) }
+        if fields.pointee.query[decodedName] == nil {
+            fields.pointee.query[decodedName] = decode(text)
+        } else {
+            fields.pointee.repeatedQuery = true
+        }
     }
     return .YES
 }

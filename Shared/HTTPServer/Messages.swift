@@ -1,30 +1,36 @@
 import Foundation
 import ServiceRuntime
+import StrictJSON
 import Synchronization
 
 /// What is known of a request once its head has arrived, before any body byte is read.
 public struct HTTPRequestHead: Sendable {
     public var method: String
-    /// The path as sent, still percent-encoded (the router decodes each segment on its own, so an
-    /// encoded `/` inside a path parameter stays inside it).
+    /// The path in its normalised spelling (`RequestPath`), escapes other than those of
+    /// unreserved characters kept (the router decodes each segment on its own, so an encoded `/`
+    /// inside a path parameter stays inside it).
     public var path: String
-    /// Query arguments, decoded; the first occurrence of a repeated name wins.
+    /// Query arguments, decoded (the server refuses a request that repeats a name).
     public var query: [String: String]
     /// Header fields by lowercased name; repeated fields are joined with ", ".
     public var headers: [String: String]
+    /// The TCP peer.
     public var remoteAddress: String
+    /// Who sent the request: the peer, or the client a trusted proxy names (`ClientAddress`).
+    public var clientAddress: String
     /// The client's `X-Request-Id` when it is sane, else a fresh random id; echoed in the response.
     public var traceID: String
 
     public init(
         method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
-        remoteAddress: String = "", traceID: String = TraceID.generate()
+        remoteAddress: String = "", clientAddress: String? = nil, traceID: String = TraceID.generate()
     ) {
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.remoteAddress = remoteAddress
+        self.clientAddress = clientAddress ?? remoteAddress
         self.traceID = traceID
     }
 }
@@ -50,8 +56,16 @@ public struct HTTPRequest: Sendable {
     public func pathParameter(_ name: String) -> String? { pathParameters[name] }
 
     /// Decodes the body as JSON (dates as RFC 3339 strings); any failure is a 400 `MALFORMED_JSON`
-    /// whose message names the offending field but never echoes a value.
+    /// whose message names the offending field but never echoes a value. The syntax is checked
+    /// strictly first: Foundation takes the last of duplicate names, so `{"a":1,"a":2}` could mean
+    /// one thing to us and another to whoever reads the body next.
     public func decodeJSON<T: Decodable>(_ type: T.Type) throws(HTTPError) -> T {
+        do {
+            _ = try body.withUnsafeBufferPointer { try StrictJSON.parse($0) }
+        } catch {
+            let reason = (error as? StrictJSON.SyntaxError)?.reason ?? "unreadable"
+            throw HTTPError(status: 400, code: "MALFORMED_JSON", message: "the request body is not valid JSON (\(reason))")
+        }
         do {
             return try JSONCoding.decoder().decode(type, from: Data(body))
         } catch {

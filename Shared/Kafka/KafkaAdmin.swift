@@ -88,7 +88,7 @@ public struct KafkaAdmin: Sendable {
 
     /// Reads the metadata of all topics: asking for one topic by name could make a broker that
     /// auto-creates topics create it.
-    private static func partitionCount(_ topic: String, on rk: OpaquePointer, timeoutMs: Int32) throws -> Int? {
+    static func partitionCount(_ topic: String, on rk: OpaquePointer, timeoutMs: Int32) throws -> Int? {
         var metadata: UnsafePointer<rd_kafka_metadata_t>?
         let err = rd_kafka_metadata(rk, 1, nil, &metadata, timeoutMs)
         guard err == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else { throw KafkaError(err) }

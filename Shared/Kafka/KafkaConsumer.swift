@@ -1,4 +1,5 @@
 import CRdKafka
+import Dispatch
 import Foundation
 import ServiceRuntime
 import Synchronization
@@ -16,8 +17,8 @@ import Synchronization
 /// Sendable: the librdkafka handle is used only by the poll thread; the rest is in `ConsumerCore`.
 public final class KafkaConsumer: Service, Sendable {
     public let name: String
-    private let core: ConsumerCore
-    private let client: RdKafkaClient
+    let core: ConsumerCore
+    let client: RdKafkaClient
 
     public init(
         configuration: KafkaConsumerConfiguration, logger: Logger,
@@ -98,6 +99,8 @@ final class ConsumerCore: Sendable {
         var stopRequested = false
         var fatal: KafkaError?
         var assignment: [KafkaTopicPartition] = []
+        /// The group answered at least once (an empty assignment included: more members than partitions).
+        var assignmentReceived = false
         var assignmentCallbacks: [@Sendable ([KafkaTopicPartition]) -> Void] = []
     }
 
@@ -105,6 +108,11 @@ final class ConsumerCore: Sendable {
     let logger: Logger
     let state = Mutex(State())
     let finished = ShutdownTrigger()
+    /// Monotonic instants (`DispatchTime` nanoseconds; 0: never) the health checks read: the poll
+    /// loop's last turn, the last handled message, the start of the current backlog.
+    let lastTurn = Atomic<UInt64>(0)
+    let lastProgress = Atomic<UInt64>(0)
+    let backlogSince = Atomic<UInt64>(0)
     private let handler: @Sendable (KafkaMessage) async throws -> Void
     private let scheduler: PartitionScheduler
     private let handled: Counter
@@ -153,6 +161,7 @@ final class ConsumerCore: Sendable {
             do {
                 try await handler(work.message)
                 handled.increment()
+                lastProgress.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
                 return true
             } catch {
                 handlerFailures.increment()
@@ -187,7 +196,10 @@ final class ConsumerCore: Sendable {
         logger.info("kafka consumer subscribed", ["kafka.topics": .string(configuration.topics.joined(separator: ","))])
 
         var lastUpkeep = ContinuousClock.now
+        var lastBacklogCheck = ContinuousClock.now
+        lastProgress.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
         while state.withLock({ !$0.stopRequested && $0.fatal == nil }) {
+            lastTurn.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
             if let message = rd_kafka_consumer_poll(rk, 100) {
                 consume(message, rk)
                 rd_kafka_message_destroy(message)
@@ -195,6 +207,10 @@ final class ConsumerCore: Sendable {
             if ContinuousClock.now - lastUpkeep >= .milliseconds(50) {
                 lastUpkeep = .now
                 upkeep(rk)
+            }
+            if ContinuousClock.now - lastBacklogCheck >= .seconds(1) {
+                lastBacklogCheck = .now
+                checkBacklog(rk)
             }
         }
 
@@ -244,6 +260,29 @@ final class ConsumerCore: Sendable {
         if !drained.isEmpty { setPaused(rk, drained, false) }
     }
 
+    /// Notes when this member's partitions start to hold work: messages fetched and not handled,
+    /// or a high watermark (as of the last fetch) beyond the fetch position. Local calls only.
+    private func checkBacklog(_ rk: OpaquePointer) {
+        var pending = scheduler.hasOutstanding
+        let assigned = scheduler.assigned
+        if !pending, !assigned.isEmpty {
+            let positions = withPartitionList(assigned.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) }) { list in
+                rd_kafka_position(rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR ? KafkaTopicPartition.entries(of: list) : []
+            }
+            pending = positions.contains { partition, position in
+                var low: Int64 = 0
+                var high: Int64 = 0
+                let known = rd_kafka_get_watermark_offsets(rk, partition.topic, partition.partition, &low, &high)
+                return known == RD_KAFKA_RESP_ERR_NO_ERROR && position >= 0 && high > position
+            }
+        }
+        if !pending {
+            backlogSince.store(0, ordering: .relaxed)
+        } else if backlogSince.load(ordering: .relaxed) == 0 {
+            backlogSince.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+        }
+    }
+
     private func setPaused(_ rk: OpaquePointer, _ partitions: [KafkaTopicPartition], _ paused: Bool) {
         guard !partitions.isEmpty else { return }
         _ = withPartitionList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) }) {
@@ -286,6 +325,7 @@ final class ConsumerCore: Sendable {
         var failure: KafkaError?
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            state.withLock { $0.assignmentReceived = true }
             scheduler.assign(partitions)
             if cooperative {
                 failure = rd_kafka_incremental_assign(rk, list).map(KafkaError.init(consuming:))

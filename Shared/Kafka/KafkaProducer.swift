@@ -59,6 +59,17 @@ public final class KafkaProducer: Service, Sendable {
         return true
     }
 
+    /// The topic's partition count as the broker tells this producer's own client (nil: no such
+    /// topic): a readiness check that opens no client and no connection of its own. Waits on a
+    /// thread of its own for at most `timeout`.
+    public func partitionCount(_ topic: String, timeout: Duration) async throws -> Int? {
+        guard let client = core.currentClient else { throw KafkaError(code: .destroyed, reason: "the producer is shut down") }
+        let milliseconds = Int32(clamping: timeout.inMilliseconds)
+        return try await onDedicatedThread(name: "kafka-producer-metadata") {
+            try KafkaAdmin.partitionCount(topic, on: client.handle, timeoutMs: milliseconds)
+        }
+    }
+
     /// Returns once the producer has been shut down (by `shutdown()` or cancellation).
     public func run() async throws {
         await withTaskCancellationHandler {
@@ -272,6 +283,9 @@ final class ProducerCore: Sendable {
         guard let error = rd_kafka_produceva(rk, arguments, arguments.count) else { return nil }
         return KafkaError(consuming: error)
     }
+
+    /// The client sends go to; nil once closed.
+    var currentClient: RdKafkaClient? { state.withLock { $0.closeRequested ? nil : $0.client } }
 
     /// Messages not yet reported, across the current and the retired clients.
     var outstanding: Int {

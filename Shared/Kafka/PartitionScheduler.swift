@@ -97,6 +97,9 @@ final class PartitionScheduler: Sendable {
 
     var assigned: [KafkaTopicPartition] { state.withLock { Array($0.slots.keys) } }
 
+    /// Whether any assigned partition holds messages not yet handled (queued or running).
+    var hasOutstanding: Bool { state.withLock { $0.slots.values.contains { !$0.entries.isEmpty } } }
+
     /// Queues a message of an assigned partition; true when that partition should now be paused.
     func enqueue(_ message: KafkaMessage) -> Bool {
         let (handoffs, pause) = state.withLock { state -> ([(CheckedContinuation<Work?, Never>, Work)], Bool) in

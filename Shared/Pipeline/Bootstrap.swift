@@ -4,14 +4,42 @@ import ServiceRuntime
 import Storage
 
 /// What every service does before serving: schema migrations (under the advisory lock, so
-/// instances may start together) and the event topic with its configured partition count.
+/// instances may start together) and the event topic: created with its configured partitions and
+/// replication factor (`EVENT_TOPIC_CREATE`), or only checked to exist.
 public enum Bootstrap {
     public static func prepare(
         configuration: PipelineConfiguration, pool: PostgresPool, logger: Logger
     ) async throws {
         let applied = try await Migrator(pool: pool, logger: logger).migrate(Migrator.bundled())
         logger.info("schema ready", ["db.migrations_applied": .int(Int64(applied.count))])
-        let partitions = try await ensureTopic(configuration: configuration, logger: logger)
+        try await ensureTopic(configuration: configuration, logger: logger)
+        logger.info("event topic ready", ["kafka.topic": .string(configuration.eventTopic)])
+    }
+
+    /// Creates the event topic if it is missing and creating is allowed (idempotent); returns its
+    /// partition count. A count other than the configured one is a warning and a metric
+    /// (`subs_event_topic_partitions` beside `subs_event_topic_partitions_configured`).
+    @discardableResult
+    public static func ensureTopic(configuration: PipelineConfiguration, logger: Logger) async throws -> Int {
+        let admin = KafkaAdmin(configuration: configuration.kafka, logger: logger)
+        let partitions: Int
+        if configuration.eventTopicCreate {
+            partitions = try await admin.createTopic(
+                configuration.eventTopic, partitions: configuration.eventTopicPartitions,
+                replicationFactor: configuration.eventTopicReplicationFactor)
+        } else {
+            guard let existing = try await admin.partitionCount(configuration.eventTopic) else {
+                throw TopicMissing(topic: configuration.eventTopic)
+            }
+            partitions = existing
+        }
+        let labels = ["topic": configuration.eventTopic]
+        MetricsRegistry.shared.gauge(
+            "subs_event_topic_partitions", help: "Partitions of the event topic, as the broker reports them", labels: labels
+        ).set(Double(partitions))
+        MetricsRegistry.shared.gauge(
+            "subs_event_topic_partitions_configured", help: "EVENT_TOPIC_PARTITIONS", labels: labels
+        ).set(Double(configuration.eventTopicPartitions))
         if partitions != configuration.eventTopicPartitions {
             // Keys map to partitions by count: a mismatch would move chains between partitions.
             logger.warning(
@@ -21,14 +49,7 @@ public enum Bootstrap {
                     "kafka.partitions_configured": .int(Int64(configuration.eventTopicPartitions)),
                 ])
         }
-        logger.info("event topic ready", ["kafka.topic": .string(configuration.eventTopic)])
-    }
-
-    /// Creates the event topic if it is missing (idempotent); returns its partition count.
-    @discardableResult
-    public static func ensureTopic(configuration: PipelineConfiguration, logger: Logger) async throws -> Int {
-        try await KafkaAdmin(configuration: configuration.kafka, logger: logger)
-            .createTopic(configuration.eventTopic, partitions: configuration.eventTopicPartitions)
+        return partitions
     }
 
     /// The sweeper's hook: make sure the topic exists, logging instead of failing.
@@ -40,5 +61,13 @@ public enum Bootstrap {
                 logger.warning("event topic could not be ensured", ["error": .string("\(error)")])
             }
         }
+    }
+}
+
+/// `EVENT_TOPIC_CREATE=false` and the topic is not there: an operator must create it.
+public struct TopicMissing: Error, CustomStringConvertible {
+    public let topic: String
+    public var description: String {
+        "event topic \(topic) does not exist and EVENT_TOPIC_CREATE=false: create it (EVENT_TOPIC_PARTITIONS partitions) with the broker's tools"
     }
 }

@@ -18,7 +18,7 @@ extension NewNotificationEvent {
             notificationUUID: notificationUUID, notificationType: type, subtype: subtype, environment: environment,
             signedDate: signedDate, transactionID: routing.transactionID, originalTransactionID: routing.originalTransactionID,
             routingKey: routing.originalTransactionID ?? notificationUUID, sealedPayload: sealed.sealed,
-            payloadKeyID: sealed.keyID, traceID: traceID)
+            payloadKeyID: sealed.keyID, traceID: traceID, payloadHash: SignedContent.hash(of: signedPayload))
     }
 
     /// Transaction ids read from the nested signed transaction WITHOUT verifying it: they only
@@ -59,5 +59,16 @@ extension NewNotificationEvent {
     private struct RoutingClaims: Decodable {
         let transactionId: String?
         let originalTransactionId: String?
+    }
+}
+
+/// The identity of signed data for deduplication.
+public enum SignedContent {
+    /// Hex SHA-256 of what a compact JWS's signature covers (`header.payload`), never of the
+    /// signature bytes: an ECDSA signature (r, s) has a twin (r, n−s) that verifies just as well,
+    /// so two encodings of one signed content must count as one. The whole token when it is not
+    /// a compact JWS (only verified tokens get here).
+    public static func hash(of jws: String) -> String {
+        Hex.encode(SHA256.hash(Array((JWSParts(jws)?.signingInput ?? Substring(jws)).utf8)))
     }
 }

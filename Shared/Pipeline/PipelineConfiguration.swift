@@ -18,10 +18,19 @@ public struct PipelineConfiguration: Sendable {
     public var eventTopic: String
     /// Partitions of the event topic when it is created (`EVENT_TOPIC_PARTITIONS`). Default 12.
     public var eventTopicPartitions: Int
+    /// Replicas of each partition when the topic is created (`EVENT_TOPIC_REPLICATION_FACTOR`).
+    /// Default 1 (one local broker); 3 on a real cluster.
+    public var eventTopicReplicationFactor: Int
+    /// Whether the services create the topic when it is missing (`EVENT_TOPIC_CREATE`). Default
+    /// true; false where the broker forbids CreateTopics: then a missing topic stops start-up.
+    public var eventTopicCreate: Bool
     /// Events still RECEIVED after this long are re-published (`EVENT_STUCK_AFTER_SECONDS`). Default 60.
     public var stuckAfter: Duration
     /// Sweeper and relay period (`EVENT_SWEEP_INTERVAL_MS`). Default 1000.
     public var sweepInterval: Duration
+    /// `LOG_LEVEL`, validated here with every other setting (the logger reads it before any
+    /// configuration exists). Default info.
+    public var logLevel: LogLevel
 
     public init(reader: ConfigurationReader) {
         databaseURL = reader.requiredString("DATABASE_URL", expected: "a libpq URI, postgresql://user:pass@host:port/db")
@@ -36,8 +45,11 @@ public struct PipelineConfiguration: Sendable {
             reader.report("EVENT_TOPIC", eventTopic, "a Kafka topic name: letters, digits, '.', '_' or '-'")
         }
         eventTopicPartitions = reader.int("EVENT_TOPIC_PARTITIONS", default: 12, range: 1...10_000)
+        eventTopicReplicationFactor = reader.int("EVENT_TOPIC_REPLICATION_FACTOR", default: 1, range: 1...100)
+        eventTopicCreate = reader.bool("EVENT_TOPIC_CREATE", default: true)
         stuckAfter = .seconds(reader.int("EVENT_STUCK_AFTER_SECONDS", default: 60, range: 1...86_400))
         sweepInterval = .milliseconds(reader.int("EVENT_SWEEP_INTERVAL_MS", default: 1000, range: 10...600_000))
+        logLevel = LogLevel(rawValue: reader.oneOf("LOG_LEVEL", LogLevel.allCases.map(\.rawValue), default: "info")) ?? .info
     }
 
     public var postgres: PostgresConfiguration {

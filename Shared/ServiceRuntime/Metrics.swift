@@ -6,8 +6,13 @@ import Synchronization
 /// Metrics are created once with fixed label values (never per request: unbounded label sets
 /// are unbounded memory). Asking twice for the same name and labels returns the same instrument.
 public final class MetricsRegistry: Sendable {
-    /// The registry every service exposes at `/metrics`.
-    public static let shared = MetricsRegistry()
+    /// The registry every service exposes at `/metrics`; it carries `subs_build_info` and the
+    /// process metrics (`ProcessMetrics`) from the start.
+    public static let shared: MetricsRegistry = {
+        let registry = MetricsRegistry()
+        registry.setCollector("process") { ProcessMetrics.families() }
+        return registry
+    }()
 
     private struct Family {
         let help: String
@@ -15,6 +20,7 @@ public final class MetricsRegistry: Sendable {
         var children: [String: any PrometheusRenderable]  // keyed by rendered label set
     }
     private let families = Mutex<[String: Family]>([:])
+    private let collectors = Mutex<[String: @Sendable () -> [MetricFamily]]>([:])
 
     public init() {}
 
@@ -51,6 +57,18 @@ public final class MetricsRegistry: Sendable {
         }
     }
 
+    /// Installs (or replaces) the collector named `name`: called at every scrape, it reports
+    /// values read then (from /proc, a sampler's snapshot) and label sets that come and go, which
+    /// fixed instruments cannot. Its families must not share names with instruments.
+    public func setCollector(_ name: String, _ collect: @escaping @Sendable () -> [MetricFamily]) {
+        collectors.withLock { $0[name] = collect }
+    }
+
+    /// Removes the collector named `name` (its families disappear from the next scrape).
+    public func removeCollector(_ name: String) {
+        _ = collectors.withLock { $0.removeValue(forKey: name) }
+    }
+
     /// Prometheus text format, version 0.0.4.
     public func prometheusText() -> String {
         let snapshot = families.withLock { $0 }
@@ -59,6 +77,10 @@ public final class MetricsRegistry: Sendable {
             let family = snapshot[name]!
             out += "# HELP \(name) \(family.help)\n# TYPE \(name) \(family.type)\n"
             for key in family.children.keys.sorted() { family.children[key]!.render(into: &out) }
+        }
+        let collect = collectors.withLock { $0 }
+        for name in collect.keys.sorted() {
+            for family in collect[name]!() where !family.samples.isEmpty { family.render(into: &out) }
         }
         return out
     }
@@ -177,5 +199,40 @@ public final class Histogram: PrometheusRenderable {
         }
         out += "\(name)_bucket{\(inner)le=\"+Inf\"} \(s.count)\n"
         out += "\(name)_sum\(labelPairs) \(s.sum)\n\(name)_count\(labelPairs) \(s.count)\n"
+    }
+}
+
+/// A family of samples a collector reports at scrape time.
+public struct MetricFamily: Sendable, Equatable {
+    public enum Kind: String, Sendable { case gauge, counter }
+
+    public var name: String
+    public var help: String
+    public var kind: Kind
+    /// Label sets and their values, rendered in this order.
+    public var samples: [(labels: [String: String], value: Double)]
+
+    public init(_ name: String, help: String, kind: Kind = .gauge, samples: [(labels: [String: String], value: Double)]) {
+        self.name = name
+        self.help = help
+        self.kind = kind
+        self.samples = samples
+    }
+
+    /// One unlabelled sample.
+    public init(_ name: String, help: String, kind: Kind = .gauge, value: Double) {
+        self.init(name, help: help, kind: kind, samples: [([:], value)])
+    }
+
+    func render(into out: inout String) {
+        out += "# HELP \(name) \(help)\n# TYPE \(name) \(kind.rawValue)\n"
+        for (labels, value) in samples {
+            out += "\(name)\(MetricsRegistry.renderLabels(labels)) \(Gauge.format(value))\n"
+        }
+    }
+
+    public static func == (lhs: MetricFamily, rhs: MetricFamily) -> Bool {
+        lhs.name == rhs.name && lhs.help == rhs.help && lhs.kind == rhs.kind && lhs.samples.count == rhs.samples.count
+            && zip(lhs.samples, rhs.samples).allSatisfy { $0.labels == $1.labels && $0.value == $1.value }
     }
 }

@@ -19,6 +19,16 @@ public enum AuditLog {
             after: try after.map { try PostgresJSON(encoding: $0, encoder: encoder) })
     }
 
+    /// Records an action taken outside the database (a call to Apple), in a transaction of its own.
+    public static func record(
+        in pool: PostgresPool, operator operatorName: String, action: String, reason: String,
+        before: (any Encodable & Sendable)?, after: (any Encodable & Sendable)?
+    ) async throws {
+        try await pool.withConnection { db in
+            try await record(on: db, operator: operatorName, action: action, reason: reason, before: before, after: after)
+        }
+    }
+
     /// Records one action whose states are already JSON (a row read back as jsonb, say).
     public static func record(
         on db: PostgresConnection, operator operatorName: String, action: String, reason: String,

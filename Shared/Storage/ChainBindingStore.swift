@@ -171,6 +171,30 @@ public struct ChainBindingStore: Sendable {
         }
     }
 
+    /// Binds a chain a user imports to them, unless something already gives it to another user (its
+    /// subscription row, binding, stored transactions or waiting facts, or `tokens`, the tokens on
+    /// the transactions Apple just returned): then nothing is bound and false is returned. A chain
+    /// that is the user's already needs nothing. A new binding asks Apple to set the user's token.
+    public func bindImported(environment: String, originalTransactionID: String, userID: String, tokens: [UUID]) async throws
+        -> Bool
+    {
+        try await pool.transaction { db in
+            try await Self.lockChain(environment, originalTransactionID, on: db)
+            var owners = try await Self.claimants(environment, originalTransactionID, on: db)
+            let tokenOwners: [String] = try await db.query(
+                "SELECT user_id FROM user_account_token WHERE app_account_token = ANY(\(PostgresArray(tokens))::uuid[])"
+            ).map { try $0.decode("user_id") }
+            owners.formUnion(tokenOwners)
+            if owners.contains(where: { $0 != userID }) { return false }
+            guard owners.isEmpty else { return true }
+            try await UserStore.ensureUser(userID, on: db)
+            try await UserStore.ensureAccountToken(userID, on: db)
+            try await Self.bind(environment, originalTransactionID, userID: userID, source: .import, by: userID, on: db)
+            try await requestAppleToken(environment, originalTransactionID, reason: "import", by: userID, on: db)
+            return true
+        }
+    }
+
     /// The chain's binding, or nil.
     public func binding(environment: String, originalTransactionID: String) async throws -> ChainBinding? {
         try await pool.withConnection { try await Self.binding(environment, originalTransactionID, on: $0) }

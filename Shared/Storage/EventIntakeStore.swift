@@ -17,7 +17,7 @@ public struct EventIntakeStore: Sendable {
     /// The columns of a notification row, in the order of every insert below.
     private static let notificationColumns: StaticString = """
         kind, notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
-        original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id
+        original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id, payload_hash
         """
 
     /// Stores a notification and its outbox row in one transaction. A duplicate UUID writes nothing.
@@ -42,14 +42,15 @@ public struct EventIntakeStore: Sendable {
             VALUES (\(EventKind.notification.rawValue), \(event.notificationUUID), \(event.notificationType),
                     \(event.subtype), \(event.environment), \(event.signedDate), \(event.transactionID),
                     \(event.originalTransactionID), \(event.routingKey), \(event.sealedPayload), \(event.payloadKeyID),
-                    \(event.traceID))
+                    \(event.traceID), \(event.payloadHash))
             ON CONFLICT (notification_uuid) DO NOTHING
             RETURNING id
             """)
         guard let row = inserted.first else {
             let existing = try await connection.query(
-                "SELECT id FROM inbound_event WHERE notification_uuid = \(event.notificationUUID)")
-            return StoredEvent(eventID: try existing.first!.decode("id", as: Int64.self), isNew: false, outbox: nil)
+                "SELECT id, payload_hash FROM inbound_event WHERE notification_uuid = \(event.notificationUUID)")
+            let stored = Stored(id: try existing.first!.decode("id"), hash: try existing.first!.decode("payload_hash"))
+            return try await duplicates([(event, stored)]) { try await connection.query($0) }[0]
         }
         let id = try row.decode("id", as: Int64.self)
         let entry = try await outbox.enqueue(
@@ -75,15 +76,15 @@ public struct EventIntakeStore: Sendable {
                     \(PostgresArray(events.map(\.signedDate)))::timestamptz[], \(PostgresArray(events.map(\.transactionID)))::text[],
                     \(PostgresArray(events.map(\.originalTransactionID)))::text[], \(PostgresArray(events.map(\.routingKey)))::text[],
                     \(PostgresArray(events.map(\.sealedPayload)))::bytea[], \(PostgresArray(events.map(\.payloadKeyID)))::text[],
-                    \(PostgresArray(events.map(\.traceID)))::text[]
+                    \(PostgresArray(events.map(\.traceID)))::text[], \(PostgresArray(events.map(\.payloadHash)))::text[]
                 ) WITH ORDINALITY AS i(notification_uuid, notification_type, subtype, environment, signed_date,
                                        transaction_id, original_transaction_id, routing_key, signed_payload,
-                                       payload_key_id, trace_id, position)
+                                       payload_key_id, trace_id, payload_hash, position)
             ), inserted AS (
                 INSERT INTO inbound_event (\(sql: Self.notificationColumns))
                 SELECT \(EventKind.notification.rawValue), notification_uuid, notification_type, subtype, environment,
                        signed_date, transaction_id, original_transaction_id, routing_key, signed_payload,
-                       payload_key_id, trace_id
+                       payload_key_id, trace_id, payload_hash
                   FROM input ORDER BY position
                 ON CONFLICT (notification_uuid) DO NOTHING
                 RETURNING id, notification_uuid, routing_key, trace_id
@@ -102,33 +103,81 @@ public struct EventIntakeStore: Sendable {
             new[try row.decode("notification_uuid")] = (try row.decode("event_id"), try row.decode("outbox_id"))
         }
         // Duplicates: read after the insert committed, so rows another batch committed meanwhile show.
-        var existing: [String: Int64] = [:]
+        var existing: [String: Stored] = [:]
         let missing = Set(events.map(\.notificationUUID)).subtracting(new.keys)
         if !missing.isEmpty {
             for row in try await pool.query(
                 """
-                SELECT id, notification_uuid FROM inbound_event
+                SELECT id, notification_uuid, payload_hash FROM inbound_event
                  WHERE notification_uuid = ANY(\(PostgresArray(Array(missing)))::text[])
                 """)
             {
-                existing[try row.decode("notification_uuid")] = try row.decode("id")
+                existing[try row.decode("notification_uuid")] = Stored(id: try row.decode("id"), hash: try row.decode("payload_hash"))
             }
         }
-        return try events.map { event in
+        var results: [StoredEvent?] = []
+        var repeated: [(position: Int, event: NewNotificationEvent, stored: Stored)] = []
+        for (position, event) in events.enumerated() {
             if let stored = new.removeValue(forKey: event.notificationUUID) {
-                existing[event.notificationUUID] = stored.eventID
-                return StoredEvent(
-                    eventID: stored.eventID, isNew: true,
-                    outbox: OutboxEntry(
-                        id: stored.outboxID,
-                        envelope: EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: event.traceID),
-                        topic: topic, routingKey: event.routingKey))
+                existing[event.notificationUUID] = Stored(id: stored.eventID, hash: event.payloadHash)
+                results.append(
+                    StoredEvent(
+                        eventID: stored.eventID, isNew: true,
+                        outbox: OutboxEntry(
+                            id: stored.outboxID,
+                            envelope: EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: event.traceID),
+                            topic: topic, routingKey: event.routingKey)))
+                continue
             }
-            guard let id = existing[event.notificationUUID] else {
+            guard let stored = existing[event.notificationUUID] else {
                 throw PostgresError.server(
                     sqlState: .internalError, message: "notification neither inserted nor found", constraint: nil)
             }
-            return StoredEvent(eventID: id, isNew: false, outbox: nil)
+            results.append(nil)
+            repeated.append((position, event, stored))
+        }
+        let answers = try await duplicates(repeated.map { ($0.event, $0.stored) }) { try await pool.query($0) }
+        for (entry, answer) in zip(repeated, answers) { results[entry.position] = answer }
+        return results.map { $0! }
+    }
+
+    /// A stored notification's id and content hash (nil for rows stored before hashes were kept).
+    private struct Stored {
+        var id: Int64
+        var hash: String?
+    }
+
+    /// The answers for notifications whose UUID was already stored; one whose signed content
+    /// differs from the stored one is recorded in `notification_uuid_conflict` (once per content).
+    private func duplicates(
+        _ repeated: [(event: NewNotificationEvent, stored: Stored)],
+        run: (PostgresQuery) async throws -> PostgresRows
+    ) async throws -> [StoredEvent] {
+        let differs = repeated.map { entry in
+            guard let stored = entry.stored.hash, let received = entry.event.payloadHash else { return false }
+            return stored != received
+        }
+        let conflicts = zip(repeated, differs).filter(\.1).map(\.0)
+        if !conflicts.isEmpty {
+            _ = try await run(
+                """
+                INSERT INTO notification_uuid_conflict
+                    (notification_uuid, event_id, stored_payload_hash, received_payload_hash, notification_type, subtype,
+                     signed_date, trace_id)
+                SELECT * FROM unnest(
+                    \(PostgresArray(conflicts.map(\.event.notificationUUID)))::text[],
+                    \(PostgresArray(conflicts.map(\.stored.id)))::bigint[],
+                    \(PostgresArray(conflicts.map(\.stored.hash)))::text[],
+                    \(PostgresArray(conflicts.map(\.event.payloadHash)))::text[],
+                    \(PostgresArray(conflicts.map(\.event.notificationType)))::text[],
+                    \(PostgresArray(conflicts.map(\.event.subtype)))::text[],
+                    \(PostgresArray(conflicts.map(\.event.signedDate)))::timestamptz[],
+                    \(PostgresArray(conflicts.map(\.event.traceID)))::text[])
+                ON CONFLICT (notification_uuid, received_payload_hash) DO NOTHING
+                """)
+        }
+        return zip(repeated, differs).map { entry, differs in
+            StoredEvent(eventID: entry.stored.id, isNew: false, outbox: nil, conflicting: differs)
         }
     }
 
@@ -177,4 +226,11 @@ public struct EventIntakeStore: Sendable {
         return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
     }
 
+    /// Where the notification with this UUID stands; nil when it was never stored.
+    public func status(ofNotification uuid: String) async throws -> (status: String, errorCode: String?)? {
+        let rows = try await pool.query(
+            "SELECT process_status, error_code FROM inbound_event WHERE notification_uuid = \(uuid)")
+        guard let row = rows.first else { return nil }
+        return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
+    }
 }

@@ -17,11 +17,15 @@ public struct NewNotificationEvent: Sendable {
     public var sealedPayload: [UInt8]?
     public var payloadKeyID: String?
     public var traceID: String?
+    /// Hex SHA-256 of the signed content (the JWS signing input): tells a re-delivery from another
+    /// notification reusing the UUID.
+    public var payloadHash: String?
 
     public init(
         notificationUUID: String, notificationType: String, subtype: String? = nil, environment: String,
         signedDate: Date? = nil, transactionID: String? = nil, originalTransactionID: String? = nil,
-        routingKey: String, sealedPayload: [UInt8]? = nil, payloadKeyID: String? = nil, traceID: String? = nil
+        routingKey: String, sealedPayload: [UInt8]? = nil, payloadKeyID: String? = nil, traceID: String? = nil,
+        payloadHash: String? = nil
     ) {
         self.notificationUUID = notificationUUID
         self.notificationType = notificationType
@@ -34,6 +38,18 @@ public struct NewNotificationEvent: Sendable {
         self.sealedPayload = sealedPayload
         self.payloadKeyID = payloadKeyID
         self.traceID = traceID
+        self.payloadHash = payloadHash
+    }
+
+    /// Text PostgreSQL cannot store (a NUL character), in any column; nil when every one is fine.
+    /// Checked before a row joins a shared commit, which one bad row would fail for all.
+    public var unstorableField: String? {
+        let fields: [(String, String?)] = [
+            ("notificationUUID", notificationUUID), ("notificationType", notificationType), ("subtype", subtype),
+            ("environment", environment), ("transactionId", transactionID),
+            ("originalTransactionId", originalTransactionID), ("routingKey", routingKey), ("traceId", traceID),
+        ]
+        return fields.first { $0.1?.utf8.contains(0) == true }?.0
     }
 }
 
@@ -46,7 +62,8 @@ public struct NewSubmission: Sendable {
     public var environment: String
     public var transactionID: String
     public var originalTransactionID: String
-    /// Hex SHA-256 of the JWS; with the kind, user and order it identifies a repeated upload.
+    /// Hex SHA-256 of the signed content (the JWS signing input, so a re-encoded signature is the
+    /// same upload); with the kind, user and order it identifies a repeated upload.
     public var payloadHash: String
     public var sealedPayload: [UInt8]
     public var payloadKeyID: String
@@ -85,6 +102,9 @@ public struct StoredEvent: Sendable, Equatable {
     public var isNew: Bool
     /// The outbox row to publish and then delete; nil for a duplicate.
     public var outbox: OutboxEntry?
+    /// A duplicate UUID whose signed content differs from the stored one (recorded in
+    /// `notification_uuid_conflict`; the stored notification stays).
+    public var conflicting = false
 }
 
 /// An event row a worker holds under a lease.

@@ -10,6 +10,8 @@ public enum TaskKind: String, Sendable, StoredStatus {
     case recovery = "RECOVERY"
     /// Set App Account Token of a chain an operator or an import bound to a user.
     case setAppAccountToken = "SET_APP_ACCOUNT_TOKEN"
+    /// Get Transaction History for a user's import of their existing purchases.
+    case importHistory = "IMPORT"
 
     /// The value as an SQL literal, for predicates the partial indexes must match.
     public var literal: StaticString {
@@ -17,6 +19,7 @@ public enum TaskKind: String, Sendable, StoredStatus {
         case .requery: "'REQUERY'"
         case .recovery: "'RECOVERY'"
         case .setAppAccountToken: "'SET_APP_ACCOUNT_TOKEN'"
+        case .importHistory: "'IMPORT'"
         }
     }
 }
@@ -47,6 +50,8 @@ public struct ClaimedTask: Sendable {
         case recovery(start: Date, end: Date, paginationToken: String?, onlyFailures: Bool)
         /// Set App Account Token of the chain to its bound user's token.
         case setAppAccountToken(originalTransactionID: String)
+        /// A user's import (`subscription_import`).
+        case importHistory(importID: Int64)
     }
     public var id: Int64
     /// `Production` or `Sandbox`.
@@ -191,6 +196,19 @@ public struct TaskStore: Sendable {
         ).first!.decode("id")
     }
 
+    /// Asks a worker to run a user's import, inside the transaction that records it.
+    static func requestImport(importID: Int64, environment: String, requestedBy: String, on db: PostgresConnection)
+        async throws
+    {
+        try await db.query(
+            """
+            INSERT INTO fulfillment_task (kind, environment, import_id, reason, requested_by, dedup_key)
+            VALUES (\(TaskKind.importHistory), \(environment), \(importID), 'import of existing purchases', \(requestedBy),
+                    \("\(TaskKind.importHistory.rawValue)/\(importID)"))
+            ON CONFLICT (dedup_key) WHERE status = \(sql: TaskStatus.pending.literal) DO NOTHING
+            """)
+    }
+
     /// The deduplication key of a chain's pending re-query (the scan below builds the same in SQL).
     static func requeryKey(environment: String, originalTransactionID: String) -> String {
         "\(TaskKind.requery.rawValue)/\(environment)/\(originalTransactionID)"
@@ -314,7 +332,7 @@ public struct TaskStore: Sendable {
                                   AND (lease_expires_at IS NULL OR lease_expires_at < now())
                                 ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
                 RETURNING t.id, t.kind, t.environment, t.original_transaction_id, t.range_start, t.range_end,
-                          t.pagination_token, t.only_failures, t.attempts, t.result::text AS result
+                          t.pagination_token, t.only_failures, t.import_id, t.attempts, t.result::text AS result
                 """
             ).first
         else { return nil }
@@ -324,6 +342,8 @@ public struct TaskStore: Sendable {
             work = .requery(originalTransactionID: try row.decode("original_transaction_id"))
         case .setAppAccountToken:
             work = .setAppAccountToken(originalTransactionID: try row.decode("original_transaction_id"))
+        case .importHistory:
+            work = .importHistory(importID: try row.decode("import_id"))
         case .recovery:
             work = .recovery(
                 start: try row.decode("range_start"), end: try row.decode("range_end"),

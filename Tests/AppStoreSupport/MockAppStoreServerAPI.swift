@@ -148,6 +148,8 @@ public final class MockAppStoreServerAPI: Sendable {
 
     public var requests: [RecordedRequest] { state.withLock { $0.requests } }
     public func consumptionData(for transactionId: String) -> ConsumptionRequest? { state.withLock { $0.consumption[transactionId] } }
+    /// The TEST notifications Request a Test Notification made, signed (a test delivers them).
+    public var testNotificationPayloads: [String] { state.withLock { $0.testNotifications.values.compactMap(\.signedPayload) } }
     public func appAccountToken(for originalTransactionId: String) -> UUID? { state.withLock { $0.appAccountTokens[originalTransactionId] } }
 
     // MARK: Request handling

@@ -183,9 +183,19 @@ struct APIFixture {
             try fixture.mock.addTransaction(transaction)
             fixture.mock.enqueue(
                 .init(status: 503), .init(status: 500, errorCode: 5_000_001), .init(status: 429, errorCode: 4_290_000))
+            func answers(_ status: String) -> Int {
+                MetricsRegistry.shared.counter(
+                    "appstore_server_api_responses_total", help: "App Store Server API answers by status (error: none came)",
+                    labels: ["status": status]
+                ).value
+            }
+            let before = ["2xx", "429", "5xx"].map(answers)
             let response = try await fixture.client().getTransactionInfo(transactionId: transaction.transactionId!)
             #expect(response.signedTransactionInfo != nil)
             #expect(fixture.mock.requests.count == 4)
+            // Each answer counted by status (at least: tests running beside this one count theirs too).
+            let counted = zip(["2xx", "429", "5xx"].map(answers), before).map { $0 - $1 }
+            #expect(counted[0] >= 1 && counted[1] >= 1 && counted[2] >= 2, "\(counted)")
         }
     }
 

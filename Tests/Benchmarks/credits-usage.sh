@@ -22,6 +22,8 @@ USERS=${BENCH_USERS:-10000}
 CLOSE_USERS=${BENCH_CLOSE_USERS:-100000}
 PORT=${BENCH_PORT:-18091}
 base="http://127.0.0.1:$PORT"
+# Metrics live on the internal listener, one port up.
+internal="http://127.0.0.1:$((PORT + 1))"
 
 bench_scratch credits
 echo "building ingress and subsctl (release)..."
@@ -34,7 +36,8 @@ psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
 # Secrets of this run only: generated here, handed to the ingress and wrk, never printed.
 service_token=$(openssl rand -base64 33 | tr '+/' '-_' | tr -d '=\n')
 "$bin/subsctl" demo-signer init --dir "$work/signer" >/dev/null
-DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 \
+DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 INTERNAL_HTTP_PORT="$((PORT + 1))" INTERNAL_HTTP_HOST=127.0.0.1 \
+    INGRESS_MAX_CONNECTIONS_PER_IP=100000 \
     SERVICE_TOKENS="bench:$service_token" \
     PAYLOAD_ENCRYPTION_KEYS="bench:$(openssl rand -base64 32)" CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" \
     USER_TOKEN_HS256_SECRET="$(openssl rand -base64 32)" APPLE_IAP_ENV=Sandbox APPLE_IAP_BUNDLE_ID=com.example.subscriptions \
@@ -79,7 +82,7 @@ fi
 sleep 1  # let the calls still in flight finish
 # How the ingress gathered the calls (warm-up included): calls per batch statement, and batches
 # whose statement failed and were charged call by call.
-read -r batch_sum batch_count fallbacks < <(curl -fsS "$base/metrics" | awk '
+read -r batch_sum batch_count fallbacks < <(curl -fsS "$internal/metrics" | awk '
     /^subs_credit_usage_batch_size_sum/ { s = $2 } /^subs_credit_usage_batch_size_count/ { c = $2 }
     /^subs_credit_usage_batch_fallbacks_total/ { f = $2 } END { print s + 0, c + 0, f + 0 }')
 events_after=$(sql "SELECT count(*) FROM credit_usage_event")

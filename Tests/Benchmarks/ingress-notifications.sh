@@ -30,6 +30,8 @@ PGBENCH_SECONDS=${PGBENCH_SECONDS:-15}
 BUNDLE_ID=com.example.subscriptions
 NOTIFICATION_PATH=/api/v1/iap/apple/notifications/sandbox
 base="http://127.0.0.1:$PORT"
+# Metrics live on the internal listener, one port up.
+internal="http://127.0.0.1:$((PORT + 1))"
 
 bench_scratch ingress
 echo "building ingress and subsctl (release)..."
@@ -47,7 +49,8 @@ body_bytes=$("$bin/subsctl" bench sign-notifications --signer-dir "$work/signer"
 psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
 # Secrets of this run only: generated here, handed to the ingress, never printed.
 user_secret=$(openssl rand -base64 32)
-DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 \
+DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 INTERNAL_HTTP_PORT="$((PORT + 1))" INTERNAL_HTTP_HOST=127.0.0.1 \
+    INGRESS_MAX_CONNECTIONS_PER_IP=100000 \
     INGRESS_NOTIFICATION_RATE_PER_SECOND=1000000 INGRESS_NOTIFICATION_RATE_BURST=1000000 \
     PAYLOAD_ENCRYPTION_KEYS="bench:$(openssl rand -base64 32)" CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" \
     USER_TOKEN_HS256_SECRET="$user_secret" APPLE_IAP_ENV=Sandbox APPLE_IAP_BUNDLE_ID="$BUNDLE_ID" \
@@ -71,7 +74,7 @@ rows_before=$(sql "SELECT count(*) FROM inbound_event WHERE kind = 'notification
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$ingress_pid/stat"; }
 db_counters() { sql "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || wal_bytes
                          || ' ' || (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) FROM pg_stat_wal"; }
-batch_counters() { curl -fsS "$base/metrics" | awk '/^subs_group_commit_batch_size_(sum|count)/ { printf "%s ", $2 } END { print "" }'; }
+batch_counters() { curl -fsS "$internal/metrics" | awk '/^subs_group_commit_batch_size_(sum|count)/ { printf "%s ", $2 } END { print "" }'; }
 ticks_before=$(cpu_ticks); read -r commits_before wal_before checkpoints_before < <(db_counters); read -r batch_sum_before batch_count_before < <(batch_counters)
 if [ "${BENCH_PERF:-0}" = 1 ]; then
     perf record -a -g -F 499 -o "$work/perf.data" -- sleep 10 >/dev/null 2>&1 &

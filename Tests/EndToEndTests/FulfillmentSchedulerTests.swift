@@ -54,6 +54,13 @@ struct SchedulerHarness {
     /// Runs `subsctl` against the slice's database; its exit status and output.
     func subsctl(_ arguments: [String]) async throws -> (status: Int32?, output: String) { try await pair.subsctl(arguments) }
 
+    /// Runs `subsctl` with a worker's settings (the App Store Server API key and the mock's address).
+    func subsctlWithAPIKey(_ arguments: [String]) async throws -> (status: Int32?, output: String) {
+        let process = try ServiceProcess(executable: "subsctl", name: "subsctl", environment: workerEnvironment, arguments: arguments)
+        let status = await process.waitForExit(timeout: 120)
+        return (status, process.output)
+    }
+
     /// A notification as Apple keeps it in its history (signed, with its delivery attempts).
     func historyNotification(
         _ type: NotificationTypeV2, _ subtype: Subtype? = nil, transaction: JWSTransactionDecodedPayload,
@@ -286,6 +293,7 @@ struct FulfillmentSchedulerTests {
         let restarted = WorkerHarness(
             ingress: IngressHarness(
                 pipeline: pair.ingress.pipeline, signer: pair.signer, process: ingress, client: TestHTTPClient(port: ingress.httpPort!),
+                internalClient: TestHTTPClient(port: ingress.internalHTTPPort!),
                 userTokenSecret: pair.ingress.userTokenSecret, pool: pair.pool, environment: pair.ingress.environment),
             workers: [worker])
         #expect(try await restarted.outcome(of: renewed.uuid, timeout: 60) == .succeeded)

@@ -160,6 +160,8 @@ struct FulfillmentThroughputTests {
             workers: 2, partitions: Self.partitions,
             extra: [
                 "INGRESS_NOTIFICATION_RATE_PER_SECOND": "1000000", "INGRESS_NOTIFICATION_RATE_BURST": "1000000",
+                // The load generator's 64 connections plus the harness's own, all from loopback.
+                "INGRESS_MAX_CONNECTIONS_PER_IP": "1024",
                 // The deployment's sweeper, not the test harness's (5 s): under a backlog that one
                 // re-published every waiting event each half second, and the duplicates cost the
                 // workers more than the events themselves.

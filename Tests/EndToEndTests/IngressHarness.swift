@@ -13,6 +13,8 @@ struct IngressHarness {
     let signer: TestAppleSigner
     let process: ServiceProcess
     let client: TestHTTPClient
+    /// The internal listener (probes and metrics).
+    let internalClient: TestHTTPClient
     let userTokenSecret: String
     let pool: PostgresPool
     /// The ingress's whole environment, to start more instances of it.
@@ -28,12 +30,13 @@ struct IngressHarness {
         var environment = pipeline.serviceEnvironment
         environment.merge([
             "INGRESS_HTTP_PORT": "0",
+            "INTERNAL_HTTP_PORT": "0",
             "CURSOR_SIGNING_KEY": Data(SecureRandom.bytes(32)).base64EncodedString(),
             "USER_TOKEN_HS256_SECRET": secret,
         ]) { _, new in new }
         environment.merge(extra) { _, new in new }
         let process = try await launch(environment)
-        guard let port = process.httpPort else {
+        guard let port = process.httpPort, let internalPort = process.internalHTTPPort else {
             process.kill()
             throw MissingServiceError(variable: "the ingress port in its log")
         }
@@ -42,6 +45,7 @@ struct IngressHarness {
             logger: Logger(label: "e2e", level: .warning))
         return IngressHarness(
             pipeline: pipeline, signer: signer, process: process, client: TestHTTPClient(port: port),
+            internalClient: TestHTTPClient(port: internalPort),
             userTokenSecret: secret, pool: pool, environment: environment)
     }
 

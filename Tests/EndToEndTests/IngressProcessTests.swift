@@ -16,7 +16,13 @@ struct IngressProcessTests {
         #expect(ready.status == 200, "\(ready.text)")
         #expect(try ready.json()["postgres"] as? String == "ok")
         #expect(try ready.json()["kafka"] as? String == "ok")
-        let metrics = try await client.get("/metrics")
+        // Metrics only on the internal listener; the public port has none in any spelling.
+        // (`//metrics` and dot segments: HTTPServerTests, over raw sockets.)
+        for spelling in ["/metrics", "/metrics/", "/%6Detrics"] {
+            #expect(try await client.get(spelling).status == 404, "\(spelling)")
+        }
+        #expect(try await harness.internalClient.get("/readyz").status == 200)
+        let metrics = try await harness.internalClient.get("/metrics")
         #expect(metrics.status == 200)
         #expect(metrics.headers["content-type"]?.hasPrefix("text/plain") == true)
         #expect(metrics.text.contains("# TYPE http_server_request_duration_seconds histogram"))

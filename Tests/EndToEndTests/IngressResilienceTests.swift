@@ -29,7 +29,9 @@ struct IngressResilienceTests {
                 let during = try await harness.client.post(path, json: ["signedPayload": try signed(harness)])
                 #expect(during.status == 503, "\(during.text)")
                 #expect(try during.json()["code"] as? String == "SERVICE_UNAVAILABLE")
-                #expect(try await harness.client.get("/readyz").status == 503)
+                // Readiness is observed in the background, every half second.
+                let unready = try await eventually(timeout: 10) { try await harness.client.get("/readyz").status == 503 }
+                #expect(unready)
                 try await postgres.start()
                 let retried = try await eventually(timeout: 30) {
                     try await harness.client.post(path, json: ["signedPayload": try signed(harness)]).status == 200

@@ -78,3 +78,60 @@ struct ScheduledChecksTests {
         try await pair.checkInvariants()
     }
 }
+
+/// Apple's own checks from the command line, against the mock of the App Store Server API.
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct AppleCommandTests {
+    @Test func aTestNotificationIsRequestedFollowedAndFoundStored() async throws {
+        let harness = try await SchedulerHarness.start(workers: 0)
+        defer { harness.stop() }
+        async let run = harness.subsctlWithAPIKey(["apple", "test-notification", "--wait", "30"])
+        // Apple delivers it: here the test posts what the mock signed to the webhook.
+        let signed = await eventually(timeout: 30) { !harness.mock.testNotificationPayloads.isEmpty }
+        #expect(signed)
+        let payload = try #require(harness.mock.testNotificationPayloads.first)
+        let delivered = try await harness.pair.client.post("/api/v1/iap/apple/notifications/sandbox", json: ["signedPayload": payload])
+        #expect(delivered.status == 200)
+        let result = try await run
+        #expect(result.status == 0, "\(result.output)")
+        #expect(result.output.contains("result=SUCCESS"))
+        #expect(result.output.contains("delivered=true"))
+        #expect(result.output.contains("stored=true"))
+
+        let unconfigured = try await harness.subsctl(["apple", "test-notification"])
+        #expect(unconfigured.status == 78, "no API key in the plain environment: \(unconfigured.output)")
+    }
+
+    @Test func aRenewalDateIsExtendedAtAppleAndAudited() async throws {
+        let harness = try await SchedulerHarness.start(workers: 0)
+        defer { harness.stop() }
+        let pair = harness.pair
+        let chain = String(UInt64.random(in: 2_000_000_000_000_000...2_999_999_999_999_999))
+        let purchase = pair.transaction(chain, purchase: Date() - 86_400, token: UUID())
+        try harness.mock.addTransaction(purchase)
+        let refused = try await harness.subsctlWithAPIKey([
+            "apple", "extend", "--original-transaction-id", chain, "--days", "91", "--reason-code", "3", "--reason", "outage",
+        ])
+        #expect(refused.status == 64)
+        let extended = try await harness.subsctlWithAPIKey([
+            "apple", "extend", "--original-transaction-id", chain, "--days", "7", "--reason-code", "3", "--reason", "outage 2026-12-01",
+            "--operator", "ops",
+        ])
+        #expect(extended.status == 0, "\(extended.output)")
+        #expect(extended.output.contains("originalTransactionId=\(chain) success=true"))
+        let request = try #require(harness.mock.requests.last { $0.path.hasPrefix("/inApps/v1/subscriptions/extend/") })
+        let body = try AppStoreJSON.decoder().decode(ExtendRenewalDateRequest.self, from: Data(request.body))
+        #expect(body.extendByDays == 7)
+        #expect(body.extendReasonCode == 3)
+        #expect(body.requestIdentifier != nil)
+        #expect(
+            try await pair.count(
+                "SELECT count(*) FROM audit_log WHERE action = 'RENEWAL_DATE_EXTENDED' AND operator = 'ops' AND after->>'success' = 'true'")
+                == 1)
+        let unknown = try await harness.subsctlWithAPIKey([
+            "apple", "extend", "--original-transaction-id", "1999", "--days", "7", "--reason-code", "0", "--reason", "typo",
+        ])
+        #expect(unknown.status == 1, "\(unknown.output)")
+        #expect(try await pair.count("SELECT count(*) FROM audit_log WHERE action = 'RENEWAL_DATE_EXTENDED'") == 2)
+    }
+}

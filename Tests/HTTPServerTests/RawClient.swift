@@ -30,9 +30,23 @@ final class RawConnection {
     private let fd: Int32
     private var pending: [UInt8] = []
 
-    init(port: Int, timeoutSeconds: Int = 10) throws {
+    /// `source` (another loopback address, 127.0.0.2…) makes the connection come from elsewhere.
+    init(port: Int, timeoutSeconds: Int = 10, source: String? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw SocketError(operation: "socket", code: errno) }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            if bound != 0 {
+                let code = errno
+                close(fd)
+                throw SocketError(operation: "bind", code: code)
+            }
+        }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

@@ -33,6 +33,19 @@ struct AccountRouteTests {
         }
     }
 
+    @Test func aBodyWithADuplicateKeyIsRefusedNotReadAsItsFirstOrLastValue() async throws {
+        try await IngressTestApp.with { app in
+            let body = Array(#"{"consumptionData":"GRANTED","consumptionData":"DENIED"}"#.utf8)
+            let response = await app.request(
+                "PUT", Self.consentPath, headers: app.authorized("u1").merging(["Content-Type": "application/json"]) { a, _ in a },
+                body: body)
+            #expect(response.status == 400, "\(response.text)")
+            #expect(response.code == "MALFORMED_JSON")
+            let stored = try await app.count("SELECT count(*) FROM user_consent")
+            #expect(stored == 0)
+        }
+    }
+
     @Test func anEmptyCursorOrLimitMeansTheFirstPageWithTheDefaultSize() async throws {
         try await IngressTestApp.with { app in
             try await app.rows.addUser("u1")

@@ -6,6 +6,7 @@ import Foundation
 import HTTPServer
 import Postgres
 import ServiceRuntime
+import Synchronization
 import TestSupport
 import Testing
 
@@ -19,7 +20,14 @@ struct IngressTestApp: Sendable {
     let database: TestDatabase
     let signer: TestAppleSigner
     let router: Router<IngressRequestContext>
+    /// The internal listener's routes (probes and metrics).
+    let internalRouter: Router<BasicRequestContext>
     let admission: NotificationAdmission
+    /// `INGRESS_TRUSTED_PROXIES`, to attribute requests as the server does.
+    let trustedProxies: [AddressRange]
+    /// Behind `/readyz`: observes only when a test calls `observe()`; its probes count their calls.
+    let readiness: ReadinessMonitor
+    let readinessProbes: Counted
     let userTokenSecret: String
     let serviceToken: String
     /// What the ingress logged, to check that it never logs secrets.
@@ -68,12 +76,17 @@ struct IngressTestApp: Sendable {
         let configuration = try IngressConfiguration.load(environment: environment)
         let logs = LogSink.memory()
         let logger = Logger(label: "ingress", level: .info, sink: logs)
+        let probes = Counted()
+        let readiness = ReadinessMonitor(
+            interval: .milliseconds(500), postgres: { probes.increment("ok") }, kafka: { probes.increment("ok") })
         let context = try IngressContext(
-            configuration: configuration, pool: database.pool, publisher: OutboxOnly(), clock: SystemClock(), logger: logger)
+            configuration: configuration, pool: database.pool, publisher: OutboxOnly(), readiness: readiness,
+            clock: SystemClock(), logger: logger)
         var router = try buildRouter(context)
         router.logger = logger
         return IngressTestApp(
-            database: database, signer: signer, router: router, admission: NotificationAdmission(configuration: configuration),
+            database: database, signer: signer, router: router, internalRouter: HealthRoutes(readiness: readiness).internalRouter(),
+            admission: NotificationAdmission(), trustedProxies: configuration.trustedProxies, readiness: readiness, readinessProbes: probes,
             userTokenSecret: secret, serviceToken: serviceToken, logs: logs, environment: environment)
     }
 
@@ -85,11 +98,14 @@ struct IngressTestApp: Sendable {
         _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
         remoteAddress: String = "127.0.0.1"
     ) async -> TestResponse {
-        let (path, query) = Self.split(target)
+        let (rawPath, query) = Self.split(target)
+        let path = RequestPath.normalized(rawPath)
         var fields: [String: String] = [:]
         for (name, value) in headers { fields[name.lowercased()] = value }
         let head = HTTPRequestHead(
             method: method, path: path, query: query, headers: fields, remoteAddress: remoteAddress,
+            clientAddress: ClientAddress.resolve(
+                peer: remoteAddress, forwardedFor: fields["x-forwarded-for"], trustedProxies: trustedProxies),
             traceID: TraceID.accept(fields["x-request-id"]))
         if let refusal = admission.check(head) { return TestResponse(refusal) }
         return TestResponse(await router.handle(HTTPRequest(head: head, body: body)))
@@ -97,6 +113,11 @@ struct IngressTestApp: Sendable {
 
     func get(_ target: String, headers: [String: String] = [:]) async -> TestResponse {
         await request("GET", target, headers: headers)
+    }
+
+    /// A GET on the internal listener's routes.
+    func getInternal(_ path: String) async -> TestResponse {
+        TestResponse(await internalRouter.handle(HTTPRequest(head: HTTPRequestHead(method: "GET", path: path))))
     }
 
     /// A request with `json` serialised as its body and `Content-Type: application/json`.
@@ -110,8 +131,8 @@ struct IngressTestApp: Sendable {
         try await send("POST", target, json: json, headers: headers)
     }
 
-    /// Path and decoded query arguments, as the server splits them (`+` is a space; the first of
-    /// a repeated name wins).
+    /// Path and decoded query arguments, as the server splits them (`+` is a space; the server
+    /// refuses a repeated name before routing, so tests never send one).
     static func split(_ target: String) -> (String, [String: String]) {
         guard let mark = target.firstIndex(of: "?") else { return (target, [:]) }
         var query: [String: String] = [:]
@@ -175,6 +196,17 @@ struct IngressTestApp: Sendable {
             }
         }
         return leaks
+    }
+}
+
+/// A call counter for injected probes.
+final class Counted: Sendable {
+    private let calls = Mutex(0)
+    var count: Int { calls.withLock { $0 } }
+    /// Counts a call and answers `value`.
+    func increment(_ value: String) -> String {
+        calls.withLock { $0 += 1 }
+        return value
     }
 }
 

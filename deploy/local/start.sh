@@ -8,11 +8,12 @@ mkdir -p "$LOG_DIR" "$RUN_DIR"
 as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 # The servers outlive this script: they must not inherit its caller's descriptors (a held flock
 # would stay held; the pipe of a `$(...)` around this script would never reach end of file).
-# Closes every descriptor above stderr, so it only runs in a subshell: `(detached ...)` or `detached ... &`.
+# Closes every descriptor above stderr, so it only runs in a subshell: `(detached ...)` or
+# `detached exec ... &`, where `exec` makes the background job's pid the server's own.
 detached() {
     for fd in /proc/$BASHPID/fd/*; do
         n=${fd##*/}
-        [ "$n" -gt 2 ] && eval "exec $n>&-"
+        [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null  # the listing's own descriptor is gone by now
     done
     "$@"
 }
@@ -52,11 +53,11 @@ fi
 
 if ! (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then
     log "starting Tansu on 127.0.0.1:$KAFKA_PORT"
-    detached nohup "$(tansu_bin)" broker \
+    detached exec nohup "$(tansu_bin)" broker \
         --listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
         --advertised-listener-url "tcp://127.0.0.1:$KAFKA_PORT" \
         --storage-engine "memory://tansu/" >"$LOG_DIR/tansu.log" 2>&1 &
-    echo $! > "$RUN_DIR/tansu.pid"
+    echo $! > "$RUN_DIR/tansu.pid"  # the broker's own pid (exec), which stop.sh stops
     for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null && break; sleep 0.1; done
 fi
 "$(tansu_bin)" topic create --broker "tcp://127.0.0.1:$KAFKA_PORT" \

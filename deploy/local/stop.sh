@@ -6,6 +6,12 @@ for svc in ingress fulfillment tansu; do
     pidfile="$RUN_DIR/$svc.pid"
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile")
+    # Ours only if it runs a binary of this checkout (a stale pid file may name someone else's process).
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
+    case "$exe" in
+        "$REPO_DIR"/* | "$STATE_DIR"/*) ;;
+        *) [ -z "$exe" ] || log "not stopping $svc: pid $pid runs $exe"; rm -f "$pidfile"; continue ;;
+    esac
     if kill -0 "$pid" 2>/dev/null; then
         log "stopping $svc ($pid)"; kill -TERM "$pid" 2>/dev/null
         for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian/Ubuntu machine (as root): installs what is missing,
-# starts PostgreSQL and the broker, builds everything, runs every test. Integration tests fail
+# checks the deployment files statically, starts PostgreSQL and the broker, builds everything,
+# runs every test. Integration tests fail
 # (never skip) when their services are missing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 command -v swift >/dev/null 2>&1 || export PATH="/opt/swift/usr/bin:$PATH"
 
 bash "$LOCAL_DIR/install.sh"
+log "checking the deployment files (compose, alert rules, Kubernetes manifests)"
+"$VENV_DIR/bin/python" "$REPO_DIR/deploy/check-deployment.py" \
+    --promtool "$TOOLS_DIR/promtool" --kubernetes-validate "$VENV_DIR/bin/kubernetes-validate"
 bash "$LOCAL_DIR/start.sh" >/dev/null
 # Tests that restart or kill a broker start private ones from the same binary.
 export TANSU_BIN="$(tansu_bin)"
@@ -40,4 +44,6 @@ else
     run_phase modules --skip EndToEndTests --skip KafkaTests
     run_phase kafka --filter KafkaTests
     run_phase end-to-end --filter EndToEndTests
+    log "fuzzing a live ingress (short mode: Tests/Fuzz/ingress-fuzz.sh --short)"
+    bash "$REPO_DIR/Tests/Fuzz/ingress-fuzz.sh" --short
 fi

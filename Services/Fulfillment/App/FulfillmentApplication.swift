@@ -18,8 +18,10 @@ public struct FulfillmentApplication: Sendable {
     let scheduler: Scheduler
     /// Daily close, expiry clearing, yearly months, welcome credits, the ledger check.
     public let credits: CreditsScheduler
-    /// `/healthz` and `/metrics` (Prometheus text) for the orchestrator and the alerts.
+    /// `/healthz`, `/readyz` and `/metrics` (Prometheus text) for the orchestrator and the alerts.
     public let operations: HTTPServer
+    /// The backlog gauges, in one worker at a time.
+    let sampler: BacklogSampler
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -51,14 +53,29 @@ public struct FulfillmentApplication: Sendable {
                     "kafka.partition_count": .int(Int64(assigned.count)),
                 ])
         }
+        let consumer = consumer
+        sampler = BacklogSampler(
+            configuration: configuration.pipeline.postgres, interval: configuration.metricsSample, logger: logger,
+            lag: { try await consumer.groupLag() })
+        let stall = configuration.stall
+        let sampler = sampler
+        MetricsRegistry.shared.setCollector("fulfillment") {
+            [
+                MetricFamily(
+                    "subs_fulfillment_ready", help: "1 when this worker's /readyz answers 200",
+                    value: consumer.health.readiness(stall: stall).ok ? 1 : 0)
+            ] + sampler.families
+        }
         var router = Router()
-        router.get("/healthz") { _ in .json(["status": "ok"]) }
+        router.get("/healthz") { _ in Self.answer(consumer.health.liveness(stall: stall)) }
+        router.get("/readyz") { _ in Self.answer(consumer.health.readiness(stall: stall)) }
         router.get("/metrics") { _ in
             .text(MetricsRegistry.shared.prometheusText(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
         operations = HTTPServer(
+            // Two threads: libmicrohttpd logs a pool of one as an error and runs without a pool.
             configuration: HTTPServerConfiguration(
-                host: configuration.httpHost, port: configuration.httpPort, threadPoolSize: 1, maxBodyBytes: 1024),
+                host: configuration.httpHost, port: configuration.httpPort, threadPoolSize: 2, maxBodyBytes: 1024),
             router: router, logger: logger)
         let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
         scheduler = Scheduler(
@@ -74,7 +91,12 @@ public struct FulfillmentApplication: Sendable {
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
-    public var services: [any Service] { [pool, producer, sweeper, scheduler, credits, operations, consumer] }
+    public var services: [any Service] { [pool, producer, sweeper, scheduler, credits, sampler, operations, consumer] }
+
+    /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.
+    static func answer(_ verdict: KafkaConsumerHealth.Verdict) -> HTTPResponse {
+        .json(["status": verdict.ok ? "ok" : "unavailable", "reason": verdict.reason], status: verdict.ok ? 200 : 503)
+    }
 
     public func run() async throws {
         try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)

@@ -38,6 +38,13 @@ public struct FulfillmentConfiguration: Sendable {
     public var httpPort: Int
     /// Address of that endpoint (`FULFILLMENT_HTTP_HOST`). Default 0.0.0.0.
     public var httpHost: String
+    /// `/healthz` fails when the consumer's poll loop has not turned for this long; `/readyz`
+    /// when its partitions hold work and nothing was handled for this long
+    /// (`FULFILLMENT_STALL_SECONDS`). Default 60.
+    public var stall: Duration
+    /// Period of the backlog gauges, sampled by one worker at a time (`METRICS_SAMPLE_SECONDS`).
+    /// Default 15.
+    public var metricsSample: Duration
     /// Re-queries, recoveries, consumption answers and stale orders (`FULFILLMENT_*` of
     /// SchedulerConfiguration, App Store Server API `APPLE_IAP_*`).
     public var schedulers: SchedulerConfiguration
@@ -61,6 +68,8 @@ public struct FulfillmentConfiguration: Sendable {
         inFlightPerPartition = reader.int("FULFILLMENT_IN_FLIGHT_PER_PARTITION", default: 16, range: 1...1024)
         httpPort = reader.int("FULFILLMENT_HTTP_PORT", default: 8081, range: 0...65_535)
         httpHost = reader.string("FULFILLMENT_HTTP_HOST", default: "0.0.0.0")
+        stall = .seconds(reader.int("FULFILLMENT_STALL_SECONDS", default: 60, range: 5...3600))
+        metricsSample = .seconds(reader.int("METRICS_SAMPLE_SECONDS", default: 15, range: 1...3600))
         schedulers = SchedulerConfiguration(reader: reader)
         credits = CreditsConfiguration(reader: reader)
         crashPoint = CrashPoint.read(from: reader)

@@ -15,7 +15,10 @@ public struct IngressApplication: Sendable {
     public let intake: NotificationIntake
     public let sweeper: PipelineSweeper
     public let server: HTTPServer
+    /// Probes and metrics, on `INTERNAL_HTTP_HOST`:`INTERNAL_HTTP_PORT`.
+    public let internalServer: HTTPServer
     public let logger: Logger
+    let readiness: ReadinessMonitor
     let waiter: FulfillmentWaiter
     /// Method and path pattern of every route served, for the check that the API document lists them all.
     public let routes: [(method: String, pattern: String)]
@@ -31,8 +34,10 @@ public struct IngressApplication: Sendable {
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
             stuckAfter: configuration.pipeline.stuckAfter, logger: logger,
             ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
+        readiness = ReadinessMonitor(pool: pool, producer: producer, topic: configuration.pipeline.eventTopic)
         let context = try IngressContext(
-            configuration: configuration, pool: pool, publisher: publisher, clock: clock, logger: logger)
+            configuration: configuration, pool: pool, publisher: publisher, readiness: readiness, clock: clock,
+            logger: logger)
         intake = context.intake
         waiter = context.waiter
         let router = try buildRouter(context)
@@ -40,18 +45,29 @@ public struct IngressApplication: Sendable {
         server = HTTPServer(
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort,
-                threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes),
-            router: router, logger: logger, admission: NotificationAdmission(configuration: configuration).check)
+                threadPoolSize: configuration.httpThreads, maxBodyBytes: configuration.maxBodyBytes,
+                trustedProxies: configuration.trustedProxies, maxConnectionsPerAddress: configuration.maxConnectionsPerIP,
+                requestHeaderTimeout: configuration.requestHeaderTimeout),
+            router: router, logger: logger, admission: NotificationAdmission().check)
+        internalServer = HTTPServer(
+            configuration: HTTPServerConfiguration(
+                host: configuration.internalHTTPHost, port: configuration.internalHTTPPort, threadPoolSize: 1),
+            router: HealthRoutes(readiness: readiness).internalRouter(), logger: logger)
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
-    public var services: [any Service] { [pool, producer, sweeper, waiter, server] }
+    public var services: [any Service] { [pool, producer, readiness, sweeper, waiter, internalServer, server] }
 
     /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
     public func run() async throws {
         try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)
+        // Observed once before listening, so the first /readyz already has an answer.
+        await readiness.observe()
         try server.start()
-        logger.info("ingress listening", ["http.port": .int(Int64(server.port))])
+        try internalServer.start()
+        logger.info(
+            "ingress listening",
+            ["http.port": .int(Int64(server.port)), "internal.http.port": .int(Int64(internalServer.port))])
         try await ServiceGroup(services: services, logger: logger).run()
     }
 }

@@ -1,5 +1,6 @@
 import AppStore
 import Foundation
+import HTTPServer
 import Pipeline
 import ServiceRuntime
 
@@ -14,6 +15,10 @@ public struct IngressConfiguration: Sendable {
     public var httpPort: Int
     /// Listening address (`INGRESS_HTTP_HOST`). Default 0.0.0.0.
     public var httpHost: String
+    /// The internal listener of `/metrics`, `/healthz` and `/readyz` (`INTERNAL_HTTP_HOST`, default
+    /// 0.0.0.0; `INTERNAL_HTTP_PORT`, default 8083, 0 picks a free port): never exposed publicly.
+    public var internalHTTPHost: String
+    public var internalHTTPPort: Int
     /// HTTP worker threads (`INGRESS_HTTP_THREADS`). Default 4.
     public var httpThreads: Int
     /// Largest accepted request body (`INGRESS_MAX_BODY_BYTES`). Default 256 KiB.
@@ -26,6 +31,19 @@ public struct IngressConfiguration: Sendable {
     /// only after an hour, and behind a load balancer every notification shares one source address.
     public var notificationRatePerSecond: Int
     public var notificationRateBurst: Int
+    /// Apple endpoints, requests that fail verification: a budget of their own per source
+    /// (`INGRESS_UNVERIFIED_RATE_PER_SECOND`, default 50; `INGRESS_UNVERIFIED_RATE_BURST`, default
+    /// 100), so junk from a source Apple shares never spends Apple's budget (429 beyond it).
+    public var unverifiedRatePerSecond: Int
+    public var unverifiedRateBurst: Int
+    /// `INGRESS_TRUSTED_PROXIES`: CIDRs of the load balancers in front (default none). The source
+    /// of a request they relay is the client they name in `X-Forwarded-For`, and their
+    /// connections are not capped per address.
+    public var trustedProxies: [AddressRange]
+    /// Open connections per source address (`INGRESS_MAX_CONNECTIONS_PER_IP`, default 64).
+    public var maxConnectionsPerIP: Int
+    /// A request head must arrive within this (`INGRESS_REQUEST_HEADER_TIMEOUT_MS`, default 10000).
+    public var requestHeaderTimeout: Duration
     /// How long a CREATED purchase order blocks another purchase in its subscription group; an
     /// older one is EXPIRED when the user starts a new purchase (`INGRESS_OPEN_ORDER_MINUTES`, 0: at
     /// once). Default 15. A PENDING one (Ask to Buy) blocks until it completes or expires.
@@ -43,11 +61,19 @@ public struct IngressConfiguration: Sendable {
         payloadCipher = PayloadCipher(reader: reader)
         httpPort = reader.int("INGRESS_HTTP_PORT", default: 8080, range: 0...65_535)
         httpHost = reader.string("INGRESS_HTTP_HOST", default: "0.0.0.0")
+        internalHTTPHost = reader.string("INTERNAL_HTTP_HOST", default: "0.0.0.0")
+        internalHTTPPort = reader.int("INTERNAL_HTTP_PORT", default: 8083, range: 0...65_535)
         httpThreads = reader.int("INGRESS_HTTP_THREADS", default: 4, range: 1...256)
         maxBodyBytes = reader.int("INGRESS_MAX_BODY_BYTES", default: 256 * 1024, range: 1024...64 * 1024 * 1024)
         fulfillmentWait = .milliseconds(reader.int("INGRESS_FULFILLMENT_WAIT_MS", default: 3000, range: 0...60_000))
         notificationRatePerSecond = reader.int("INGRESS_NOTIFICATION_RATE_PER_SECOND", default: 1000, range: 1...1_000_000)
         notificationRateBurst = reader.int("INGRESS_NOTIFICATION_RATE_BURST", default: 2000, range: 1...1_000_000)
+        unverifiedRatePerSecond = reader.int("INGRESS_UNVERIFIED_RATE_PER_SECOND", default: 50, range: 1...1_000_000)
+        unverifiedRateBurst = reader.int("INGRESS_UNVERIFIED_RATE_BURST", default: 100, range: 1...1_000_000)
+        trustedProxies = Self.addressRanges(reader, "INGRESS_TRUSTED_PROXIES")
+        maxConnectionsPerIP = reader.int("INGRESS_MAX_CONNECTIONS_PER_IP", default: 64, range: 1...1_000_000)
+        requestHeaderTimeout = .milliseconds(
+            reader.int("INGRESS_REQUEST_HEADER_TIMEOUT_MS", default: 10_000, range: 100...600_000))
         openOrderWindow = TimeInterval(60 * reader.int("INGRESS_OPEN_ORDER_MINUTES", default: 15, range: 0...(60 * 24 * 7)))
         cursorSigningKey = Self.secretBytes(reader, "CURSOR_SIGNING_KEY")
         userTokens = UserTokenSettings(reader: reader)
@@ -64,6 +90,17 @@ public struct IngressConfiguration: Sendable {
         let bytes = Data(base64Encoded: raw).map(Array.init) ?? Array(raw.utf8)
         if bytes.count < 32 { reader.report(name, raw, expected) }
         return bytes
+    }
+
+    /// Comma-separated CIDRs (blanks around them allowed); unset or empty is none.
+    static func addressRanges(_ reader: ConfigurationReader, _ name: String) -> [AddressRange] {
+        guard let raw = reader.raw(name) else { return [] }
+        let parts = raw.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        let ranges = parts.compactMap(AddressRange.init(cidr:))
+        if ranges.count != parts.count {
+            reader.report(name, raw, "comma-separated IPv4 or IPv6 networks in CIDR notation (10.0.0.0/8, 2001:db8::/32)")
+        }
+        return ranges
     }
 
     /// Reads and validates; throws one error listing every problem.

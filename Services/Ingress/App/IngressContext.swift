@@ -12,6 +12,8 @@ struct IngressContext: Sendable {
     let store: EventIntakeStore
     let intake: NotificationIntake
     let verifier: SignedDataVerifier
+    /// StoreKit 1 app receipts of imports.
+    let receiptVerifier: AppReceiptVerifier
     let cipher: PayloadCipher
     let authenticator: UserAuthenticator
     let services: ServiceAuthenticator
@@ -21,21 +23,29 @@ struct IngressContext: Sendable {
     let users: UserStore
     let subscriptions: SubscriptionStore
     let credits: CreditStatementStore
+    let imports: ImportStore
+    /// The Apple endpoints' budgets per source.
+    let notificationLimits: NotificationLimits
+    /// What `/readyz` reports; the application runs it as a service.
+    let readiness: ReadinessMonitor
     let clock: any WallClock
     let logger: Logger
 
     /// The ingress's dependencies on `pool`, handing what it commits to the outbox to `publisher`.
     init(
-        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing, clock: any WallClock,
-        logger: Logger
+        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing,
+        readiness: ReadinessMonitor, clock: any WallClock, logger: Logger
     ) throws {
         self.configuration = configuration
         self.pool = pool
+        self.readiness = readiness
+        notificationLimits = NotificationLimits(configuration: configuration)
         self.clock = clock
         self.logger = logger
         store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         intake = NotificationIntake(store: store, publisher: publisher)
         verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
+        receiptVerifier = try AppReceiptVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
         self.cipher = cipher
@@ -46,6 +56,7 @@ struct IngressContext: Sendable {
         users = UserStore(pool: pool)
         subscriptions = SubscriptionStore(pool: pool)
         credits = CreditStatementStore(pool: pool)
+        imports = ImportStore(pool: pool)
     }
 }
 

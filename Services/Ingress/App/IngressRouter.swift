@@ -5,17 +5,18 @@ import HTTPServer
 ///
 /// Every route maps database errors (`DatabaseErrors`). The user API needs a user token
 /// (`UserAuthentication`), the metering API a service token (`ServiceAuthentication`); Apple's
-/// notifications carry their own signature, and health, metrics and the API document are open.
+/// notifications carry their own signature, and the probes and the API document are open.
+/// Metrics are served on the internal listener only (`HealthRoutes.internalRouter`).
 func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestContext> {
     var router = Router(context: IngressRequestContext.self)
     router.add(middleware: DatabaseErrors())
-    HealthRoutes(pool: context.pool, configuration: context.configuration.pipeline, logger: context.logger)
-        .register(in: &router)
+    HealthRoutes(readiness: context.readiness).register(in: &router)
     try OpenAPIRoutes().register(in: &router)
     router.group(NotificationRoutes.prefix) { NotificationRoutes(context: context).register(in: &$0) }
     router.group("/api/v1", middleware: [UserAuthentication(authenticator: context.authenticator)]) { api in
         OrderRoutes(context: context).register(in: &api)
         SubmissionRoutes(context: context).register(in: &api)
+        ImportRoutes(context: context).register(in: &api)
         CatalogueRoutes(context: context).register(in: &api)
         AccountRoutes(context: context).register(in: &api)
     }

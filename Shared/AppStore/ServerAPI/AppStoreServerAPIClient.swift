@@ -212,6 +212,7 @@ public final class AppStoreServerAPIClient: Sendable {
             do {
                 let attemptLimit = min(configuration.timeouts.connect + configuration.timeouts.read, remaining)
                 let (data, response) = try await perform(urlRequest, limit: attemptLimit, attempt: requests)
+                Self.countResponse(status: response.statusCode)
                 if (200..<300).contains(response.statusCode) { return data }
                 let apple = try? JSONDecoder().decode(AppleErrorBody.self, from: data)
                 if response.statusCode == 401 && !resigned {
@@ -226,6 +227,7 @@ public final class AppStoreServerAPIClient: Sendable {
                     message: apple?.errorMessage ?? "HTTP \(response.statusCode) without an Apple error body", attempts: requests)
                 retryAfter = Self.retryAfter(response)
             } catch {
+                Self.countResponse(status: nil)
                 failure = AppStoreAPIError(
                     kind: error.kind, statusCode: error.statusCode, rawAPIError: error.rawAPIError, message: error.message,
                     attempts: requests)
@@ -257,6 +259,21 @@ public final class AppStoreServerAPIClient: Sendable {
     }
 
     /// Retry-After in seconds or as an HTTP date; nil when absent or unreadable.
+    /// `appstore_server_api_responses_total` by status: 2xx, 401, 429, 4xx, 5xx, or `error` when
+    /// no answer came (transport failure, timeout); the alert on 429 and 5xx reads it.
+    static func countResponse(status: Int?) {
+        let label: String
+        switch status {
+        case nil: label = "error"
+        case 401, 429: label = String(status!)
+        case let code?: label = "\(min(max(code / 100, 1), 5))xx"
+        }
+        MetricsRegistry.shared.counter(
+            "appstore_server_api_responses_total", help: "App Store Server API answers by status (error: none came)",
+            labels: ["status": label]
+        ).increment()
+    }
+
     static func retryAfter(_ response: HTTPURLResponse) -> Duration? {
         let value = response.allHeaderFields.first { ($0.key as? String)?.lowercased() == "retry-after" }?.value as? String
         guard let value = value?.trimmingCharacters(in: .whitespaces) else { return nil }

@@ -79,17 +79,26 @@ struct ChainRequery: Sendable {
         return result
     }
 
+    static func envelope(_ item: LastTransactionsItem, uuid: String, environment: String, bundleID: String) throws -> String {
+        try envelope(
+            type: NotificationMatrix.statusRequery, uuid: uuid, environment: environment, bundleID: bundleID,
+            signedTransactionInfo: item.signedTransactionInfo, signedRenewalInfo: item.signedRenewalInfo, status: item.rawStatus)
+    }
+
     /// A notification-shaped envelope (`alg: none`, empty signature) around Apple's signed answer,
     /// so the worker's reader takes it like a notification and verifies the nested JWS.
-    static func envelope(_ item: LastTransactionsItem, uuid: String, environment: String, bundleID: String) throws -> String {
+    static func envelope(
+        type: String, uuid: String, environment: String, bundleID: String, signedTransactionInfo: String?,
+        signedRenewalInfo: String?, status: Int32? = nil
+    ) throws -> String {
         var data = NotificationData()
         data.rawEnvironment = environment
         data.bundleId = bundleID
-        data.signedTransactionInfo = item.signedTransactionInfo
-        data.signedRenewalInfo = item.signedRenewalInfo
-        data.rawStatus = item.rawStatus
+        data.signedTransactionInfo = signedTransactionInfo
+        data.signedRenewalInfo = signedRenewalInfo
+        data.rawStatus = status
         var payload = ResponseBodyV2DecodedPayload()
-        payload.rawNotificationType = NotificationMatrix.statusRequery
+        payload.rawNotificationType = type
         payload.notificationUUID = uuid
         payload.version = "2.0"
         payload.signedDate = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 * 1000).rounded(.down) / 1000)

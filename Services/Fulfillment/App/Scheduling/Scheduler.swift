@@ -17,7 +17,9 @@ final class Scheduler: Service {
     private let owner: String
     private let lease: Duration
     /// What needs the App Store Server API.
-    private typealias AppleWork = (requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter)
+    private typealias AppleWork = (
+        requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter, imports: SubscriptionImporter
+    )
     /// Nil when the App Store Server API is not configured.
     private let apple: AppleWork?
     private let environments: [String]
@@ -49,7 +51,12 @@ final class Scheduler: Service {
                     events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger),
                 AppAccountTokenSetter(
                     bindings: ChainBindingStore(pool: events.pool, topic: configuration.pipeline.eventTopic), clients: clients,
-                    logger: logger)
+                    logger: logger),
+                SubscriptionImporter(
+                    imports: ImportStore(pool: events.pool),
+                    bindings: ChainBindingStore(pool: events.pool, topic: configuration.pipeline.eventTopic), events: events,
+                    publisher: publisher, cipher: cipher, verifier: verifier, clients: clients,
+                    bundleID: configuration.appStore.bundleId, logger: logger)
             )
         }
         let served = configuration.schedulers.appStoreAPI?.environment
@@ -80,7 +87,8 @@ final class Scheduler: Service {
                     nextFailedDeliveries = ContinuousClock.now + min(interval, .seconds(60))
                 }
                 if let interval = configuration.expiryRequeryInterval, ContinuousClock.now >= nextLapsedScan {
-                    await flagLapsedChains(cooldown: interval)
+                    // Apple's answer takes a moment to apply: never ask again sooner than any re-query.
+                    await flagLapsedChains(cooldown: max(interval, configuration.requeryCooldown))
                     nextLapsedScan = ContinuousClock.now + interval
                 }
                 await runDueTasks(apple)
@@ -174,6 +182,8 @@ final class Scheduler: Service {
                 result = try await apple.requery.run(task, originalTransactionID: original)
             case .setAppAccountToken(let original):
                 result = try await apple.tokens.run(task, originalTransactionID: original)
+            case .importHistory(let importID):
+                result = try await apple.imports.run(task, importID: importID)
             case .recovery(let start, let end, let token, let onlyFailures):
                 result = try await apple.recovery.run(task, start: start, end: end, onlyFailures: onlyFailures, from: token) {
                     next, progress in

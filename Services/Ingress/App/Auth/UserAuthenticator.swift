@@ -2,6 +2,7 @@ import AppStore
 import Crypto
 import Foundation
 import HTTPServer
+import StrictJSON
 import Synchronization
 
 /// The business user a request acts for, taken from a verified bearer token.
@@ -59,9 +60,9 @@ struct UserAuthenticator: Sendable {
         guard token.utf8.count <= 8192, let parts = JWSParts(token),
             let headerBytes = Base64URL.decode(parts.header), let payloadBytes = Base64URL.decode(parts.payload),
             let signature = Base64URL.decode(parts.signature),
-            let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
-            let claims = try? JSONSerialization.jsonObject(with: Data(payloadBytes)) as? [String: Any],
-            let alg = header["alg"] as? String
+            // Strict: a duplicated claim could mean one thing here and another to the token's issuer.
+            let header = Self.object(headerBytes), let claims = Self.object(payloadBytes),
+            case .string(let alg)? = header["alg"]
         else { throw APIError.unauthorized("malformed bearer token") }
         let signedInput = Array(parts.signingInput.utf8)
         let valid: Bool
@@ -78,16 +79,35 @@ struct UserAuthenticator: Sendable {
             throw APIError.unauthorized("bearer token algorithm not accepted")
         }
         guard valid else { throw APIError.unauthorized("bearer token signature is invalid") }
-        guard let exp = (claims["exp"] as? NSNumber)?.doubleValue, exp + Self.clockSkew > current else {
+        guard let exp = Self.seconds(claims["exp"]), exp + Self.clockSkew > current else {
             throw APIError.unauthorized("bearer token expired or without exp")
         }
-        if let nbf = (claims["nbf"] as? NSNumber)?.doubleValue, nbf - Self.clockSkew > current {
-            throw APIError.unauthorized("bearer token not yet valid")
+        if let nbf = claims["nbf"] {
+            // A time claim that is not a number is refused, never skipped.
+            guard let nbf = Self.seconds(nbf), nbf - Self.clockSkew <= current else {
+                throw APIError.unauthorized("bearer token not yet valid")
+            }
         }
-        guard let sub = claims["sub"] as? String, !sub.isEmpty, sub.count <= 128 else {
+        guard case .string(let sub)? = claims["sub"], !sub.isEmpty, sub.count <= 128 else {
             throw APIError.unauthorized("bearer token without a subject")
         }
         return (AuthenticatedUser(userID: sub), exp)
+    }
+
+    /// The members of a JSON object in strict syntax (no duplicate names), else nil.
+    private static func object(_ bytes: [UInt8]) -> [String: StrictJSON.Value]? {
+        let parsed = try? bytes.withUnsafeBufferPointer { try StrictJSON.parse($0) }
+        guard case .object(let members)? = parsed else { return nil }
+        return Dictionary(members.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// A NumericDate claim (seconds since the epoch, a JSON number).
+    private static func seconds(_ value: StrictJSON.Value?) -> TimeInterval? {
+        switch value {
+        case .integer(let seconds)?: TimeInterval(seconds)
+        case .double(let seconds)?: seconds
+        default: nil
+        }
     }
 }
 

@@ -1,47 +1,141 @@
+import Foundation
 import HTTPServer
 import Kafka
-import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
+import Synchronization
 
-/// Liveness, readiness and metrics endpoints for the orchestrator and Prometheus.
+/// Liveness and readiness for load balancers and the orchestrator, on the public and the internal
+/// listener alike; `/metrics` only on the internal one (`internalRouter`).
 struct HealthRoutes: Sendable {
-    let pool: PostgresPool
-    let configuration: PipelineConfiguration
-    let logger: Logger
+    let readiness: ReadinessMonitor
 
-    func register(in router: inout Router<IngressRequestContext>) {
+    func register<Context>(in router: inout Router<Context>) {
         router.get("/healthz") { _ in .json(["status": "ok"]) }
-        router.get("/readyz") { _ in await readiness() }
+        router.get("/readyz") { _ in readiness.response() }
+    }
+
+    /// The internal listener's routes (`INTERNAL_HTTP_PORT`): probes and Prometheus metrics, kept
+    /// off the port Apple and the clients reach.
+    func internalRouter() -> Router<BasicRequestContext> {
+        var router = Router()
+        register(in: &router)
         router.get("/metrics") { _ in
             .text(MetricsRegistry.shared.prometheusText(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
+        return router
     }
+}
 
+/// The dependencies' state as `/readyz` reports it, observed in the background: a probe reads
+/// the last observation and costs no I/O, however many load balancers ask how often (a broker
+/// client per call once took the ingress from 29 to 545 threads under 128 callers).
+final class ReadinessMonitor: Service, Sendable {
     /// Body of `/readyz`: each dependency's state.
-    struct Readiness: Encodable {
+    struct Readiness: Encodable, Equatable {
         var status: String
         var postgres: String
         var kafka: String
     }
 
-    /// Ready when PostgreSQL answers and the broker knows the event topic.
-    func readiness() async -> HTTPResponse {
-        var state = Readiness(status: "ready", postgres: "ok", kafka: "ok")
-        do {
-            try await DatabaseProbe.check(pool)
-        } catch {
-            state.postgres = "unavailable"
+    let name = "readiness"
+    /// Between observations (default 500 ms: a healthy answer is at most about a second old, an
+    /// outage shows within two observations).
+    let interval: Duration
+    /// An observation older than this means observing has stalled: not ready.
+    static let staleAfter = Duration.seconds(5)
+    /// Failed probes in a row before a dependency that answered is reported down: one slow
+    /// metadata answer from a busy broker is not an outage (load balancers act on every 503).
+    static let failuresToReport = 2
+    private let probePostgres: @Sendable () async -> String
+    private let probeKafka: @Sendable () async -> String
+    private let latest = Mutex<(readiness: Readiness, at: ContinuousClock.Instant)?>(nil)
+    /// Failed probes in a row, PostgreSQL's and the broker's.
+    private let failures = Mutex((postgres: 0, kafka: 0))
+    private let stopped = ShutdownTrigger()
+    private let observations = MetricsRegistry.shared.counter(
+        "subs_readiness_observations_total", help: "Background observations of the dependencies behind /readyz")
+
+    /// Observes through the running pool (one query) and the running producer's own client (its
+    /// metadata: the broker up and the event topic known).
+    convenience init(pool: PostgresPool, producer: KafkaProducer, topic: String, interval: Duration = .milliseconds(500)) {
+        self.init(
+            interval: interval,
+            postgres: {
+                (try? await DatabaseProbe.check(pool)) == nil ? "unavailable" : "ok"
+            },
+            kafka: {
+                switch await Result(catching: { try await producer.partitionCount(topic, timeout: .seconds(2)) }) {
+                case .success(let count?) where count > 0: "ok"
+                case .success: "topic missing"
+                case .failure: "unavailable"
+                }
+            })
+    }
+
+    /// Each probe answers "ok" or what is wrong.
+    init(
+        interval: Duration, postgres: @escaping @Sendable () async -> String,
+        kafka: @escaping @Sendable () async -> String
+    ) {
+        self.interval = interval
+        probePostgres = postgres
+        probeKafka = kafka
+    }
+
+    func run() async throws {
+        while true {
+            await observe()
+            if await stopped.wait(timeout: interval) { return }
         }
-        do {
-            let admin = KafkaAdmin(configuration: configuration.kafka, logger: logger)
-            if try await admin.partitionCount(configuration.eventTopic) == nil { state.kafka = "topic missing" }
-        } catch {
-            state.kafka = "unavailable"
+    }
+
+    func shutdown() async { stopped.fire() }
+
+    /// One observation of both dependencies, at once. A dependency that was up stays reported up
+    /// until `failuresToReport` probes in a row failed.
+    func observe() async {
+        async let postgres = probePostgres()
+        async let kafka = probeKafka()
+        let (pg, broker) = await (postgres, kafka)
+        observations.increment()
+        let previous = latest.withLock { $0?.readiness }
+        let reported = failures.withLock { counts -> (String, String) in
+            counts.postgres = pg == "ok" ? 0 : counts.postgres + 1
+            counts.kafka = broker == "ok" ? 0 : counts.kafka + 1
+            func shown(_ now: String, _ before: String?, _ failed: Int) -> String {
+                now != "ok" && before == "ok" && failed < Self.failuresToReport ? "ok" : now
+            }
+            return (shown(pg, previous?.postgres, counts.postgres), shown(broker, previous?.kafka, counts.kafka))
         }
-        let ready = state.postgres == "ok" && state.kafka == "ok"
-        if !ready { state.status = "not ready" }
-        return .json(state, status: ready ? 200 : 503)
+        let ready = reported.0 == "ok" && reported.1 == "ok"
+        latest.withLock {
+            $0 = (
+                Readiness(status: ready ? "ready" : "not ready", postgres: reported.0, kafka: reported.1), ContinuousClock.now
+            )
+        }
+    }
+
+    /// 200 with the last observation when it is recent and all is well, else 503 (also before
+    /// the first observation, or when observing has stalled).
+    func response() -> HTTPResponse {
+        let stale = Readiness(status: "not ready", postgres: "unknown", kafka: "unknown")
+        let readiness = latest.withLock { latest -> Readiness in
+            guard let latest, ContinuousClock.now - latest.at <= Self.staleAfter else { return stale }
+            return latest.readiness
+        }
+        return .json(readiness, status: readiness.status == "ready" ? 200 : 503)
+    }
+}
+
+extension Result where Failure == any Error {
+    /// The outcome of an async throwing body.
+    init(catching body: () async throws -> Success) async {
+        do {
+            self = .success(try await body())
+        } catch {
+            self = .failure(error)
+        }
     }
 }

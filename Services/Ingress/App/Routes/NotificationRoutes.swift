@@ -45,6 +45,7 @@ struct NotificationRoutes: Sendable {
             // string than the rest of the request's JSON work.
             body = try AppStoreJSON.decode(Body.self, from: request.body)
         } catch {
+            try spendUnverified(request)
             Self.count("malformed")
             throw APIError.invalidRequest("the body must be a JSON object with a string signedPayload")
         }
@@ -52,6 +53,7 @@ struct NotificationRoutes: Sendable {
         do {
             payload = try await context.verifier.verifyNotification(body.signedPayload, expectedEnvironment: endpoint)
         } catch {
+            try spendUnverified(request)
             Self.count(error.code.rawValue.lowercased())
             context.logger.warning(
                 "notification refused",
@@ -67,6 +69,11 @@ struct NotificationRoutes: Sendable {
             Self.count("malformed")
             throw HTTPError(status: 400, code: "MALFORMED", message: "notificationUUID and notificationType are required")
         }
+        // Only what Apple signed spends Apple's budget: junk from the same source cannot starve it.
+        guard context.notificationLimits.verified.allow(request.head.clientAddress) else {
+            Self.count("rate_limited")
+            throw APIError.rateLimited()
+        }
         received.increment()
         let environment = payload.data?.rawEnvironment ?? payload.summary?.rawEnvironment ?? endpoint.rawValue
         let event: NewNotificationEvent
@@ -81,6 +88,9 @@ struct NotificationRoutes: Sendable {
         let stored: StoredEvent
         do {
             stored = try await context.intake.accept(event)
+        } catch let error as UnstorableNotification {
+            Self.count("malformed")
+            throw APIError.invalidRequest("the field \(error.field) holds a character that cannot be stored")
         } catch {
             // Never 200 for an event that is not durable: Apple retries a 5xx.
             Self.count("storage_unavailable")
@@ -101,6 +111,15 @@ struct NotificationRoutes: Sendable {
                 ])
         }
         return Accepted(status: stored.isNew ? "accepted" : "duplicate", notificationUUID: uuid).response
+    }
+
+    /// A request that failed verification draws from its source's own, smaller budget; beyond it
+    /// the answer is 429 instead of the refusal (and nothing is logged).
+    private func spendUnverified(_ request: HTTPRequest) throws(HTTPError) {
+        guard context.notificationLimits.unverified.allow(request.head.clientAddress) else {
+            Self.count("rate_limited_unverified")
+            throw APIError.rateLimited()
+        }
     }
 
     struct Accepted: Encodable {
@@ -136,16 +155,23 @@ struct NotificationRoutes: Sendable {
     }
 }
 
-/// What the server checks on a notification's head, before any body byte is read: the media
-/// type, then the sender's rate (token buckets per source address).
-struct NotificationAdmission: Sendable {
-    let limiter: RateLimiter
+/// The Apple endpoints' token buckets per source (`HTTPRequestHead.clientAddress`): one for
+/// what verified, one for what did not.
+struct NotificationLimits: Sendable {
+    let verified: RateLimiter
+    let unverified: RateLimiter
 
     init(configuration: IngressConfiguration) {
-        limiter = RateLimiter(
+        verified = RateLimiter(
             ratePerSecond: Double(configuration.notificationRatePerSecond), burst: Double(configuration.notificationRateBurst))
+        unverified = RateLimiter(
+            ratePerSecond: Double(configuration.unverifiedRatePerSecond), burst: Double(configuration.unverifiedRateBurst))
     }
+}
 
+/// What the server checks on a notification's head, before any body byte is read: the media
+/// type. (Rates are charged after verification, when it is known whose budget to spend.)
+struct NotificationAdmission: Sendable {
     /// The refusal for this head, nil to let the request through (any other route passes).
     func check(_ head: HTTPRequestHead) -> HTTPResponse? {
         guard head.method == "POST", head.path == NotificationRoutes.productionPath || head.path == NotificationRoutes.sandboxPath
@@ -153,10 +179,6 @@ struct NotificationAdmission: Sendable {
         if !Self.isJSON(contentType: head.headers["content-type"]) {
             NotificationRoutes.count("unsupported_media_type")
             return APIError.unsupportedMediaType().response(traceID: head.traceID)
-        }
-        if !limiter.allow(head.remoteAddress) {
-            NotificationRoutes.count("rate_limited")
-            return APIError.rateLimited().response(traceID: head.traceID)
         }
         return nil
     }

@@ -80,7 +80,7 @@ struct SubmissionRoutes: Sendable {
             throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
         }
 
-        let hash = Hex.encode(SHA256.hash(Array(body.signedTransaction.utf8)))
+        let hash = SignedContent.hash(of: body.signedTransaction)
         let sealed = try context.cipher.seal(Array(body.signedTransaction.utf8), context: "submission:" + hash)
         let stored = try await context.store.insertSubmission(
             NewSubmission(

@@ -6,8 +6,10 @@
 #include <microhttpd.h>
 #include <curl/curl.h>
 
-/// MHD_start_daemon with its options passed as an MHD_OPTION_ARRAY (terminated by MHD_OPTION_END).
+/// MHD_start_daemon with its options passed as an MHD_OPTION_ARRAY (terminated by MHD_OPTION_END);
+/// accept_policy may be NULL.
 struct MHD_Daemon *cshims_mhd_start_daemon(unsigned int flags, uint16_t port,
+                                           MHD_AcceptPolicyCallback accept_policy, void *accept_policy_cls,
                                            MHD_AccessHandlerCallback handler, void *handler_cls,
                                            const struct MHD_OptionItem *options);
 

@@ -1,0 +1,114 @@
+import Foundation
+import Kafka
+import Pipeline
+import Postgres
+import ServiceRuntime
+import Storage
+import TestSupport
+import Testing
+
+@testable import FulfillmentApp
+
+/// The operations settings are validated like every other (one problem per bad value), and the
+/// backlog sampler runs in one worker at a time.
+@Suite struct OperationsSettingsTests {
+    static let base = ["DATABASE_URL": "postgresql://u:p@h:5432/d", "KAFKA_BROKERS": "h:9092"]
+
+    /// The invalid values a worker reports (the App Store settings this test leaves out are only missing).
+    static func problems(_ extra: [String: String]) -> [String] {
+        let reader = ConfigurationReader(environment: base.merging(extra) { $1 })
+        _ = FulfillmentConfiguration(reader: reader)
+        return reader.problems.filter { $0.value != nil }.map(\.name)
+    }
+
+    @Test func defaultsAndValidValues() {
+        let reader = ConfigurationReader(environment: Self.base)
+        let pipeline = PipelineConfiguration(reader: reader)
+        #expect(pipeline.eventTopicReplicationFactor == 1 && pipeline.eventTopicCreate && pipeline.logLevel == .info)
+        let set = ConfigurationReader(
+            environment: Self.base.merging([
+                "EVENT_TOPIC_REPLICATION_FACTOR": "3", "EVENT_TOPIC_CREATE": "false", "LOG_LEVEL": "WARNING",
+                "METRICS_SAMPLE_SECONDS": "30", "FULFILLMENT_STALL_SECONDS": "120",
+            ]) { $1 })
+        let configured = PipelineConfiguration(reader: set)
+        #expect(configured.eventTopicReplicationFactor == 3 && !configured.eventTopicCreate && configured.logLevel == .warning)
+        let worker = FulfillmentConfiguration(reader: set)
+        #expect(worker.metricsSample == .seconds(30) && worker.stall == .seconds(120))
+        #expect(FulfillmentConfiguration(reader: reader).metricsSample == .seconds(15))
+    }
+
+    @Test(arguments: [
+        ("LOG_LEVEL", "verbose"), ("LOG_LEVEL", "warn"), ("EVENT_TOPIC_REPLICATION_FACTOR", "0"),
+        ("EVENT_TOPIC_REPLICATION_FACTOR", "three"), ("EVENT_TOPIC_CREATE", "maybe"), ("METRICS_SAMPLE_SECONDS", "0"),
+        ("FULFILLMENT_STALL_SECONDS", "1"),
+    ])
+    func aBadValueIsOneProblemNamingItsVariable(name: String, value: String) {
+        #expect(Self.problems([name: value]) == [name])
+    }
+
+    @Test func oneWorkerSamplesAndAnotherTakesOverWhenItStops() async throws {
+        try await withTestDatabase("sampler") { database in
+            let lag = [KafkaPartitionLag(topic: "t", partition: 0, committed: 3, highWatermark: 10, lag: 7)]
+            func sampler() -> BacklogSampler {
+                BacklogSampler(
+                    configuration: PostgresConfiguration(url: database.url), interval: .milliseconds(100),
+                    logger: Logger(label: "test", level: .warning),
+                    lag: { lag })
+            }
+            func leads(_ sampler: BacklogSampler) -> Bool {
+                sampler.families.contains { $0.name == "subs_metrics_sampler_leader" && $0.samples[0].value == 1 }
+            }
+            let first = sampler()
+            let second = sampler()
+            let firstRun = Task { try await first.run() }
+            let secondRun = Task { try await second.run() }
+            #expect(await eventually { leads(first) != leads(second) })
+            let (leader, other) = leads(first) ? (first, second) : (second, first)
+            let gauges = Set(leader.families.map(\.name))
+            #expect(gauges.isSuperset(of: ["subs_events", "subs_outbox_messages", "subs_kafka_consumer_lag", "subs_tasks"]))
+            // The other exports only that it does not lead.
+            #expect(other.families.map(\.name) == ["subs_metrics_sampler_leader"])
+            let text = leader.families.first { $0.name == "subs_kafka_consumer_lag" }!.samples
+            #expect(text.count == 1 && text[0].labels == ["topic": "t", "partition": "0"] && text[0].value == 7)
+
+            await leader.shutdown()
+            #expect(await eventually { leads(other) })
+            #expect(!leads(leader))
+            await other.shutdown()
+            try await firstRun.value
+            try await secondRun.value
+        }
+    }
+}
+
+/// The event topic at start-up: created with the configured partitions, or with
+/// `EVENT_TOPIC_CREATE=false` only checked; fewer partitions than configured is a metric.
+@Suite struct EventTopicBootstrapTests {
+    static func pipeline(_ settings: [String: String]) -> PipelineConfiguration {
+        PipelineConfiguration(
+            reader: ConfigurationReader(environment: ProcessInfo.processInfo.environment.merging(settings) { $1 }))
+    }
+
+    static func gauge(_ name: String, topic: String) -> String? {
+        MetricsRegistry.shared.prometheusText().split(separator: "\n")
+            .first { $0.hasPrefix("\(name){topic=\"\(topic)\"} ") }.map { String($0.split(separator: " ").last!) }
+    }
+
+    @Test func aMissingTopicIsAnErrorWhenCreatingIsOffAndFewerPartitionsAMetric() async throws {
+        _ = try TestEnvironment.kafkaConfiguration()
+        let topic = TestEnvironment.uniqueName("topic")
+        let logger = Logger(label: "test", level: .error)
+        let noCreate = Self.pipeline(["EVENT_TOPIC": topic, "EVENT_TOPIC_PARTITIONS": "2", "EVENT_TOPIC_CREATE": "false"])
+        await #expect(throws: TopicMissing.self) { try await Bootstrap.ensureTopic(configuration: noCreate, logger: logger) }
+
+        let create = Self.pipeline(["EVENT_TOPIC": topic, "EVENT_TOPIC_PARTITIONS": "2", "EVENT_TOPIC_REPLICATION_FACTOR": "1"])
+        #expect(try await Bootstrap.ensureTopic(configuration: create, logger: logger) == 2)
+        #expect(Self.gauge("subs_event_topic_partitions", topic: topic) == "2")
+
+        // Configured for more than the topic has: it is used as it is, and the gap is visible.
+        let more = Self.pipeline(["EVENT_TOPIC": topic, "EVENT_TOPIC_PARTITIONS": "4", "EVENT_TOPIC_CREATE": "false"])
+        #expect(try await Bootstrap.ensureTopic(configuration: more, logger: logger) == 2)
+        #expect(Self.gauge("subs_event_topic_partitions", topic: topic) == "2")
+        #expect(Self.gauge("subs_event_topic_partitions_configured", topic: topic) == "4")
+    }
+}

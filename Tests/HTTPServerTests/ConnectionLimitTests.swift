@@ -1,0 +1,79 @@
+import Foundation
+import HTTPServer
+import ServiceRuntime
+import Testing
+
+/// One source cannot hold every connection, and a request head cannot trickle in for ever.
+@Suite("HTTPServer connection limits")
+struct ConnectionLimitTests {
+    @Test("a source holding its maximum is refused more; other sources and its open connections are served")
+    func perAddressCap() async throws {
+        try await withServer(
+            testRouter(),
+            configure: {
+                $0.maxConnectionsPerAddress = 4
+                $0.trustedProxies = [AddressRange(cidr: "127.0.0.3")!]
+            }
+        ) { server in
+            let port = server.port
+            let (refused, other, held, proxy) = try await blocking {
+                // Four idle connections: the source's maximum.
+                let holders = try (0..<4).map { _ in try RawConnection(port: port, timeoutSeconds: 5) }
+                Thread.sleep(forTimeInterval: 0.3)
+                let extra = try RawConnection(port: port, timeoutSeconds: 5)
+                try? extra.request("GET", "/hello/extra")
+                let refused = (try? extra.readResponse()) == nil
+                let other = try RawConnection(port: port, source: "127.0.0.2")
+                try other.request("GET", "/hello/other")
+                let otherStatus = try other.readResponse().status
+                try holders[0].request("GET", "/hello/held")
+                let heldStatus = try holders[0].readResponse().status
+                // A trusted proxy carries everyone: not capped.
+                let proxies = try (0..<6).map { _ in try RawConnection(port: port, source: "127.0.0.3") }
+                let proxyStatuses = try proxies.map { connection in
+                    try connection.request("GET", "/hello/proxy")
+                    return try connection.readResponse().status
+                }
+                return (refused, otherStatus, heldStatus, proxyStatuses)
+            }
+            #expect(refused, "a fifth connection from the same address was served")
+            #expect(other == 200)
+            #expect(held == 200)
+            #expect(proxy == Array(repeating: 200, count: 6))
+            #expect((metricValue(#"http_server_rejected_connections_total{reason="per_address_limit"}"#) ?? 0) >= 1)
+        }
+    }
+
+    @Test("a head trickling in byte by byte is cut at the header timeout, not kept alive by each byte")
+    func headerTimeout() async throws {
+        try await withServer(
+            testRouter(),
+            configure: {
+                $0.idleTimeout = .seconds(30)
+                $0.requestHeaderTimeout = .seconds(1)
+            }
+        ) { server in
+            let port = server.port
+            let (closed, served) = try await blocking {
+                let slow = try RawConnection(port: port, timeoutSeconds: 1)
+                let head = Array("GET /hello/slow HTTP/1.1\r\nHost: test\r\nX-Pad: " + String(repeating: "p", count: 40))
+                var closed = false
+                for byte in head {
+                    // One byte every 200 ms: the idle timeout (30 s) never fires.
+                    guard (try? slow.send(String(byte))) != nil else {
+                        closed = true
+                        break
+                    }
+                    Thread.sleep(forTimeInterval: 0.2)
+                }
+                if !closed { closed = (try? slow.waitForClose()) ?? false }
+                // A prompt client on a fresh connection is served as before.
+                let prompt = try RawConnection(port: port)
+                try prompt.request("GET", "/hello/prompt")
+                return (closed, try prompt.readResponse().status)
+            }
+            #expect(closed, "the trickling connection was still open after 8 s")
+            #expect(served == 200)
+        }
+    }
+}

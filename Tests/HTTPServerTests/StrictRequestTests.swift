@@ -1,0 +1,140 @@
+import Foundation
+import HTTPServer
+import ServiceRuntime
+import Testing
+
+/// What the server refuses before any handler runs: ambiguous requests get one clear answer
+/// instead of a guess.
+@Suite("HTTPServer strictness")
+struct StrictRequestTests {
+    @Test("a query argument given twice is 400 INVALID_REQUEST, not its first value")
+    func repeatedQueryArgument() async throws {
+        try await withServer(testRouter()) { server in
+            let port = server.port
+            let (single, repeated, encoded) = try await blocking {
+                func get(_ target: String) throws -> RawResponse {
+                    let connection = try RawConnection(port: port)
+                    try connection.request("GET", target)
+                    return try connection.readResponse()
+                }
+                return (try get("/hello/x?q=1"), try get("/hello/x?q=1&q=100"), try get("/hello/x?q=1&%71=100"))
+            }
+            #expect(single.status == 200)
+            #expect(repeated.status == 400)
+            #expect(repeated.errorCode == "INVALID_REQUEST")
+            #expect(encoded.status == 400, "a name spelled with an escape is the same name")
+        }
+    }
+
+    @Test("ambiguous framing is one 400 MALFORMED_REQUEST, the connection closed and no handler run")
+    func ambiguousFraming() async throws {
+        let calls = Locked(0)
+        var router = testRouter()
+        router.post("/upload") { _ in
+            calls.withLock { $0 += 1 }
+            return .text("read")
+        }
+        try await withServer(router) { server in
+            let port = server.port
+            let requests = [
+                "two lengths": "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 20\r\n\r\nhello"
+                    + "GET /hello/x HTTP/1.1\r\nHost: t\r\n\r\n",
+                "same length twice": "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+                "length and chunked": "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+                "other coding": "POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+                "no host": "GET /hello/x HTTP/1.1\r\n\r\n",
+                "two hosts": "GET /hello/x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            ]
+            for (name, raw) in requests {
+                let (response, closed) = try await blocking {
+                    let connection = try RawConnection(port: port)
+                    try connection.send(raw)
+                    let response = try connection.readResponse()
+                    return (response, try connection.waitForClose())
+                }
+                #expect(response.status == 400, "\(name)")
+                #expect(response.errorCode == "MALFORMED_REQUEST", "\(name)")
+                #expect(closed, "\(name): the connection stayed open")
+            }
+        }
+        #expect(calls.value == 0)
+    }
+
+    @Test("a head over maxHeaderBytes is 431 HEADERS_TOO_LARGE in JSON")
+    func oversizedHead() async throws {
+        try await withServer(testRouter(), configure: { $0.maxHeaderBytes = 8 * 1024 }) { server in
+            let port = server.port
+            let response = try await blocking {
+                let connection = try RawConnection(port: port)
+                try connection.request("GET", "/hello/x", headers: ["X-Big": String(repeating: "b", count: 12 * 1024)])
+                return try connection.readResponse()
+            }
+            #expect(response.status == 431)
+            #expect(response.errorCode == "HEADERS_TOO_LARGE")
+        }
+    }
+
+    @Test("paths are normalised once, before admission and routing")
+    func normalisedPaths() async throws {
+        let admission: @Sendable (HTTPRequestHead) -> HTTPResponse? = { head in
+            head.path == "/orders" ? HTTPError(status: 415, code: "REFUSED", message: "x").response(traceID: head.traceID) : nil
+        }
+        try await withServer(testRouter(), admission: admission) { server in
+            let port = server.port
+            let statuses = try await blocking {
+                try ["//hello/x", "/hello/x/", "/%68ello/x", "/a/../hello/./x", "/metrics", "//orders/", "/%6Frders"].map { path in
+                    let connection = try RawConnection(port: port)
+                    try connection.request(path.contains("orders") ? "POST" : "GET", path)
+                    return try connection.readResponse().status
+                }
+            }
+            #expect(statuses == [200, 200, 200, 200, 404, 415, 415])
+        }
+    }
+
+    @Test("normalisation: empty and dot segments, unreserved escapes decoded, others kept upper-case")
+    func normalisation() {
+        #expect(RequestPath.normalized("/") == "/")
+        #expect(RequestPath.normalized("") == "/")
+        #expect(RequestPath.normalized("//a///b/") == "/a/b")
+        #expect(RequestPath.normalized("/a/./b/../c") == "/a/c")
+        #expect(RequestPath.normalized("/../../a") == "/a")
+        #expect(RequestPath.normalized("/%6D%65trics") == "/metrics")
+        #expect(RequestPath.normalized("/%2e%2E/x") == "/x")
+        #expect(RequestPath.normalized("/a%2fb/%c3%a9") == "/a%2Fb/%C3%A9")
+        #expect(RequestPath.normalized("/100%/%zz") == "/100%/%zz")
+    }
+}
+
+@Suite("Client address behind trusted proxies")
+struct ClientAddressTests {
+    let proxies = ["10.0.0.0/8", "2001:db8::/32"].compactMap(AddressRange.init(cidr:))
+
+    @Test("CIDRs parse and match IPv4, IPv6 and IPv4-mapped addresses; nonsense is refused")
+    func ranges() {
+        #expect(proxies.count == 2)
+        #expect(proxies[0].contains("10.255.0.1"))
+        #expect(!proxies[0].contains("11.0.0.1"))
+        #expect(proxies[0].contains("::ffff:10.1.2.3"))
+        #expect(proxies[1].contains("2001:db8:1::5"))
+        #expect(!proxies[1].contains("2001:db9::1"))
+        #expect(AddressRange(cidr: "192.0.2.7")?.contains("192.0.2.7") == true)
+        #expect(AddressRange(cidr: "192.0.2.7")?.contains("192.0.2.8") == false)
+        for bad in ["10.0.0.0/33", "10.0.0.0/", "example.com", "10.0.0.0/8/1", "::/129", ""] {
+            #expect(AddressRange(cidr: bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test("the rightmost untrusted X-Forwarded-For entry, only behind a trusted peer")
+    func resolution() {
+        func client(_ peer: String, _ header: String?) -> String {
+            ClientAddress.resolve(peer: peer, forwardedFor: header, trustedProxies: proxies)
+        }
+        #expect(client("10.0.0.1", "203.0.113.7") == "203.0.113.7")
+        #expect(client("10.0.0.1", "198.51.100.1, 203.0.113.7, 10.0.0.2") == "203.0.113.7")
+        #expect(client("10.0.0.1", "junk, 10.0.0.2") == "10.0.0.2")
+        #expect(client("10.0.0.1", nil) == "10.0.0.1")
+        #expect(client("192.0.2.1", "203.0.113.7") == "192.0.2.1")
+        #expect(ClientAddress.resolve(peer: "10.0.0.1", forwardedFor: "203.0.113.7", trustedProxies: []) == "10.0.0.1")
+    }
+}

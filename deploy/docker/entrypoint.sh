@@ -1,0 +1,20 @@
+#!/bin/sh
+# Entry point of the image: fills in what the compose stack's `secrets` service generated
+# (generate-secrets.sh) for every variable the environment leaves empty, then runs the command.
+# Outside compose (Kubernetes, a plain `docker run`) the folder is absent and nothing changes.
+set -eu
+dir="${SUBS_SECRETS_DIR:-/var/lib/subs/secrets}"
+if [ -r "$dir/generated.env" ]; then
+    while IFS= read -r line; do
+        name="${line%%=*}" value="${line#*=}"
+        case "$name" in PAYLOAD_ENCRYPTION_KEYS | CURSOR_SIGNING_KEY | USER_TOKEN_HS256_SECRET) ;; *) continue ;; esac
+        eval "current=\${$name:-}"
+        [ -n "$current" ] || export "$name=$value"
+    done <"$dir/generated.env"
+fi
+if [ -z "${DATABASE_URL:-}" ] && [ -r "$dir/postgres_password" ]; then
+    # URL-safe by construction when generated; a password from .env must be URL-safe too.
+    DATABASE_URL="postgresql://${POSTGRES_USER:-subs}:$(cat "$dir/postgres_password")@${POSTGRES_HOST:-postgres}:5432/${POSTGRES_DB:-subs}"
+    export DATABASE_URL
+fi
+exec "$@"
