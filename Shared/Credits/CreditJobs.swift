@@ -113,8 +113,9 @@ struct JobMetrics: Sendable {
         "subs_credit_daily_bills_open_past", help: "Bills of past UTC days still open after the last close (close lag)")
     let poolsCleared = MetricsRegistry.shared.counter(
         "subs_credit_pools_cleared_total", help: "SUBSCRIPTION pools cleared after a true expiry")
+    // The name predates plans other than yearly ones; dashboards and alerts read it.
     let monthlyGrants = MetricsRegistry.shared.counter(
-        "subs_credit_monthly_grants_total", help: "Monthly grants of plans longer than a month")
+        "subs_credit_yearly_grants_total", help: "Monthly grants of plans longer than a month (yearly and others)")
     let welcomeGrants = MetricsRegistry.shared.counter("subs_credit_welcome_grants_total", help: "Welcome credit grants")
     let ledgerMismatches = MetricsRegistry.shared.gauge(
         "subs_credit_ledger_mismatches", help: "Accounts whose balance differs from their ledger or is negative (must be 0)")
