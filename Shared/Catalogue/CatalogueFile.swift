@@ -82,7 +82,7 @@ public struct CatalogueFile: Sendable, Equatable {
                     creditsAmount: product.creditsAmount, enabled: product.enabled ?? true,
                     trialGrantsCredits: product.trialGrantsCredits ?? true, upgradeGrant: product.upgradeGrant ?? .full,
                     familySharedGrantsCredits: product.familySharedGrantsCredits ?? false, freePeriodGrantsCredits: freePeriods,
-                    billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false))
+                    billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference))
         }
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
@@ -102,6 +102,7 @@ public struct CatalogueFile: Sendable, Equatable {
         enum CodingKeys: String, CodingKey, CaseIterable {
             case productId, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, enabled
             case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
+            case refundPreference
         }
         let productId: String
         let subscriptionGroupId: String
@@ -115,6 +116,7 @@ public struct CatalogueFile: Sendable, Equatable {
         let familySharedGrantsCredits: Bool?
         let freePeriodGrantsCredits: [String: Bool]?
         let billingRetrySpendsCredits: Bool?
+        let refundPreference: RefundPreference?
     }
 
     private static func unknownKeys(of object: [String: Any], allowed: [String], at prefix: String) -> [String] {
@@ -136,7 +138,8 @@ public struct CatalogueFile: Sendable, Equatable {
         case .valueNotFound(_, let context)?: return "\(path(context)) must not be null"
         case .typeMismatch(_, let context)?: return "\(path(context)) has the wrong type"
         case .dataCorrupted(let context)? where !context.codingPath.isEmpty:
-            return "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE)"
+            return
+                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED)"
         default: return "the file is not a JSON object"
         }
     }

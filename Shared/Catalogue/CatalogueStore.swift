@@ -37,7 +37,7 @@ public struct CatalogueStore: Sendable {
                 """
                 SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                     trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, version, deleted
+                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, version, deleted
                 FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
                 """)
             for row in rows {
@@ -58,12 +58,13 @@ public struct CatalogueStore: Sendable {
                         INSERT INTO payment_product (channel, app_key, product_id, subscription_group_id, plan_code, plan_level,
                             duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits,
                             promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits,
-                            billing_retry_spends_credits)
+                            billing_retry_spends_credits, refund_preference)
                         VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
                             \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
                             \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits),
                             \(product.freePeriodGrantsCredits[.promotional]), \(product.freePeriodGrantsCredits[.offerCode]),
-                            \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits))
+                            \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits),
+                            \(product.refundPreference?.rawValue))
                         RETURNING version
                         """
                     )[0].decode("version")
@@ -79,7 +80,8 @@ public struct CatalogueStore: Sendable {
                             promotional_free_grants_credits = \(product.freePeriodGrantsCredits[.promotional]),
                             offer_code_free_grants_credits = \(product.freePeriodGrantsCredits[.offerCode]),
                             win_back_free_grants_credits = \(product.freePeriodGrantsCredits[.winBack]),
-                            billing_retry_spends_credits = \(product.billingRetrySpendsCredits), deleted = false,
+                            billing_retry_spends_credits = \(product.billingRetrySpendsCredits),
+                            refund_preference = \(product.refundPreference?.rawValue), deleted = false,
                             version = version + 1, updated_at = now()
                         WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
                         RETURNING version
@@ -106,7 +108,7 @@ public struct CatalogueStore: Sendable {
             """
             SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                 trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits
+                offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
             ORDER BY subscription_group_id, plan_level,
@@ -132,7 +134,8 @@ public struct CatalogueStore: Sendable {
                 .offerCode: try row.decode("offer_code_free_grants_credits", as: Bool?.self),
                 .winBack: try row.decode("win_back_free_grants_credits", as: Bool?.self),
             ].compactMapValues { $0 },
-            billingRetrySpendsCredits: try row.decode("billing_retry_spends_credits"))
+            billingRetrySpendsCredits: try row.decode("billing_retry_spends_credits"),
+            refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)))
     }
 }
 
@@ -154,6 +157,7 @@ private struct StoredProduct {
             let familySharedGrantsCredits: Bool
             let freePeriodGrantsCredits: [String: Bool]
             let billingRetrySpendsCredits: Bool
+            let refundPreference: String?
             let version: Int
             let deleted: Bool
         }
@@ -168,7 +172,7 @@ private struct StoredProduct {
                 familySharedGrantsCredits: product.familySharedGrantsCredits,
                 freePeriodGrantsCredits: Dictionary(
                     uniqueKeysWithValues: product.freePeriodGrantsCredits.map { ($0.key.catalogueName, $0.value) }),
-                billingRetrySpendsCredits: product.billingRetrySpendsCredits,
+                billingRetrySpendsCredits: product.billingRetrySpendsCredits, refundPreference: product.refundPreference?.rawValue,
                 version: version, deleted: deleted),
             encoder: encoder)
     }

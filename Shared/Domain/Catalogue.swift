@@ -49,6 +49,13 @@ public enum UpgradeGrant: String, Sendable, Codable {
     case difference = "DIFFERENCE"
 }
 
+/// What a product's consumption answers tell Apple about a refund request (`refundPreference`).
+public enum RefundPreference: String, Sendable, Hashable, Codable, CaseIterable {
+    case decline = "DECLINE"
+    case grantFull = "GRANT_FULL"
+    case grantProrated = "GRANT_PRORATED"
+}
+
 /// Apple's offer types (`offerType`).
 public enum OfferKind: Int, Sendable, Hashable, Codable, CaseIterable, CodingKeyRepresentable {
     /// Free trial, pay as you go or pay up front, once per subscription group.
@@ -102,12 +109,14 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var freePeriodGrantsCredits: [OfferKind: Bool]
     /// Whether the subscription pool stays spendable while Apple retries a failed renewal.
     public var billingRetrySpendsCredits: Bool
+    /// Sent with consumption answers for this product; nil sends no preference.
+    public var refundPreference: RefundPreference?
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
         familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
-        billingRetrySpendsCredits: Bool = false
+        billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil
     ) {
         self.productID = productID
         self.subscriptionGroupID = subscriptionGroupID
@@ -121,6 +130,7 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.familySharedGrantsCredits = familySharedGrantsCredits
         self.freePeriodGrantsCredits = freePeriodGrantsCredits
         self.billingRetrySpendsCredits = billingRetrySpendsCredits
+        self.refundPreference = refundPreference
     }
 
     /// Whether a free period of this offer kind grants the product's credits.

@@ -97,6 +97,15 @@ import Testing
         #expect(Self.problems(["appKey": "a", "products": [Self.product(["freePeriodGrantsCredits": ["OFFER_CODE": 1]])]]).count == 1)
     }
 
+    @Test func refundPreferenceIsApplesOrAbsent() throws {
+        let file = try Self.parse(["appKey": "a", "products": [Self.product(["refundPreference": "GRANT_PRORATED"])]])
+        #expect(file.products.first?.refundPreference == .grantProrated)
+        #expect(try Self.parse(["appKey": "a", "products": [Self.product()]]).products.first?.refundPreference == nil)
+        #expect(
+            Self.problems(["appKey": "a", "products": [Self.product(["refundPreference": "GRANT"])]]).first?.hasPrefix(
+                "products[0].refundPreference has an invalid value") == true)
+    }
+
     /// Each case: fields (JSON) merged into a valid product, and the start of the expected problem.
     @Test(arguments: [
         (#"{"creditAmount": 5}"#, "products[0].creditAmount is not a catalogue field"),

@@ -85,7 +85,8 @@ struct CatalogueStoreTests {
             file.products = ProductDuration.allCases.enumerated().map { index, duration in
                 CatalogueProduct(
                     productID: "p.\(duration.rawValue)", subscriptionGroupID: "g", planCode: "plan", planLevel: 1, duration: duration,
-                    creditsAmount: 100, freePeriodGrantsCredits: index == 0 ? [.offerCode: false, .winBack: true] : [:])
+                    creditsAmount: 100, freePeriodGrantsCredits: index == 0 ? [.offerCode: false, .winBack: true] : [:],
+                    billingRetrySpendsCredits: index == 1, refundPreference: index == 2 ? .decline : nil)
             }
             #expect(try await store.apply(file, operator: "test", reason: "seed").inserted.count == 6)
             let read = try await store.products(appKey: file.appKey)
