@@ -124,7 +124,7 @@ struct FulfillmentSchedulerTests {
                 == "e2e,user")
 
         // Apple's endpoint fails more often than the client retries within one call: the event waits and retries.
-        let path = "/inApps/v1/transactions/consumption/"
+        let path = "/inApps/v2/transactions/consumption/"
         harness.mock.enqueue(
             .init(status: 503, pathPrefix: path), .init(status: 503, pathPrefix: path), .init(status: 503, pathPrefix: path),
             .init(status: 503, pathPrefix: path))
