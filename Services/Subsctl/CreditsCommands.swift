@@ -65,7 +65,7 @@ enum CreditsRunJobsCommand: SubsctlCommand {
             let violations = try await jobs.checkInvariant()
             Subsctl.printOutput(
                 """
-                welcome_grants=\(report.welcomeGrants) yearly_grants=\(report.yearlyGrants) \
+                welcome_grants=\(report.welcomeGrants) monthly_grants=\(report.monthlyGrants) \
                 bills_closed=\(report.billsClosed) pools_cleared=\(report.poolsCleared) seconds=\(seconds) \
                 ledger_mismatches=\(violations)
                 """)

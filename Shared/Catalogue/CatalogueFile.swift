@@ -65,13 +65,24 @@ public struct CatalogueFile: Sendable, Equatable {
             if !(0...maxCreditsAmount).contains(product.creditsAmount) {
                 problems.append("\(at).creditsAmount must be from 0 to \(maxCreditsAmount) whole credits")
             }
+            var freePeriods: [OfferKind: Bool] = [:]
+            for (name, grants) in (product.freePeriodGrantsCredits ?? [:]).sorted(by: { $0.key < $1.key }) {
+                guard let kind = OfferKind.allCases.first(where: { $0.catalogueName == name }), kind != .introductory else {
+                    problems.append(
+                        "\(at).freePeriodGrantsCredits.\(name) is not an offer kind (PROMOTIONAL, OFFER_CODE, WIN_BACK; "
+                            + "introductory free trials follow trialGrantsCredits)")
+                    continue
+                }
+                freePeriods[kind] = grants
+            }
             products.append(
                 CatalogueProduct(
                     productID: product.productId, subscriptionGroupID: product.subscriptionGroupId,
                     planCode: product.planCode, planLevel: product.planLevel, duration: product.duration,
                     creditsAmount: product.creditsAmount, enabled: product.enabled ?? true,
                     trialGrantsCredits: product.trialGrantsCredits ?? true, upgradeGrant: product.upgradeGrant ?? .full,
-                    familySharedGrantsCredits: product.familySharedGrantsCredits ?? false))
+                    familySharedGrantsCredits: product.familySharedGrantsCredits ?? false, freePeriodGrantsCredits: freePeriods,
+                    billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference))
         }
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
@@ -90,7 +101,8 @@ public struct CatalogueFile: Sendable, Equatable {
     private struct RawProduct: Decodable {
         enum CodingKeys: String, CodingKey, CaseIterable {
             case productId, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, enabled
-            case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits
+            case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
+            case refundPreference
         }
         let productId: String
         let subscriptionGroupId: String
@@ -102,6 +114,9 @@ public struct CatalogueFile: Sendable, Equatable {
         let trialGrantsCredits: Bool?
         let upgradeGrant: UpgradeGrant?
         let familySharedGrantsCredits: Bool?
+        let freePeriodGrantsCredits: [String: Bool]?
+        let billingRetrySpendsCredits: Bool?
+        let refundPreference: RefundPreference?
     }
 
     private static func unknownKeys(of object: [String: Any], allowed: [String], at prefix: String) -> [String] {
@@ -123,7 +138,8 @@ public struct CatalogueFile: Sendable, Equatable {
         case .valueNotFound(_, let context)?: return "\(path(context)) must not be null"
         case .typeMismatch(_, let context)?: return "\(path(context)) has the wrong type"
         case .dataCorrupted(let context)? where !context.codingPath.isEmpty:
-            return "\(path(context)) has an invalid value (duration: MONTH|YEAR, upgradeGrant: FULL|DIFFERENCE)"
+            return
+                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED)"
         default: return "the file is not a JSON object"
         }
     }

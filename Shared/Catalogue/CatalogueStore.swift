@@ -36,7 +36,8 @@ public struct CatalogueStore: Sendable {
             let rows = try await connection.query(
                 """
                 SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
-                    trial_grants_credits, upgrade_grant, family_shared_grants_credits, version, deleted
+                    trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
+                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, version, deleted
                 FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
                 """)
             for row in rows {
@@ -55,10 +56,15 @@ public struct CatalogueStore: Sendable {
                     version = try await connection.query(
                         """
                         INSERT INTO payment_product (channel, app_key, product_id, subscription_group_id, plan_code, plan_level,
-                            duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits)
+                            duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits,
+                            promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits,
+                            billing_retry_spends_credits, refund_preference)
                         VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
                             \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
-                            \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits))
+                            \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits),
+                            \(product.freePeriodGrantsCredits[.promotional]), \(product.freePeriodGrantsCredits[.offerCode]),
+                            \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits),
+                            \(product.refundPreference?.rawValue))
                         RETURNING version
                         """
                     )[0].decode("version")
@@ -70,7 +76,12 @@ public struct CatalogueStore: Sendable {
                             plan_level = \(product.planLevel), duration = \(product.duration.rawValue),
                             credits_amount = \(product.creditsAmount), enabled = \(product.enabled),
                             trial_grants_credits = \(product.trialGrantsCredits), upgrade_grant = \(product.upgradeGrant.rawValue),
-                            family_shared_grants_credits = \(product.familySharedGrantsCredits), deleted = false,
+                            family_shared_grants_credits = \(product.familySharedGrantsCredits),
+                            promotional_free_grants_credits = \(product.freePeriodGrantsCredits[.promotional]),
+                            offer_code_free_grants_credits = \(product.freePeriodGrantsCredits[.offerCode]),
+                            win_back_free_grants_credits = \(product.freePeriodGrantsCredits[.winBack]),
+                            billing_retry_spends_credits = \(product.billingRetrySpendsCredits),
+                            refund_preference = \(product.refundPreference?.rawValue), deleted = false,
                             version = version + 1, updated_at = now()
                         WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
                         RETURNING version
@@ -96,10 +107,12 @@ public struct CatalogueStore: Sendable {
         try await pool.query(
             """
             SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
-                trial_grants_credits, upgrade_grant, family_shared_grants_credits
+                trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
+                offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
-            ORDER BY subscription_group_id, plan_level, duration, product_id
+            ORDER BY subscription_group_id, plan_level,
+                array_position(ARRAY['P1W', 'P1M', 'P2M', 'P3M', 'P6M', 'P1Y'], duration), product_id
             """
         ).map(Self.product)
     }
@@ -115,7 +128,14 @@ public struct CatalogueStore: Sendable {
             planCode: try row.decode("plan_code"), planLevel: try row.decode("plan_level"), duration: duration,
             creditsAmount: try row.decode("credits_amount"), enabled: try row.decode("enabled"),
             trialGrantsCredits: try row.decode("trial_grants_credits"), upgradeGrant: upgradeGrant,
-            familySharedGrantsCredits: try row.decode("family_shared_grants_credits"))
+            familySharedGrantsCredits: try row.decode("family_shared_grants_credits"),
+            freePeriodGrantsCredits: [
+                .promotional: try row.decode("promotional_free_grants_credits", as: Bool?.self),
+                .offerCode: try row.decode("offer_code_free_grants_credits", as: Bool?.self),
+                .winBack: try row.decode("win_back_free_grants_credits", as: Bool?.self),
+            ].compactMapValues { $0 },
+            billingRetrySpendsCredits: try row.decode("billing_retry_spends_credits"),
+            refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)))
     }
 }
 
@@ -135,6 +155,9 @@ private struct StoredProduct {
             let enabled, trialGrantsCredits: Bool
             let upgradeGrant: String
             let familySharedGrantsCredits: Bool
+            let freePeriodGrantsCredits: [String: Bool]
+            let billingRetrySpendsCredits: Bool
+            let refundPreference: String?
             let version: Int
             let deleted: Bool
         }
@@ -146,7 +169,11 @@ private struct StoredProduct {
                 subscriptionGroupId: product.subscriptionGroupID, planCode: product.planCode, planLevel: product.planLevel,
                 duration: product.duration.rawValue, creditsAmount: product.creditsAmount, enabled: product.enabled,
                 trialGrantsCredits: product.trialGrantsCredits, upgradeGrant: product.upgradeGrant.rawValue,
-                familySharedGrantsCredits: product.familySharedGrantsCredits, version: version, deleted: deleted),
+                familySharedGrantsCredits: product.familySharedGrantsCredits,
+                freePeriodGrantsCredits: Dictionary(
+                    uniqueKeysWithValues: product.freePeriodGrantsCredits.map { ($0.key.catalogueName, $0.value) }),
+                billingRetrySpendsCredits: product.billingRetrySpendsCredits, refundPreference: product.refundPreference?.rawValue,
+                version: version, deleted: deleted),
             encoder: encoder)
     }
 }

@@ -33,7 +33,7 @@ public struct CreditJobs: Sendable {
     /// What one run of every job did.
     public struct Report: Sendable, Hashable {
         public var welcomeGrants = 0
-        public var yearlyGrants = 0
+        public var monthlyGrants = 0
         public var billsClosed = 0
         public var poolsCleared = 0
     }
@@ -45,7 +45,7 @@ public struct CreditJobs: Sendable {
     public func runAll(now: Date, wait: Bool = true) async throws -> Report {
         var report = Report()
         if configuration.welcomeCredits > 0 { report.welcomeGrants = try await grantWelcomeCredits(wait: wait) }
-        report.yearlyGrants = try await grantYearlyMonths(now: now, wait: wait)
+        report.monthlyGrants = try await grantPlanMonths(now: now, wait: wait)
         report.billsClosed = try await closeDays(now: now, wait: wait)
         report.poolsCleared = try await clearExpiredPools(now: now, wait: wait)
         return report
@@ -113,7 +113,9 @@ struct JobMetrics: Sendable {
         "subs_credit_daily_bills_open_past", help: "Bills of past UTC days still open after the last close (close lag)")
     let poolsCleared = MetricsRegistry.shared.counter(
         "subs_credit_pools_cleared_total", help: "SUBSCRIPTION pools cleared after a true expiry")
-    let yearlyGrants = MetricsRegistry.shared.counter("subs_credit_yearly_grants_total", help: "Monthly grants of yearly plans")
+    // The name predates plans other than yearly ones; dashboards and alerts read it.
+    let monthlyGrants = MetricsRegistry.shared.counter(
+        "subs_credit_yearly_grants_total", help: "Monthly grants of plans longer than a month (yearly and others)")
     let welcomeGrants = MetricsRegistry.shared.counter("subs_credit_welcome_grants_total", help: "Welcome credit grants")
     let ledgerMismatches = MetricsRegistry.shared.gauge(
         "subs_credit_ledger_mismatches", help: "Accounts whose balance differs from their ledger or is negative (must be 0)")

@@ -291,7 +291,8 @@ public enum CreditMeter {
         let row = try await db.query(
             """
             SELECT r.version, r.micro_credits_per_unit,
-                   (SELECT string_agg(pool || ':' || balance, ',') FROM credit_account WHERE user_id = \(userID)) AS balances
+                   (SELECT string_agg(pool || ':' || balance, ',') FROM credit_account WHERE user_id = \(userID)) AS balances,
+                   credit_subscription_spendable(\(userID)) AS subscription_spendable
               FROM (SELECT 1) AS one
               LEFT JOIN LATERAL (SELECT version, micro_credits_per_unit FROM credit_rate_version
                                   WHERE code = \(rateCode) AND effective_from <= \(now)
@@ -303,7 +304,9 @@ public enum CreditMeter {
         let cost = try Self.cost(units: units, perUnit: perUnit)
         let balances = Self.balances(try row.decode("balances", as: String?.self))
         return Affordability(
-            affordable: CreditRules.draw(cost, from: balances) != nil, rate: rateCode, rateVersion: version,
+            affordable: CreditRules.draw(
+                cost, from: balances, subscriptionSpendable: try row.decode("subscription_spendable", as: Bool.self)) != nil, rate: rateCode,
+            rateVersion: version,
             cost: CreditAmount.decimal(cost), costMicroCredits: cost, balance: CreditBalance(balances))
     }
 

@@ -1,7 +1,44 @@
-/// How long one paid period of a product lasts.
-public enum ProductDuration: String, Sendable, Codable {
-    case month = "MONTH"
-    case year = "YEAR"
+/// How long one paid period of a product lasts, as App Store Connect lists it (ISO 8601).
+public enum ProductDuration: String, Sendable, Codable, CaseIterable {
+    case week = "P1W"
+    case month = "P1M"
+    case twoMonths = "P2M"
+    case threeMonths = "P3M"
+    case sixMonths = "P6M"
+    case year = "P1Y"
+
+    /// Reads a duration, also in the spellings catalogues used before ISO 8601 (`MONTH`, `YEAR`).
+    public init?(catalogueValue value: String) {
+        switch value {
+        case "MONTH": self = .month
+        case "YEAR": self = .year
+        default: self.init(rawValue: value)
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let value = try decoder.singleValueContainer().decode(String.self)
+        guard let duration = ProductDuration(catalogueValue: value) else {
+            throw DecodingError.dataCorrupted(
+                DecodingError.Context(codingPath: decoder.codingPath, debugDescription: "not a duration: \(value)"))
+        }
+        self = duration
+    }
+
+    /// Months in one period; nil for a weekly plan, which grants per paid week instead.
+    public var months: Int? {
+        switch self {
+        case .week: nil
+        case .month: 1
+        case .twoMonths: 2
+        case .threeMonths: 3
+        case .sixMonths: 6
+        case .year: 12
+        }
+    }
+
+    /// Whether one period grants month by month (its first month at purchase, the rest on the anchor day).
+    public var grantsMonthly: Bool { (months ?? 0) > 1 }
 }
 
 /// How an upgrade grants credits.
@@ -12,6 +49,47 @@ public enum UpgradeGrant: String, Sendable, Codable {
     case difference = "DIFFERENCE"
 }
 
+/// What a product's consumption answers tell Apple about a refund request (`refundPreference`).
+public enum RefundPreference: String, Sendable, Hashable, Codable, CaseIterable {
+    case decline = "DECLINE"
+    case grantFull = "GRANT_FULL"
+    case grantProrated = "GRANT_PRORATED"
+}
+
+/// Apple's offer types (`offerType`).
+public enum OfferKind: Int, Sendable, Hashable, Codable, CaseIterable, CodingKeyRepresentable {
+    /// Free trial, pay as you go or pay up front, once per subscription group.
+    case introductory = 1
+    case promotional = 2
+    case offerCode = 3
+    case winBack = 4
+
+    private struct Key: CodingKey {
+        var stringValue: String
+        var intValue: Int?
+        init(stringValue: String) { (self.stringValue, intValue) = (stringValue, Int(stringValue)) }
+        init(intValue: Int) { (stringValue, self.intValue) = ("\(intValue)", intValue) }
+    }
+
+    /// Keyed by Apple's number (`{"3": false}`), so rules keyed by kind are a JSON object.
+    public var codingKey: any CodingKey { Key(intValue: rawValue) }
+
+    public init?<T: CodingKey>(codingKey: T) {
+        guard let value = codingKey.intValue ?? Int(codingKey.stringValue) else { return nil }
+        self.init(rawValue: value)
+    }
+
+    /// The name of the kind in catalogue files.
+    public var catalogueName: String {
+        switch self {
+        case .introductory: "INTRODUCTORY"
+        case .promotional: "PROMOTIONAL"
+        case .offerCode: "OFFER_CODE"
+        case .winBack: "WIN_BACK"
+        }
+    }
+}
+
 /// A product of the catalogue with its per-product credit rules (data, never hard-coded).
 public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var productID: String
@@ -20,17 +98,25 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     /// Apple's level inside the group: 1 is the highest.
     public var planLevel: Int
     public var duration: ProductDuration
-    /// Credits per entitlement period (per month for yearly plans), in whole credits.
+    /// Credits per month (per week for weekly plans), in whole credits.
     public var creditsAmount: Int64
     public var enabled: Bool
     public var trialGrantsCredits: Bool
     public var upgradeGrant: UpgradeGrant
     public var familySharedGrantsCredits: Bool
+    /// Whether a free period of a promotional, offer-code or win-back offer grants credits; a kind
+    /// left out follows `trialGrantsCredits` (which decides for introductory free trials).
+    public var freePeriodGrantsCredits: [OfferKind: Bool]
+    /// Whether the subscription pool stays spendable while Apple retries a failed renewal.
+    public var billingRetrySpendsCredits: Bool
+    /// Sent with consumption answers for this product; nil sends no preference.
+    public var refundPreference: RefundPreference?
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
-        familySharedGrantsCredits: Bool = false
+        familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
+        billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil
     ) {
         self.productID = productID
         self.subscriptionGroupID = subscriptionGroupID
@@ -42,17 +128,25 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.trialGrantsCredits = trialGrantsCredits
         self.upgradeGrant = upgradeGrant
         self.familySharedGrantsCredits = familySharedGrantsCredits
+        self.freePeriodGrantsCredits = freePeriodGrantsCredits
+        self.billingRetrySpendsCredits = billingRetrySpendsCredits
+        self.refundPreference = refundPreference
+    }
+
+    /// Whether a free period of this offer kind grants the product's credits.
+    public func freePeriodGrants(_ kind: OfferKind) -> Bool {
+        kind == .introductory ? trialGrantsCredits : freePeriodGrantsCredits[kind] ?? trialGrantsCredits
     }
 }
 
-/// How a product relates to the plan a user has now (Apple's rules decide when it takes effect).
+/// How a product relates to the plan a user has now.
 public enum PlanRelation: String, Sendable, Codable {
     case current = "CURRENT"
     /// Higher level: takes effect at once with a new transaction.
     case upgrade = "UPGRADE"
     /// Lower level: takes effect at the next renewal.
     case downgrade = "DOWNGRADE"
-    /// Same level, other period: takes effect at the next renewal.
+    /// Same level: at once for the same duration, else at the next renewal.
     case crossgrade = "CROSSGRADE"
     /// No current plan in this product's group.
     case new = "NEW"
@@ -64,7 +158,23 @@ public enum PlanRelation: String, Sendable, Codable {
         if candidate.planLevel > current.planLevel { return .downgrade }
         return .crossgrade
     }
+}
 
-    /// Whether Apple applies the change immediately (a new transaction) or at the next renewal.
-    public var takesEffectNow: Bool { self == .upgrade || self == .new }
+/// When Apple applies a change of plan (App Store Connect's "upgrade, downgrade and crossgrade" rules).
+public enum ChangeTiming: String, Sendable, Codable {
+    /// At once: a new transaction replaces the current one, whose unused time Apple refunds.
+    case now = "NOW"
+    /// At the next renewal: the current period runs out first.
+    case nextRenewal = "NEXT_RENEWAL"
+
+    /// Nil for the current product itself. A higher level and the same level with the same
+    /// duration change now; a lower level and the same level with another duration at renewal.
+    public static func of(current: CatalogueProduct?, candidate: CatalogueProduct) -> ChangeTiming? {
+        switch PlanRelation.between(current: current, candidate: candidate) {
+        case .current: nil
+        case .new, .upgrade: .now
+        case .downgrade: .nextRenewal
+        case .crossgrade: current?.duration == candidate.duration ? .now : .nextRenewal
+        }
+    }
 }

@@ -36,31 +36,69 @@ public struct GrantDecision: Sendable, Hashable {
     }
 }
 
+/// A change of plan Apple applied at once, inside a paid period.
+public struct PlanChange: Sendable, Hashable {
+    /// `.upgrade` or `.crossgrade` (same level, same duration).
+    public var relation: PlanRelation
+    /// The plans the period ran on before, latest first (several after switching back and forth).
+    public var replaced: [CatalogueProduct]
+
+    public init(relation: PlanRelation, replaced: [CatalogueProduct]) {
+        self.relation = relation
+        self.replaced = replaced
+    }
+}
+
 /// The credit rules of domain.md, as pure functions.
 public enum CreditRules {
-    /// Grants owed for one verified transaction (the first month only, for a yearly plan).
+    /// Grants owed for one verified transaction (the first month only, for plans longer than a month).
     ///
-    /// - Parameter replaced: the product this transaction upgraded from, when it is an upgrade.
+    /// - Parameter change: the immediate change of plan this transaction is, if it is one.
     public static func grants(
-        for transaction: TransactionFact, product: CatalogueProduct, replaced: CatalogueProduct? = nil
+        for transaction: TransactionFact, product: CatalogueProduct, change: PlanChange? = nil
     ) -> [GrantDecision] {
         guard transaction.revocationDate == nil else { return [] }
         if transaction.isFamilyShared, !product.familySharedGrantsCredits { return [] }
-        if transaction.isFreeTrial, !product.trialGrantsCredits { return [] }
+        if transaction.isFreePeriod, let offer = transaction.offer, !product.freePeriodGrants(offer) { return [] }
         var amount = Credits.micro(product.creditsAmount)
         var reason = transaction.transactionReason == "RENEWAL" ? "RENEWAL" : "PURCHASE"
-        if let replaced {
-            reason = "UPGRADE"
-            if product.upgradeGrant == .difference {
-                amount = max(0, amount - Credits.micro(replaced.creditsAmount))
+        if let change {
+            // What the period has already been given is its highest plan so far: the new plan
+            // adds at most the difference to it, so switching back and forth adds nothing twice.
+            let given = Credits.micro(change.replaced.map(\.creditsAmount).max() ?? 0)
+            if change.relation == .upgrade {
+                reason = "UPGRADE"
+                if product.upgradeGrant == .difference { amount = max(0, amount - given) }
+            } else {
+                reason = "CROSSGRADE"
+                amount = max(0, amount - given)
             }
         }
         guard amount > 0 else { return [] }
-        let key = periodGrantKey(transaction, monthIndex: product.duration == .year ? 0 : nil)
+        let months = periodMonths(offerDiscountType: transaction.offerDiscountType, offerPeriod: transaction.offerPeriod, duration: product.duration)
+        let key = periodGrantKey(transaction, monthIndex: (months ?? 0) > 1 ? 0 : nil)
         return [GrantDecision(grantKey: key, pool: .subscription, amount: amount, reason: reason)]
     }
 
-    /// `environment:transactionId` for a period grant; `:m<index>` for the months of a yearly plan.
+    /// The months one transaction's period grants over: a pay-up-front or free offer covers its
+    /// `offerPeriod` (`P3M`, `P1Y`) in one transaction; otherwise the product's duration. Nil for
+    /// periods counted in weeks or days, which grant once.
+    public static func periodMonths(offerDiscountType: String?, offerPeriod: String?, duration: ProductDuration) -> Int? {
+        if offerDiscountType == "PAY_UP_FRONT" || offerDiscountType == "FREE_TRIAL", let offerPeriod {
+            return months(in: offerPeriod)
+        }
+        return duration.months
+    }
+
+    /// Whole months of an ISO 8601 period of months or years (`P2M`, `P1Y`); nil otherwise.
+    public static func months(in period: String) -> Int? {
+        guard period.hasPrefix("P"), let unit = period.last, unit == "M" || unit == "Y",
+            let count = Int(period.dropFirst().dropLast()), (1...120).contains(count)
+        else { return nil }
+        return unit == "Y" ? count * 12 : count
+    }
+
+    /// `environment:transactionId` for a period grant; `:m<index>` for the months of a longer period.
     public static func periodGrantKey(_ transaction: TransactionFact, monthIndex: Int?) -> String {
         periodGrantKey(environment: transaction.environment, transactionID: transaction.transactionID, monthIndex: monthIndex)
     }
@@ -70,13 +108,13 @@ public enum CreditRules {
         return monthIndex.map { "\(base):m\($0)" } ?? base
     }
 
-    /// The grant dates of a yearly plan: month 0 at purchase, then each month on the anchor day
-    /// (UTC, clamped to the month's last day), 12 in all, never after the period ends.
-    public static func yearlyGrantDates(purchase: Date, expires: Date?) -> [Date] {
+    /// The grant dates of a plan of `months` months: month 0 at purchase, then each month on the
+    /// anchor day (UTC, clamped to the month's last day), `months` in all, never after the period ends.
+    public static func monthlyGrantDates(purchase: Date, months: Int, expires: Date?) -> [Date] {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
         let anchor = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: purchase)
-        return (0..<12).compactMap { index -> Date? in
+        return (0..<months).compactMap { index -> Date? in
             if index == 0 { return purchase }
             guard
                 let firstOfMonth = calendar.date(
@@ -104,10 +142,24 @@ public enum CreditRules {
         return (revoke, outstanding - revoke)
     }
 
+    /// Whether the SUBSCRIPTION pool may be spent, from the user's chains (status, and whether the
+    /// chain's product allows spending during billing retry): with an entitled chain (ACTIVE or
+    /// GRACE), or one in retry whose product allows it, or no chain at all (what an operator
+    /// credited). The SQL function `credit_subscription_spendable` (migration 0018) is the same rule.
+    public static func subscriptionSpendable(chains: [(status: SubscriptionStatus, retrySpends: Bool)]) -> Bool {
+        chains.isEmpty
+            || chains.contains { $0.status == .active || $0.status == .grace || ($0.status == .billingRetry && $0.retrySpends) }
+    }
+
     /// Usage drawn from the pools in order (subscription, welcome, permanent), or nil when the
-    /// total cannot cover it, in which case nothing may change.
-    public static func draw(_ cost: MicroCredits, from balances: [CreditPool: MicroCredits]) -> [CreditPool: MicroCredits]? {
+    /// total cannot cover it, in which case nothing may change. A SUBSCRIPTION pool that is not
+    /// spendable (billing retry) is passed over and kept.
+    public static func draw(
+        _ cost: MicroCredits, from balances: [CreditPool: MicroCredits], subscriptionSpendable: Bool = true
+    ) -> [CreditPool: MicroCredits]? {
         precondition(cost >= 0, "a cost is never negative")
+        var balances = balances
+        if !subscriptionSpendable { balances[.subscription] = 0 }
         let total = CreditPool.allCases.reduce(0) { $0 + max(0, balances[$1] ?? 0) }
         guard total >= cost else { return nil }
         var remaining = cost

@@ -18,6 +18,8 @@ public struct TransactionFact: Sendable, Hashable, Codable {
     public var offerType: Int?
     /// `FREE_TRIAL`, `PAY_AS_YOU_GO`, `PAY_UP_FRONT`.
     public var offerDiscountType: String?
+    /// How long the offer lasts (ISO 8601, `P3M`): the span one pay-up-front or free transaction covers.
+    public var offerPeriod: String?
     /// `PURCHASE` or `RENEWAL`.
     public var transactionReason: String?
     public var appAccountToken: String?
@@ -27,8 +29,8 @@ public struct TransactionFact: Sendable, Hashable, Codable {
         environment: String, transactionID: String, originalTransactionID: String, productID: String,
         purchaseDate: Date, originalPurchaseDate: Date? = nil, expiresDate: Date?, revocationDate: Date? = nil,
         isUpgraded: Bool = false, ownershipType: String = "PURCHASED", offerType: Int? = nil,
-        offerDiscountType: String? = nil, transactionReason: String? = nil, appAccountToken: String? = nil,
-        signedDate: Date
+        offerDiscountType: String? = nil, offerPeriod: String? = nil, transactionReason: String? = nil,
+        appAccountToken: String? = nil, signedDate: Date
     ) {
         self.environment = environment
         self.transactionID = transactionID
@@ -42,13 +44,17 @@ public struct TransactionFact: Sendable, Hashable, Codable {
         self.ownershipType = ownershipType
         self.offerType = offerType
         self.offerDiscountType = offerDiscountType
+        self.offerPeriod = offerPeriod
         self.transactionReason = transactionReason
         self.appAccountToken = appAccountToken
         self.signedDate = signedDate
     }
 
     public var isFamilyShared: Bool { ownershipType == "FAMILY_SHARED" }
-    public var isFreeTrial: Bool { offerType == 1 && offerDiscountType == "FREE_TRIAL" }
+    /// The kind of offer the transaction was bought with, if any.
+    public var offer: OfferKind? { offerType.flatMap(OfferKind.init(rawValue:)) }
+    /// A free period of any offer kind (Apple's `FREE_TRIAL` discount type is used by all four).
+    public var isFreePeriod: Bool { offer != nil && offerDiscountType == "FREE_TRIAL" }
 
     /// Of two signed versions of the same transaction, the one to keep: the later signature
     /// (a refund re-signs the transaction with a revocation date; a reversal re-signs it without).
@@ -69,12 +75,17 @@ public struct RenewalFact: Sendable, Hashable, Codable {
     public var expirationIntent: Int?
     public var priceIncreaseStatus: Int?
     public var renewalDate: Date?
+    /// The price of the next renewal, in milliunits of `renewalCurrency` (Apple's `renewalPrice`).
+    public var renewalPrice: Int64?
+    /// ISO 4217 (Apple's `currency` of the renewal info).
+    public var renewalCurrency: String?
     public var signedDate: Date
 
     public init(
         environment: String, originalTransactionID: String, productID: String, autoRenewProductID: String?,
         autoRenewEnabled: Bool, isInBillingRetryPeriod: Bool = false, gracePeriodExpiresDate: Date? = nil,
-        expirationIntent: Int? = nil, priceIncreaseStatus: Int? = nil, renewalDate: Date? = nil, signedDate: Date
+        expirationIntent: Int? = nil, priceIncreaseStatus: Int? = nil, renewalDate: Date? = nil, renewalPrice: Int64? = nil,
+        renewalCurrency: String? = nil, signedDate: Date
     ) {
         self.environment = environment
         self.originalTransactionID = originalTransactionID
@@ -86,6 +97,8 @@ public struct RenewalFact: Sendable, Hashable, Codable {
         self.expirationIntent = expirationIntent
         self.priceIncreaseStatus = priceIncreaseStatus
         self.renewalDate = renewalDate
+        self.renewalPrice = renewalPrice
+        self.renewalCurrency = renewalCurrency
         self.signedDate = signedDate
     }
 

@@ -367,9 +367,9 @@ public enum FulfillmentPlanner {
                 // A restored transaction gets its grant only if it was applied (ordered) before.
                 let applied = plan.order != nil || input.linkedOrder != nil || effective.isFamilyShared
                 if applied {
-                    let replaced = upgradedFrom(effective, chain: chain, catalogue: input.catalogue)
+                    let change = planChange(effective, chain: chain, catalogue: input.catalogue)
                     let existing = Set(input.grants.map(\.grantKey))
-                    plan.grants = CreditRules.grants(for: effective, product: effectiveProduct, replaced: replaced)
+                    plan.grants = CreditRules.grants(for: effective, product: effectiveProduct, change: change)
                         .filter { !existing.contains($0.grantKey) }
                     // An import brings a user's history: only the period in force grants; the
                     // periods already over are kept as facts.
@@ -477,7 +477,7 @@ public enum FulfillmentPlanner {
         var type = OrderType.recovery
         if isRenewal {
             type = .renewal
-        } else if hint == .change || upgradedFrom(transaction, chain: chain, catalogue: input.catalogue) != nil {
+        } else if hint == .change || planChange(transaction, chain: chain, catalogue: input.catalogue) != nil {
             type = .change
         }
         plan.order = OrderChange(
@@ -515,20 +515,42 @@ public enum FulfillmentPlanner {
         return "\(prefix)-\(transaction.environment.prefix(1))-\(transaction.transactionID)"
     }
 
-    /// The product an upgrade replaced: the chain's previous purchase, of a lower level in the same
-    /// group, whose period was still running when this transaction was bought.
-    public static func upgradedFrom(
+    /// The change of plan a transaction is, when Apple applied it at once: the chain's previous
+    /// purchase, of another product of the group that changes `NOW` (a higher level, or the same
+    /// level and duration), whose period was still running when this transaction was bought; and
+    /// the purchases before it that were replaced the same way in the same period.
+    public static func planChange(
         _ transaction: TransactionFact, chain: ChainFacts, catalogue: [String: CatalogueProduct]
-    ) -> CatalogueProduct? {
+    ) -> PlanChange? {
+        var replaced: [CatalogueProduct] = []
+        var relation: PlanRelation?
+        var current = transaction
+        var seen: Set<String> = [transaction.transactionID]
+        while let previous = replacedBy(current, chain: chain), !seen.contains(previous.transactionID),
+            let old = catalogue[previous.productID], let later = catalogue[current.productID],
+            ChangeTiming.of(current: old, candidate: later) == .now
+        {
+            let step = PlanRelation.between(current: old, candidate: later)
+            guard step == .upgrade || step == .crossgrade else { break }
+            relation = relation ?? step
+            replaced.append(old)
+            seen.insert(previous.transactionID)
+            current = previous
+        }
+        guard let relation else { return nil }
+        return PlanChange(relation: relation, replaced: replaced)
+    }
+
+    /// The chain's purchase just before `transaction`, if its period was still running when
+    /// `transaction` was bought and it was for another product.
+    private static func replacedBy(_ transaction: TransactionFact, chain: ChainFacts) -> TransactionFact? {
         let earlier = chain.transactions.filter {
             $0.transactionID != transaction.transactionID && $0.purchaseDate < transaction.purchaseDate
         }
         guard let previous = earlier.max(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }),
             previous.productID != transaction.productID,
-            (previous.expiresDate ?? .distantFuture) > transaction.purchaseDate,
-            let old = catalogue[previous.productID], let new = catalogue[transaction.productID],
-            PlanRelation.between(current: old, candidate: new) == .upgrade
+            (previous.expiresDate ?? .distantFuture) > transaction.purchaseDate
         else { return nil }
-        return old
+        return previous
     }
 }

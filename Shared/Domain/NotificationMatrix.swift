@@ -27,7 +27,10 @@ public enum NotificationMatrix {
 
     public static func action(type: String, subtype: String?) -> NotificationAction {
         switch (type, subtype) {
-        case ("TEST", _), ("REFUND_DECLINED", _), ("ONE_TIME_CHARGE", _), ("EXTERNAL_PURCHASE_TOKEN", _):
+        case ("TEST", _), ("REFUND_DECLINED", _), ("ONE_TIME_CHARGE", _), ("EXTERNAL_PURCHASE_TOKEN", _),
+            ("RESCIND_CONSENT", _), ("METADATA_UPDATE", _), ("MIGRATION", _), ("PRICE_CHANGE", _):
+            // External purchase tokens, consent withdrawn for app data, and the Advanced Commerce
+            // types concern no In-App Purchase this service fulfils: stored and acknowledged.
             return .recordOnly
         case ("SUBSCRIBED", "INITIAL_BUY"):
             return .applyTransaction(.initial)
@@ -37,6 +40,14 @@ public enum NotificationMatrix {
             return .applyTransaction(.renewal)
         case ("DID_CHANGE_RENEWAL_PREF", "UPGRADE"):
             return .applyTransaction(.change)
+        case ("OFFER_REDEEMED", "INITIAL_BUY"):
+            return .applyTransaction(.initial)
+        case ("OFFER_REDEEMED", "RESUBSCRIBE"):
+            return .applyTransaction(.recovery)
+        case ("OFFER_REDEEMED", "UPGRADE"):
+            return .applyTransaction(.change)
+        case ("OFFER_REDEEMED", "DOWNGRADE"):
+            return .applyRenewalInfo
         case ("OFFER_REDEEMED", _), (statusRequery, _):
             return .applyTransaction(.renewal)
         case (historyImport, _):
@@ -55,6 +66,35 @@ public enum NotificationMatrix {
             return .unknown
         }
     }
+
+    /// Every notification type of App Store Server Notifications V2 in Apple's documentation
+    /// (notificationType, subtype; 2026), each with the subtypes Apple sends with it (nil: none).
+    /// A test maps each through `action` and requires a deliberate handling for all of them.
+    public static let documented: [(type: String, subtypes: [String?])] = [
+        ("CONSUMPTION_REQUEST", [nil]),
+        ("DID_CHANGE_RENEWAL_PREF", ["UPGRADE", "DOWNGRADE", nil]),
+        ("DID_CHANGE_RENEWAL_STATUS", ["AUTO_RENEW_ENABLED", "AUTO_RENEW_DISABLED"]),
+        ("DID_FAIL_TO_RENEW", ["GRACE_PERIOD", nil]),
+        ("DID_RENEW", ["BILLING_RECOVERY", nil]),
+        ("EXPIRED", ["VOLUNTARY", "BILLING_RETRY", "PRICE_INCREASE", "PRODUCT_NOT_FOR_SALE"]),
+        ("EXTERNAL_PURCHASE_TOKEN", ["UNREPORTED", "CREATED", "ACTIVE_TOKEN_REMINDER"]),
+        ("GRACE_PERIOD_EXPIRED", [nil]),
+        ("METADATA_UPDATE", [nil]),
+        ("MIGRATION", [nil]),
+        ("OFFER_REDEEMED", ["INITIAL_BUY", "RESUBSCRIBE", "UPGRADE", "DOWNGRADE", nil]),
+        ("ONE_TIME_CHARGE", [nil]),
+        ("PRICE_CHANGE", [nil]),
+        ("PRICE_INCREASE", ["PENDING", "ACCEPTED"]),
+        ("REFUND", [nil]),
+        ("REFUND_DECLINED", [nil]),
+        ("REFUND_REVERSED", [nil]),
+        ("RENEWAL_EXTENDED", [nil]),
+        ("RENEWAL_EXTENSION", ["SUMMARY", "FAILURE"]),
+        ("RESCIND_CONSENT", [nil]),
+        ("REVOKE", [nil]),
+        ("SUBSCRIBED", ["INITIAL_BUY", "RESUBSCRIBE"]),
+        ("TEST", [nil]),
+    ]
 
     /// Notifications worth an operator's attention on top of their business effect.
     public static func alerts(type: String, subtype: String?) -> Bool {

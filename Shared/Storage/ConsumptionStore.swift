@@ -1,3 +1,4 @@
+import Domain
 import Foundation
 import Postgres
 
@@ -27,6 +28,8 @@ public struct StoredConsumptionFacts: Sendable {
     public var hadFreeTrial: Bool
     /// The transaction's order is FULFILLED.
     public var fulfilled: Bool
+    /// The catalogue's refund preference for the transaction's product.
+    public var refundPreference: RefundPreference?
 }
 
 /// The SQL of consumption requests: the facts an answer needs, and the one answer per notification.
@@ -40,7 +43,7 @@ public struct ConsumptionStore: Sendable {
     /// The facts about a transaction and its user that an answer may report.
     public func facts(
         notificationUUID: String, environment: String, transactionID: String, originalTransactionID: String,
-        appAccountToken: UUID?
+        productID: String, appAccountToken: UUID?
     ) async throws -> StoredConsumptionFacts {
         let row = try await pool.query(
             """
@@ -64,7 +67,9 @@ public struct ConsumptionStore: Sendable {
                               AND offer_type = 1 AND offer_discount_type = 'FREE_TRIAL') AS had_free_trial,
                    EXISTS (SELECT 1 FROM payment_order
                             WHERE channel = 'APPLE' AND environment = \(environment)
-                              AND transaction_id = \(transactionID) AND status = 'FULFILLED') AS fulfilled
+                              AND transaction_id = \(transactionID) AND status = 'FULFILLED') AS fulfilled,
+                   (SELECT refund_preference FROM payment_product
+                     WHERE channel = 'APPLE' AND product_id = \(productID) AND NOT deleted LIMIT 1) AS refund_preference
               FROM who
             """
         ).first!
@@ -76,7 +81,8 @@ public struct ConsumptionStore: Sendable {
             },
             token: try row.decode("token", as: UUID?.self), granted: try row.decode("granted", as: Int64?.self),
             poolBalance: try row.decode("pool_balance", as: Int64?.self), hadFreeTrial: try row.decode("had_free_trial"),
-            fulfilled: try row.decode("fulfilled"))
+            fulfilled: try row.decode("fulfilled"),
+            refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)))
     }
 
     /// Records the answer (or why there is none); a notification keeps its first answer.

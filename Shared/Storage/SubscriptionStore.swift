@@ -14,6 +14,12 @@ public struct UserSubscription: Sendable, Equatable {
     public var expiresAt: Date?
     public var graceExpiresAt: Date?
     public var isFamilyShared: Bool
+    /// Apple's `priceIncreaseStatus` of the chain's renewal info: 0 not yet answered, 1 accepted (or
+    /// a rise that needs no consent); nil without a price increase.
+    public var priceIncreaseStatus: Int?
+    /// The next renewal's price in milliunits of `renewalCurrency`, as the renewal info gives it.
+    public var renewalPrice: Int64?
+    public var renewalCurrency: String?
 
     /// The status at `now`. A row is recomputed when a fact arrives, but time passes between
     /// facts: a paid period can end before the renewal (or its absence) is known.
@@ -58,10 +64,13 @@ public struct SubscriptionStore: Sendable {
     public func subscriptions(userID: String) async throws -> [UserSubscription] {
         try await pool.query(
             """
-            SELECT environment, original_transaction_id, subscription_group_id, active_product_id, pending_product_id,
-                status, auto_renew_enabled, expires_at, grace_expires_at, is_family_shared
-            FROM user_subscription WHERE user_id = \(userID)
-            ORDER BY expires_at DESC NULLS FIRST, id DESC
+            SELECT s.environment, s.original_transaction_id, s.subscription_group_id, s.active_product_id, s.pending_product_id,
+                s.status, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared,
+                r.price_increase_status, r.renewal_price, r.renewal_currency
+            FROM user_subscription s
+            LEFT JOIN apple_renewal_info r ON r.environment = s.environment AND r.original_transaction_id = s.original_transaction_id
+            WHERE s.user_id = \(userID)
+            ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC
             """
         ).map { row in
             UserSubscription(
@@ -69,7 +78,9 @@ public struct SubscriptionStore: Sendable {
                 subscriptionGroupID: try row.decode("subscription_group_id"), activeProductID: try row.decode("active_product_id"),
                 pendingProductID: try row.decode("pending_product_id"), storedStatus: try row.decodeValue("status"),
                 autoRenewEnabled: try row.decode("auto_renew_enabled"), expiresAt: try row.decode("expires_at"),
-                graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: try row.decode("is_family_shared"))
+                graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: try row.decode("is_family_shared"),
+                priceIncreaseStatus: try row.decode("price_increase_status"), renewalPrice: try row.decode("renewal_price"),
+                renewalCurrency: try row.decode("renewal_currency"))
         }
     }
 

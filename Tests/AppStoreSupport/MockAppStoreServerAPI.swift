@@ -105,7 +105,7 @@ public final class MockAppStoreServerAPI: Sendable {
         router.post("/inApps/v1/notifications/history") { [self] in await serve($0) { try self.notificationHistory($0) } }
         router.post("/inApps/v1/notifications/test") { [self] in await serve($0) { try self.requestTest($0) } }
         router.get("/inApps/v1/notifications/test/{token}") { [self] in await serve($0) { try self.testStatus($0) } }
-        router.put("/inApps/v1/transactions/consumption/{id}") { [self] in await serve($0) { try self.consumption($0) } }
+        router.put("/inApps/v2/transactions/consumption/{id}") { [self] in await serve($0) { try self.consumption($0) } }
         router.put("/inApps/v1/subscriptions/extend/{id}") { [self] in await serve($0) { try self.extend($0) } }
         router.get("/inApps/v2/refund/lookup/{id}") { [self] in await serve($0) { try self.refunds($0) } }
         router.put("/inApps/v1/transactions/{id}/appAccountToken") { [self] in await serve($0) { try self.appAccountToken($0) } }
@@ -349,6 +349,13 @@ public final class MockAppStoreServerAPI: Sendable {
     private func consumption(_ request: HTTPRequest) throws -> HTTPResponse {
         let id = parameter(request, "id")
         guard let body = try? AppStoreJSON.decoder().decode(ConsumptionRequest.self, from: Data(request.body)) else {
+            throw Failure(status: 400, errorCode: 4_000_000, message: "Bad request.")
+        }
+        // As Apple: consent must be true, and the percentage is milliunits of 100 %.
+        guard body.customerConsented else {
+            throw Failure(status: 400, errorCode: 4_000_183, message: "Invalid request. The customer consented field is invalid.")
+        }
+        if let percentage = body.consumptionPercentage, !(0...100_000).contains(percentage) {
             throw Failure(status: 400, errorCode: 4_000_000, message: "Bad request.")
         }
         guard

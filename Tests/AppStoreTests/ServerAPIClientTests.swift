@@ -106,15 +106,20 @@ struct APIFixture {
             let refunds = try await client.getRefundHistory(transactionId: "1000")
             #expect(refunds.signedTransactions?.count == 1 && refunds.hasMore == false)
 
-            try await client.sendConsumptionData(
+            try await client.sendConsumptionInformation(
                 transactionId: "1001",
-                {
-                    var consumption = ConsumptionRequest()
-                    consumption.customerConsented = true
-                    consumption.consumptionStatus = 2
-                    return consumption
-                }())
-            #expect(fixture.mock.consumptionData(for: "1001")?.consumptionStatus == 2)
+                ConsumptionRequest(
+                    customerConsented: true, consumptionPercentage: 25_000, deliveryStatus: "DELIVERED", refundPreference: "GRANT_PRORATED",
+                    sampleContentProvided: false))
+            #expect(fixture.mock.consumptionData(for: "1001")?.consumptionPercentage == 25_000)
+            #expect(fixture.mock.consumptionData(for: "1001")?.refundPreference == "GRANT_PRORATED")
+            let body = String(
+                decoding: try AppStoreJSON.encoder().encode(
+                    ConsumptionRequest(customerConsented: true, deliveryStatus: "UNDELIVERED_OTHER", sampleContentProvided: true)),
+                as: UTF8.self)
+            #expect(
+                Set((try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any] ?? [:]).keys)
+                    == ["customerConsented", "deliveryStatus", "sampleContentProvided"], "Apple's names; no preference is left out")
 
             let extended = try await client.extendSubscriptionRenewalDate(
                 originalTransactionId: "1000", ExtendRenewalDateRequest(extendByDays: 3, extendReasonCode: 1, requestIdentifier: UUID().uuidString))

@@ -70,6 +70,42 @@ import Testing
         #expect(!rules.enabled && !rules.trialGrantsCredits && rules.upgradeGrant == .difference && rules.familySharedGrantsCredits)
     }
 
+    @Test func durationsAreAppStoreConnectsAndTheOldSpellingsMeanP1MAndP1Y() throws {
+        let values = ["P1W", "P1M", "P2M", "P3M", "P6M", "P1Y", "MONTH", "YEAR"]
+        let file = try Self.parse([
+            "appKey": "com.example.app",
+            "products": values.map { Self.product(["productId": "p.\($0)", "duration": $0]) },
+        ])
+        #expect(file.products.map(\.duration) == [.week, .month, .twoMonths, .threeMonths, .sixMonths, .year, .month, .year])
+        #expect(
+            Self.problems(["appKey": "a", "products": [Self.product(["duration": "P4M"])]]).first?.hasPrefix(
+                "products[0].duration has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y") == true)
+    }
+
+    @Test func freePeriodRulesPerOfferKind() throws {
+        let file = try Self.parse([
+            "appKey": "com.example.app",
+            "products": [Self.product(["freePeriodGrantsCredits": ["OFFER_CODE": false, "WIN_BACK": true, "PROMOTIONAL": false]])],
+        ])
+        #expect(file.products.first?.freePeriodGrantsCredits == [.offerCode: false, .winBack: true, .promotional: false])
+        #expect(try Self.parse(["appKey": "a", "products": [Self.product()]]).products.first?.freePeriodGrantsCredits == [:])
+        let problems = Self.problems([
+            "appKey": "a", "products": [Self.product(["freePeriodGrantsCredits": ["INTRODUCTORY": false, "REFERRAL": true]])],
+        ])
+        #expect(problems.count == 2)
+        #expect(problems.allSatisfy { $0.contains("is not an offer kind") })
+        #expect(Self.problems(["appKey": "a", "products": [Self.product(["freePeriodGrantsCredits": ["OFFER_CODE": 1]])]]).count == 1)
+    }
+
+    @Test func refundPreferenceIsApplesOrAbsent() throws {
+        let file = try Self.parse(["appKey": "a", "products": [Self.product(["refundPreference": "GRANT_PRORATED"])]])
+        #expect(file.products.first?.refundPreference == .grantProrated)
+        #expect(try Self.parse(["appKey": "a", "products": [Self.product()]]).products.first?.refundPreference == nil)
+        #expect(
+            Self.problems(["appKey": "a", "products": [Self.product(["refundPreference": "GRANT"])]]).first?.hasPrefix(
+                "products[0].refundPreference has an invalid value") == true)
+    }
+
     /// Each case: fields (JSON) merged into a valid product, and the start of the expected problem.
     @Test(arguments: [
         (#"{"creditAmount": 5}"#, "products[0].creditAmount is not a catalogue field"),

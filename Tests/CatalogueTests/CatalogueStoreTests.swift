@@ -76,6 +76,32 @@ struct CatalogueStoreTests {
         }
     }
 
+    /// Every duration and the per-offer-kind rules survive the round trip; the same file again
+    /// changes nothing, and the audit trail names the rules as the file does.
+    @Test func durationsAndOfferRulesRoundTrip() async throws {
+        try await withTestDatabase("catalogue") { database in
+            let store = CatalogueStore(pool: database.pool)
+            var file = Self.demo
+            file.products = ProductDuration.allCases.enumerated().map { index, duration in
+                CatalogueProduct(
+                    productID: "p.\(duration.rawValue)", subscriptionGroupID: "g", planCode: "plan", planLevel: 1, duration: duration,
+                    creditsAmount: 100, freePeriodGrantsCredits: index == 0 ? [.offerCode: false, .winBack: true] : [:],
+                    billingRetrySpendsCredits: index == 1, refundPreference: index == 2 ? .decline : nil)
+            }
+            #expect(try await store.apply(file, operator: "test", reason: "seed").inserted.count == 6)
+            let read = try await store.products(appKey: file.appKey)
+            #expect(read.map(\.duration) == ProductDuration.allCases, "listed from the shortest period")
+            #expect(Set(read) == Set(file.products))
+            #expect(try await store.apply(file, operator: "test", reason: "again").unchanged.count == 6)
+            let audited: Bool = try await database.pool.query(
+                """
+                SELECT after->'freePeriodGrantsCredits' = '{"OFFER_CODE": false, "WIN_BACK": true}'::jsonb AS same
+                  FROM audit_log WHERE after->>'productId' = 'p.P1W' ORDER BY id LIMIT 1
+                """)[0].decode("same")
+            #expect(audited)
+        }
+    }
+
     @Test func disabledProductsStayKnownAndDeletedOnesComeBack() async throws {
         try await withTestDatabase("catalogue") { database in
             let store = CatalogueStore(pool: database.pool)

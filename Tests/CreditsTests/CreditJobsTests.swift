@@ -181,7 +181,7 @@ struct CreditJobsTests {
 
     @Test func yearlyPlansGetEachMonthOnTheAnchorDayClampedToTheMonthEndOnce() async throws {
         try await CreditsFixture.with { f in
-            try await f.product("yearly", duration: "YEAR", credits: 3000)
+            try await f.product("yearly", duration: "P1Y", credits: 3000)
             let purchase = Date.utc("2027-01-31T09:30:00Z")
             try await f.subscription(
                 user: "alice", original: "y1", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
@@ -189,12 +189,12 @@ struct CreditJobsTests {
             try await f.fund("alice", .subscription, micro: 3000 * Self.credit, key: "period:Sandbox:y1:m0")
             try await f.pool.query("UPDATE credit_grant SET environment = 'Sandbox', transaction_id = 'y1' WHERE grant_key = 'period:Sandbox:y1:m0'")
             let jobs = f.jobs()
-            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:29:59Z")) == 0, "not yet the anchor time")
-            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T09:30:00Z")) == 1, "31 January → 28 February")
-            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-02-28T12:00:00Z")) == 0, "each month once")
-            #expect(try await jobs.grantYearlyMonths(now: .utc("2027-03-31T09:30:00Z")) == 1, "back to the 31st")
+            #expect(try await jobs.grantPlanMonths(now: .utc("2027-02-28T09:29:59Z")) == 0, "not yet the anchor time")
+            #expect(try await jobs.grantPlanMonths(now: .utc("2027-02-28T09:30:00Z")) == 1, "31 January → 28 February")
+            #expect(try await jobs.grantPlanMonths(now: .utc("2027-02-28T12:00:00Z")) == 0, "each month once")
+            #expect(try await jobs.grantPlanMonths(now: .utc("2027-03-31T09:30:00Z")) == 1, "back to the 31st")
             // A missed scheduler catches up every due month, and never grants after the period.
-            #expect(try await jobs.grantYearlyMonths(now: .utc("2028-06-01T00:00:00Z")) == 9)
+            #expect(try await jobs.grantPlanMonths(now: .utc("2028-06-01T00:00:00Z")) == 9)
             let keys = try await f.pool.query("SELECT grant_key FROM credit_grant").map { try $0.decode(0, as: String.self) }
             #expect(keys.count == 12 && Set(keys) == Set((0..<12).map { "period:Sandbox:y1:m\($0)" }))
             #expect(try await f.total("alice") == 12 * 3000 * Self.credit)
@@ -204,7 +204,7 @@ struct CreditJobsTests {
 
     @Test func yearlyMonthsStopWhenTheTransactionIsRevokedOrWasNeverGranted() async throws {
         try await CreditsFixture.with { f in
-            try await f.product("yearly", duration: "YEAR", credits: 3000)
+            try await f.product("yearly", duration: "P1Y", credits: 3000)
             let purchase = Date.utc("2027-01-15T00:00:00Z")
             try await f.subscription(
                 user: "alice", original: "y1", product: "yearly", status: "REVOKED", purchase: purchase, expires: purchase + 365 * 86_400,
@@ -214,7 +214,7 @@ struct CreditJobsTests {
             // A free trial whose product grants nothing on trials: no month 0, so no months at all.
             try await f.subscription(
                 user: "bob", original: "y2", product: "yearly", status: "ACTIVE", purchase: purchase, expires: purchase + 365 * 86_400)
-            #expect(try await f.jobs().grantYearlyMonths(now: .utc("2027-12-31T00:00:00Z")) == 0)
+            #expect(try await f.jobs().grantPlanMonths(now: .utc("2027-12-31T00:00:00Z")) == 0)
         }
     }
 

@@ -62,6 +62,45 @@ struct CreditLedgerTests {
         }
     }
 
+    /// Billing retry: with no entitled chain the SUBSCRIPTION pool is passed over (and kept), usage
+    /// draws WELCOME and PERMANENT or is refused; the product's rule can allow it; an entitled
+    /// chain again (recovery) makes it spendable; the check answers the same.
+    @Test func billingRetryKeepsTheSubscriptionPoolUnspendable() async throws {
+        try await CreditsFixture.with { f in
+            try await f.product("plan", duration: "P1M", credits: 10)
+            let now = Date()
+            try await f.subscription(
+                user: "rita", original: "9100", product: "plan", status: "BILLING_RETRY", purchase: now - 40 * 86_400, expires: now - 86_400)
+            try await f.fund("rita", .subscription, micro: 10 * Self.credit)
+            try await f.fund("rita", .welcome, micro: 1 * Self.credit)
+            try await f.rate("call", micro: Self.credit)
+
+            let first = try await f.use("rita", units: 1).receipt()
+            #expect(first.drawn == PoolAmounts([.welcome: Self.credit]))
+            await #expect(throws: UsageError.creditsExhausted(cost: Self.credit, available: 0)) { try await f.use("rita", units: 1) }
+            #expect(try await f.balances("rita")[.subscription] == 10 * Self.credit, "the pool is kept")
+            let refusedCheck = try await f.pool.withConnection { db in
+                try await CreditMeter.check(userID: "rita", units: 1, rateCode: "call", now: now, on: db).affordable
+            }
+            #expect(!refusedCheck)
+
+            try await f.pool.query("UPDATE payment_product SET billing_retry_spends_credits = true WHERE product_id = 'plan'")
+            #expect(try await f.use("rita", units: 1).receipt().drawn == PoolAmounts([.subscription: Self.credit]))
+            try await f.pool.query("UPDATE payment_product SET billing_retry_spends_credits = false WHERE product_id = 'plan'")
+            await #expect(throws: UsageError.self) { try await f.use("rita", units: 1) }
+
+            // Apple recovers the renewal: the chain is entitled again.
+            try await f.subscription(
+                user: "rita", original: "9100", transaction: "9101", product: "plan", status: "ACTIVE", purchase: now, expires: now + 86_400 * 30)
+            #expect(try await f.use("rita", units: 2).receipt().drawn == PoolAmounts([.subscription: 2 * Self.credit]))
+            let recoveredCheck = try await f.pool.withConnection { db in
+                try await CreditMeter.check(userID: "rita", units: 1, rateCode: "call", now: now, on: db).affordable
+            }
+            #expect(recoveredCheck)
+            #expect(try await f.violations() == 0)
+        }
+    }
+
     @Test func usageDrawsSubscriptionThenWelcomeThenPermanentOrChangesNothing() async throws {
         try await CreditsFixture.with { f in
             try await f.fund("alice", .permanent, micro: 5 * Self.credit)

@@ -14,7 +14,11 @@ enum Catalogue {
     static let proYearly = CatalogueProduct(
         productID: "com.example.pro.yearly", subscriptionGroupID: group, planCode: "pro", planLevel: 1,
         duration: .year, creditsAmount: 3000)
-    static let all = Dictionary(uniqueKeysWithValues: [starter, pro, proYearly].map { ($0.productID, $0) })
+    /// Same level as starter, same duration: a switch between them applies at once.
+    static let team = CatalogueProduct(
+        productID: "com.example.team.monthly", subscriptionGroupID: group, planCode: "team", planLevel: 2,
+        duration: .month, creditsAmount: 1200)
+    static let all = Dictionary(uniqueKeysWithValues: [starter, pro, proYearly, team].map { ($0.productID, $0) })
 }
 
 /// Storage in memory, applying plans the way the worker's SQL does, so sequences of events can be
@@ -374,6 +378,55 @@ struct MemoryStore {
         #expect(pending.order == nil && pending.grants.isEmpty)
         #expect(store.subscription?.state.pendingProductID == Catalogue.starter.productID)
         #expect(store.subscription?.state.activeProductID == Catalogue.pro.productID)
+    }
+
+    /// A same-level, same-duration switch is applied by Apple at once (as `DID_CHANGE_RENEWAL_PREF`
+    /// / `UPGRADE`): it grants at most the difference, and switching back and forth within the
+    /// period grants nothing twice; the next renewal is a new period with its full amount.
+    @Test func sameLevelSwitchesGrantTheDifferenceOncePerPeriod() {
+        var store = store()
+        let change = FactSource.notification(type: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE")
+        store.apply(initialBuy, tx("1000", purchase: t0), now: t0)
+        #expect(store.balance == Credits.micro(1000))
+        let toTeam = store.apply(change, tx("1001", Catalogue.team, purchase: t0 + 5 * day), now: t0 + 5 * day)
+        #expect(toTeam.order?.order.type == .change)
+        #expect(toTeam.grants.map(\.amount) == [Credits.micro(200)])
+        #expect(toTeam.grants.map(\.reason) == ["CROSSGRADE"])
+        #expect(store.subscription?.state.activeProductID == Catalogue.team.productID)
+        let back = store.apply(change, tx("1002", Catalogue.starter, purchase: t0 + 6 * day), now: t0 + 6 * day)
+        #expect(back.order?.order.type == .change)
+        #expect(back.grants.isEmpty, "starter is below what the period was already given")
+        let again = store.apply(change, tx("1003", Catalogue.team, purchase: t0 + 7 * day), now: t0 + 7 * day)
+        #expect(again.grants.isEmpty, "the difference to team was granted once in this period")
+        #expect(store.balance == Credits.micro(1200))
+        #expect(store.subscription?.state.activeProductID == Catalogue.team.productID)
+        let renewal = store.apply(
+            didRenew, tx("1004", Catalogue.team, purchase: t0 + 37 * day, reason: "RENEWAL"), now: t0 + 37 * day)
+        #expect(renewal.grants.map(\.amount) == [Credits.micro(1200)])
+        #expect(store.balance == Credits.micro(2400))
+    }
+
+    /// An upgrade after same-level switches counts what the period was given by all of them.
+    @Test func aDifferenceUpgradeAfterSwitchesSubtractsTheHighestPlanOfThePeriod() {
+        var store = store()
+        let change = FactSource.notification(type: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE")
+        store.apply(initialBuy, tx("1000", Catalogue.team, purchase: t0), now: t0)
+        store.apply(change, tx("1001", Catalogue.starter, purchase: t0 + day), now: t0 + day)
+        let upgrade = store.apply(change, tx("1002", Catalogue.pro, purchase: t0 + 2 * day), now: t0 + 2 * day)
+        #expect(upgrade.grants.map(\.reason) == ["UPGRADE"])
+        #expect(upgrade.grants.map(\.amount) == [Credits.micro(3000 - 1200)])
+        #expect(store.balance == Credits.micro(3000))
+    }
+
+    /// A same-level switch to another duration happens at the renewal: a new period, in full.
+    @Test func aSwitchToAnotherDurationIsARenewalOfTheNewProduct() {
+        var store = store()
+        store.apply(initialBuy, tx("1000", Catalogue.pro, purchase: t0), now: t0)
+        let renewal = store.apply(
+            didRenew, tx("1001", Catalogue.proYearly, purchase: t0 + 30 * day, days: 365, reason: "RENEWAL"), now: t0 + 30 * day)
+        #expect(renewal.order?.order.type == .renewal)
+        #expect(renewal.grants.map(\.amount) == [Credits.micro(3000)])
+        #expect(renewal.grants.map(\.grantKey) == ["period:Sandbox:1001:m0"])
     }
 
     @Test func familySharingIsASeparateEntitlementWithoutAnOrder() {

@@ -255,19 +255,210 @@ struct CreditsEndToEndTests {
         #expect(try await harness.balance("dave") == 3000)
 
         let jobs = jobs(harness.pool)
-        let dates = CreditRules.yearlyGrantDates(purchase: purchaseDate, expires: purchaseDate + 365 * Self.day)
+        let dates = CreditRules.monthlyGrantDates(purchase: purchaseDate, months: 12, expires: purchaseDate + 365 * Self.day)
         #expect(dates.count == 12)
         for (month, date) in dates.enumerated().dropFirst() {
-            #expect(try await jobs.grantYearlyMonths(now: date - 1) == 0, "month \(month) not before its anchor")
-            #expect(try await jobs.grantYearlyMonths(now: date) == 1, "month \(month)")
-            #expect(try await jobs.grantYearlyMonths(now: date + 3600) == 0, "month \(month) once")
+            #expect(try await jobs.grantPlanMonths(now: date - 1) == 0, "month \(month) not before its anchor")
+            #expect(try await jobs.grantPlanMonths(now: date) == 1, "month \(month)")
+            #expect(try await jobs.grantPlanMonths(now: date + 3600) == 0, "month \(month) once")
             #expect(try await harness.balance("dave") == Int64(3000 * (month + 1)))
         }
-        #expect(try await jobs.grantYearlyMonths(now: purchaseDate + 400 * Self.day) == 0)
+        #expect(try await jobs.grantPlanMonths(now: purchaseDate + 400 * Self.day) == 0)
         #expect(try await harness.count("SELECT count(*) FROM credit_grant WHERE transaction_id = \(id)") == 12)
         let grants = try await harness.ingress.read("/api/v1/credits/grants?limit=100", as: "dave")
         #expect((grants["items"] as? [Any])?.count == 12)
         try await harness.checkInvariants()
+    }
+
+    /// A 6-month plan (P6M) grants its first month with the purchase and the five others on the
+    /// anchor day, each once; nothing after its sixth month.
+    @Test func sixMonthPlanGrantsSixMonths() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        let half = "com.example.pro.halfyear"
+        try await harness.addProduct(half, level: 1, duration: "P6M", credits: 2000)
+        let token = try await harness.user("hana")
+        let purchaseDate = TestPayloads.wholeMilliseconds(Date() - 3600)
+        let id = Self.id()
+        let purchase = harness.transaction(id, product: half, purchase: purchaseDate, days: 182, token: token, signed: Date() - 3600)
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        #expect(try await harness.balance("hana") == 2000)
+
+        let jobs = jobs(harness.pool)
+        let dates = CreditRules.monthlyGrantDates(purchase: purchaseDate, months: 6, expires: purchaseDate + 182 * Self.day)
+        #expect(dates.count == 6)
+        for (month, date) in dates.enumerated().dropFirst() {
+            #expect(try await jobs.grantPlanMonths(now: date - 1) == 0, "month \(month) not before its anchor")
+            #expect(try await jobs.grantPlanMonths(now: date) == 1, "month \(month)")
+            #expect(try await jobs.grantPlanMonths(now: date + 3600) == 0, "month \(month) once")
+        }
+        #expect(try await jobs.grantPlanMonths(now: purchaseDate + 200 * Self.day) == 0)
+        #expect(try await harness.balance("hana") == 12_000)
+        #expect(try await harness.count("SELECT count(*) FROM credit_grant WHERE transaction_id = \(id)") == 6)
+        try await harness.checkInvariants()
+    }
+
+    /// A weekly plan (P1W) grants its weekly amount with each paid week: the purchase and five
+    /// renewals are six grants; a renewal delivered twice grants once, and the month job leaves
+    /// weekly plans alone.
+    @Test func weeklyPlanOverFiveRenewals() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        let weekly = "com.example.starter.weekly"
+        try await harness.addProduct(weekly, level: 2, duration: "P1W", credits: 250)
+        let token = try await harness.user("wes")
+        let week: TimeInterval = 7 * Self.day
+        let start = TestPayloads.wholeMilliseconds(Date() - 5 * week - 3600)
+        let original = Self.id()
+        // Signed now: the test certificates are made at test time and must be valid when they signed.
+        let signed = Date() - 600
+        let purchase = harness.transaction(original, product: weekly, purchase: start, days: 7, token: token, signed: signed)
+        let first = try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase))
+        #expect(first == .succeeded, "\(first)")
+        var renewals: [JWSTransactionDecodedPayload] = []
+        for index in 1...5 {
+            let date = start + Double(index) * week
+            let renewal = harness.transaction(
+                Self.id(), original: original, product: weekly, purchase: date, days: 7, token: token, reason: .renewal,
+                signed: signed + Double(index))
+            renewals.append(renewal)
+            #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: renewal)) == .succeeded)
+            #expect(try await harness.balance("wes") == Int64(250 * (index + 1)), "week \(index)")
+        }
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: renewals[2])) == .succeeded)
+        #expect(try await jobs(harness.pool).grantPlanMonths(now: Date() + 40 * Self.day) == 0)
+        #expect(try await harness.balance("wes") == 1500)
+        #expect(try await harness.count("SELECT count(*) FROM credit_grant WHERE original_transaction_id = \(original)") == 6)
+        try await harness.checkInvariants()
+    }
+
+    /// A same-level, same-duration switch A→B→A in one period, as Apple delivers it (at once, as
+    /// `DID_CHANGE_RENEWAL_PREF` / `UPGRADE`): B grants the difference, the way back and a
+    /// redelivery nothing; the products listing says such a switch happens NOW.
+    @Test func sameLevelSwitchBackAndForthInOnePeriod() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        let team = "com.example.team.monthly"
+        try await harness.addProduct(team, level: 2, duration: "P1M", credits: 1200)
+        let token = try await harness.user("sam")
+        let start = TestPayloads.wholeMilliseconds(Date() - 10 * Self.day)
+        let original = Self.id()
+        let signed = Date() - 600
+        let purchase = harness.transaction(original, purchase: start, days: 30, token: token, signed: signed)
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        let listing = try #require(try await harness.ingress.read("/api/v1/subscriptions/products", as: "sam")["products"] as? [[String: Any]])
+        let teamView = try #require(listing.first { $0["productId"] as? String == team })
+        #expect(teamView["relation"] as? String == "CROSSGRADE" && teamView["changeTiming"] as? String == "NOW")
+
+        var switches: [JWSTransactionDecodedPayload] = []
+        for (index, product) in [team, WorkerHarness.starter].enumerated() {
+            let date = start + Double(index + 1) * Self.day
+            let change = harness.transaction(
+                Self.id(), original: original, product: product, purchase: date, days: 30, token: token, signed: signed + Double(index + 1))
+            switches.append(change)
+            #expect(try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .upgrade, transaction: change)) == .succeeded)
+        }
+        #expect(try await harness.outcome(of: try await harness.notify(.didChangeRenewalPref, .upgrade, transaction: switches[0])) == .succeeded)
+        #expect(try await harness.balance("sam") == 1200)
+        #expect(try await harness.subscription(original)?.activeProductID == WorkerHarness.starter)
+        #expect(
+            try await harness.count("SELECT count(*) FROM credit_grant WHERE original_transaction_id = \(original) AND reason = 'CROSSGRADE'") == 1)
+        try await harness.checkInvariants()
+    }
+
+    /// Offers through the worker: an offer-code free month on a product whose trials do not grant
+    /// grants nothing (the paid renewal after it does); a pay-up-front introductory offer of three
+    /// months grants its months one by one on the anchor day.
+    @Test func offerCodeFreeMonthWithTrialsNotGrantingAndPayUpFrontMonths() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        try await harness.pool.query("UPDATE payment_product SET trial_grants_credits = false")
+        let token = try await harness.user("olga")
+        let signed = Date() - 600
+        let start = TestPayloads.wholeMilliseconds(Date() - 31 * Self.day)
+        let original = Self.id()
+        var free = harness.transaction(original, purchase: start, days: 30, token: token, signed: signed)
+        free.offerType = .subscriptionOfferCode
+        free.offerDiscountType = .freeTrial
+        free.offerPeriod = "P1M"
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: free)) == .succeeded)
+        #expect(try await harness.balance("olga") == 0)
+        #expect(try await harness.value("SELECT offer_period FROM apple_transaction WHERE transaction_id = \(original)", as: String.self) == "P1M")
+        let paid = harness.transaction(
+            Self.id(), original: original, purchase: start + 30 * Self.day, days: 30, token: token, reason: .renewal, signed: signed + 1)
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: paid)) == .succeeded)
+        #expect(try await harness.balance("olga") == 1000)
+
+        let upFrontToken = try await harness.user("uma")
+        let purchaseDate = TestPayloads.wholeMilliseconds(Date() - 3600)
+        let id = Self.id()
+        var upFront = harness.transaction(id, purchase: purchaseDate, days: 91, token: upFrontToken, signed: signed)
+        upFront.offerType = .introductoryOffer
+        upFront.offerDiscountType = .payUpFront
+        upFront.offerPeriod = "P3M"
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: upFront)) == .succeeded)
+        #expect(try await harness.balance("uma") == 1000)
+        let jobs = jobs(harness.pool)
+        for date in CreditRules.monthlyGrantDates(purchase: purchaseDate, months: 3, expires: purchaseDate + 91 * Self.day).dropFirst() {
+            #expect(try await jobs.grantPlanMonths(now: date - 1) == 0)
+            #expect(try await jobs.grantPlanMonths(now: date) == 1)
+        }
+        #expect(try await jobs.grantPlanMonths(now: purchaseDate + 95 * Self.day) == 0)
+        #expect(try await harness.balance("uma") == 3000)
+        try await harness.checkInvariants()
+    }
+
+    /// Billing retry without grace: the subscription credits are kept but not spendable (402
+    /// CREDITS_EXHAUSTED) until Apple recovers the renewal; then they are spendable again.
+    @Test func billingRetryRefusesSubscriptionCreditsThenRecovery() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        try await Self.rates(harness.pool)
+        let token = try await harness.user("ben")
+        let signed = Date() - 600
+        let start = TestPayloads.wholeMilliseconds(Date() - 31 * Self.day)
+        let original = Self.id()
+        let purchase = harness.transaction(original, purchase: start, days: 30, token: token, signed: signed)
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        let failure = harness.renewalInfo(original: original, billingRetry: true, signed: signed + 1)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didFailToRenew, transaction: purchase, renewal: failure)) == .succeeded)
+        #expect(try await harness.subscription(original)?.status == "BILLING_RETRY")
+        let refused = try await Self.use(harness.client, user: "ben", units: 1, rate: "unit")
+        #expect(refused.status == 402 && Self.code(refused) == "CREDITS_EXHAUSTED", "\(refused.text)")
+        #expect(try await harness.balance("ben") == 1000, "kept while Apple retries")
+
+        let recovered = harness.transaction(
+            Self.id(), original: original, purchase: Date() - 60, days: 30, token: token, reason: .renewal, signed: signed + 2)
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, .billingRecovery, transaction: recovered)) == .succeeded)
+        let used = try await Self.use(harness.client, user: "ben", units: 1, rate: "unit")
+        #expect(used.status == 200, "\(used.text)")
+        #expect(try await harness.balance("ben") == 1999)
+        try await harness.checkInvariants()
+    }
+
+    /// A price increase Apple announces in the renewal info reaches the app through the worker:
+    /// PENDING with the new price, then ACCEPTED.
+    @Test func priceIncreaseReachesTheCurrentSubscription() async throws {
+        let harness = try await WorkerHarness.start(extra: Self.extra)
+        defer { harness.stop() }
+        let token = try await harness.user("pia")
+        let signed = Date() - 600
+        let original = Self.id()
+        let purchase = harness.transaction(original, purchase: Date() - 3600, days: 30, token: token, signed: signed)
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        for (index, (status, expected)) in [(0, "PENDING"), (1, "ACCEPTED")].enumerated() {
+            var renewal = harness.renewalInfo(original: original, signed: signed + Double(index + 1))
+            renewal.rawPriceIncreaseStatus = Int32(status)
+            renewal.renewalPrice = 12_990
+            renewal.currency = "EUR"
+            let subtype: Subtype = status == 0 ? .pending : .accepted
+            #expect(try await harness.outcome(of: try await harness.notify(.priceIncrease, subtype, renewal: renewal)) == .succeeded)
+            let current = try await harness.ingress.read("/api/v1/subscriptions/current", as: "pia")
+            #expect(current["priceIncreaseStatus"] as? String == expected)
+            #expect(current["renewalPrice"] as? Int == 12_990)
+            #expect(current["renewalCurrency"] as? String == "EUR")
+        }
     }
 
     /// The worker runs the jobs itself: welcome credits appear for a new user and the ledger check

@@ -180,7 +180,7 @@ private struct Fixture {
             try await database.pool.query(
                 """
                 INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
-                VALUES (\(FulfillmentBatchTests.appKey), \(FulfillmentBatchTests.product), '21000000', 'starter', 2, 'MONTH', 1000)
+                VALUES (\(FulfillmentBatchTests.appKey), \(FulfillmentBatchTests.product), '21000000', 'starter', 2, 'P1M', 1000)
                 """)
             let leases = EventLeaseStore(pool: database.pool)
             try await body(

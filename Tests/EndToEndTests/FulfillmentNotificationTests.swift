@@ -1,5 +1,6 @@
 import AppStore
 import AppStoreTestSupport
+import Domain
 import Foundation
 import FulfillmentApp
 import Postgres
@@ -352,5 +353,37 @@ struct FulfillmentNotificationTests {
         #expect(try await harness.count("SELECT count(*) FROM payment_order") == 1)
         #expect(try await harness.count("SELECT count(*) FROM processed_event") == 5)
         try await harness.checkInvariants()
+    }
+
+    /// Every type and subtype of Apple's documentation (NotificationMatrix.documented) through the
+    /// ingress and a worker: each is acknowledged, stored and processed, none counted as unknown.
+    @Test func noDocumentedNotificationIsDropped() async throws {
+        let harness = try await WorkerHarness.start()
+        defer { harness.stop() }
+        var uuids: [(String, String)] = []
+        for (type, subtypes) in NotificationMatrix.documented {
+            for subtype in subtypes {
+                var payload = ResponseBodyV2DecodedPayload()
+                payload.rawNotificationType = type
+                payload.rawSubtype = subtype
+                payload.notificationUUID = UUID().uuidString.lowercased()
+                payload.signedDate = TestPayloads.wholeMilliseconds(Date())
+                var data = NotificationData()
+                data.bundleId = IngressHarness.bundleID
+                data.environment = .sandbox
+                payload.data = data
+                let response = try await harness.client.post(
+                    "/api/v1/iap/apple/notifications/sandbox", json: ["signedPayload": try harness.signer.sign(payload)])
+                #expect(response.status == 200, "\(type)/\(subtype ?? "-"): \(response.text)")
+                uuids.append(("\(type)/\(subtype ?? "-")", payload.notificationUUID!))
+            }
+        }
+        for (name, uuid) in uuids {
+            #expect(try await harness.outcome(of: uuid) == .succeeded, "\(name)")
+        }
+        #expect(try await harness.count("SELECT count(*) FROM processed_event") == uuids.count)
+        let port = try #require(harness.workers[0].httpPort)
+        let metrics = try await TestHTTPClient(port: port).get("/metrics").text
+        #expect(!metrics.contains("subs_fulfillment_unknown_notifications_total{"), "no documented type counted as unknown")
     }
 }

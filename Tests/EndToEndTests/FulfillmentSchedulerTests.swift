@@ -1,6 +1,7 @@
 import AppStore
 import AppStoreTestSupport
 import Crypto
+import Domain
 import Foundation
 import FulfillmentApp
 import Postgres
@@ -89,6 +90,7 @@ struct FulfillmentSchedulerTests {
         ])
         defer { harness.stop() }
         let pair = harness.pair
+        try await pair.pool.query("UPDATE payment_product SET refund_preference = 'GRANT_PRORATED'")
         var purchases: [String: JWSTransactionDecodedPayload] = [:]
         let consent = "/api/v1/subscriptions/consumption-consent"
         for (user, choice) in [("alice", "granted"), ("bob", "denied"), ("carol", nil)] {
@@ -122,7 +124,7 @@ struct FulfillmentSchedulerTests {
                 == "e2e,user")
 
         // Apple's endpoint fails more often than the client retries within one call: the event waits and retries.
-        let path = "/inApps/v1/transactions/consumption/"
+        let path = "/inApps/v2/transactions/consumption/"
         harness.mock.enqueue(
             .init(status: 503, pathPrefix: path), .init(status: 503, pathPrefix: path), .init(status: 503, pathPrefix: path),
             .init(status: 503, pathPrefix: path))
@@ -137,11 +139,10 @@ struct FulfillmentSchedulerTests {
         )
         let alice = try #require(harness.mock.consumptionData(for: purchases["alice"]!.transactionId!))
         #expect(alice.customerConsented == true)
-        #expect(alice.consumptionStatus == 1, "the granted credits are all still there")
-        #expect(alice.deliveryStatus == 0)
+        #expect(alice.deliveryStatus == "DELIVERED")
         #expect(alice.sampleContentProvided == false)
-        #expect(alice.appAccountToken == purchases["alice"]!.appAccountToken)
-        #expect(alice.accountTenure == 1)
+        #expect(alice.consumptionPercentage == nil, "Apple reads none for auto-renewable subscriptions")
+        #expect(alice.refundPreference == "GRANT_PRORATED", "the catalogue's preference for the product")
         #expect(harness.mock.consumptionData(for: purchases["bob"]!.transactionId!) == nil)
         #expect(harness.mock.consumptionData(for: purchases["carol"]!.transactionId!) == nil)
         #expect(
@@ -383,25 +384,23 @@ struct FulfillmentSchedulerTests {
 @Suite struct ConsumptionReportTests {
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 
-    func facts(granted: Int64?, balance: Int64, created: TimeInterval? = 0) -> ConsumptionFacts {
+    func facts(granted: Int64?, trial: Bool = false, preference: RefundPreference? = nil) -> ConsumptionFacts {
         ConsumptionFacts(
-            granted: granted.map { $0 * 1_000_000 }, poolBalance: balance * 1_000_000, hadFreeTrial: false,
-            delivered: granted != nil, accountCreated: created.map { now - $0 * 86_400 }, appAccountToken: nil)
+            granted: granted.map { $0 * 1_000_000 }, poolBalance: 0, hadFreeTrial: trial, delivered: granted != nil,
+            accountCreated: now, appAccountToken: nil, refundPreference: preference)
     }
 
-    @Test func consumptionFollowsWhatIsLeftOfTheGrant() {
-        #expect(ConsumptionReport.request(facts(granted: 1000, balance: 1500), now: now).consumptionStatus == 1)
-        #expect(ConsumptionReport.request(facts(granted: 1000, balance: 400), now: now).consumptionStatus == 2)
-        #expect(ConsumptionReport.request(facts(granted: 1000, balance: 0), now: now).consumptionStatus == 3)
-        let nothing = ConsumptionReport.request(facts(granted: nil, balance: 50), now: now)
-        #expect(nothing.consumptionStatus == 0)
-        #expect(nothing.deliveryStatus == 5)
-        #expect(nothing.customerConsented == true)
-    }
-
-    @Test func tenureUsesApplesRanges() {
-        let tenure = { (days: TimeInterval?) in ConsumptionReport.request(facts(granted: 1, balance: 1, created: days), now: now).accountTenure }
-        #expect(tenure(nil) == 0)
-        #expect([0, 2.9, 3, 9.9, 10, 29, 30, 89, 90, 179, 180, 364, 365, 4000].map(tenure) == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7])
+    /// Send Consumption Information's request: consent true, delivery, the trial as a sample,
+    /// the catalogue's refund preference, and no percentage for an auto-renewable subscription.
+    @Test func theAnswerCarriesApplesFieldsOnly() {
+        let delivered = ConsumptionReport.request(facts(granted: 1000, trial: true, preference: .grantProrated))
+        #expect(
+            delivered
+                == ConsumptionRequest(
+                    customerConsented: true, deliveryStatus: "DELIVERED", refundPreference: "GRANT_PRORATED", sampleContentProvided: true))
+        let nothing = ConsumptionReport.request(facts(granted: nil))
+        #expect(
+            nothing == ConsumptionRequest(customerConsented: true, deliveryStatus: "UNDELIVERED_OTHER", sampleContentProvided: false))
+        #expect(RefundPreference.allCases.map(\.rawValue) == ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"])
     }
 }

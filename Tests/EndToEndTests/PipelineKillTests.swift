@@ -168,7 +168,7 @@ struct RenewalStream {
         try await pool.query(
             """
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
-            VALUES (\(IngressHarness.bundleID), 'com.example.starter.monthly', '21000000', 'starter', 2, 'MONTH', 1000)
+            VALUES (\(IngressHarness.bundleID), 'com.example.starter.monthly', '21000000', 'starter', 2, 'P1M', 1000)
             """)
         let tokens = (0..<chains).map { _ in UUID() }
         try await pool.query(

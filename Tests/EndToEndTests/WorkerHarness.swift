@@ -57,8 +57,8 @@ struct WorkerHarness {
 
     func seedCatalogue() async throws {
         let products: [(String, Int, String, Int, String)] = [
-            (Self.starter, 2, "MONTH", 1000, "FULL"), (Self.pro, 1, "MONTH", 3000, "DIFFERENCE"),
-            (Self.proYearly, 1, "YEAR", 3000, "FULL"),
+            (Self.starter, 2, "P1M", 1000, "FULL"), (Self.pro, 1, "P1M", 3000, "DIFFERENCE"),
+            (Self.proYearly, 1, "P1Y", 3000, "FULL"),
         ]
         for (product, level, duration, credits, upgrade) in products {
             try await addProduct(product, level: level, duration: duration, credits: credits, upgradeGrant: upgrade)
@@ -66,7 +66,7 @@ struct WorkerHarness {
     }
 
     func addProduct(
-        _ product: String, level: Int = 2, duration: String = "MONTH", credits: Int = 1000, upgradeGrant: String = "FULL"
+        _ product: String, level: Int = 2, duration: String = "P1M", credits: Int = 1000, upgradeGrant: String = "FULL"
     ) async throws {
         try await pool.query(
             """

@@ -58,8 +58,8 @@ struct OrderValidationTests {
             try await app.pool.query(
                 """
                 INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled)
-                VALUES (\(IngressTestApp.bundleID), 'com.example.withdrawn', 'group-1', 'old', 3, 'MONTH', 100, false),
-                       ('com.other.app', 'com.other.monthly', 'group-9', 'other', 1, 'MONTH', 100, true)
+                VALUES (\(IngressTestApp.bundleID), 'com.example.withdrawn', 'group-1', 'old', 3, 'P1M', 100, false),
+                       ('com.other.app', 'com.other.monthly', 'group-9', 'other', 1, 'P1M', 100, true)
                 """)
             for product in ["com.example.withdrawn", "com.other.monthly", "com.example.nope"] {
                 let response = try await app.createOrder("alice", product: product)

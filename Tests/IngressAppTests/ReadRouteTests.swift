@@ -75,9 +75,12 @@ struct ReadRouteTests {
             try await harness.pool.query(
                 """
                 INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled)
-                VALUES ('com.example.subscriptions', 'com.example.legacy.monthly', '21000000', 'legacy', 3, 'MONTH', 500, false),
-                       ('com.example.subscriptions', 'com.example.addon.monthly', '22000000', 'addon', 1, 'MONTH', 100, true),
-                       ('com.other.app', 'com.other.monthly', '23000000', 'other', 1, 'MONTH', 100, true)
+                VALUES ('com.example.subscriptions', 'com.example.legacy.monthly', '21000000', 'legacy', 3, 'P1M', 500, false),
+                       ('com.example.subscriptions', 'com.example.addon.monthly', '22000000', 'addon', 1, 'P1M', 100, true),
+                       ('com.example.subscriptions', 'com.example.addon2.monthly', '22000000', 'addon2', 1, 'P1M', 150, true),
+                       ('com.example.subscriptions', 'com.example.addon2.weekly', '22000000', 'addon2', 1, 'P1W', 40, true),
+                       ('com.example.subscriptions', 'com.example.addon.lite', '22000000', 'lite', 2, 'P1M', 50, true),
+                       ('com.other.app', 'com.other.monthly', '23000000', 'other', 1, 'P1M', 100, true)
                 """)
             try await harness.rows.addSubscription(
                 user: "starter", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400))
@@ -99,7 +102,8 @@ struct ReadRouteTests {
             }
             let main = ["com.example.starter.monthly", "com.example.pro.monthly", "com.example.pro.yearly"]
             func expected(_ values: [String], addon: String = "NEW") -> [String: String] {
-                Dictionary(uniqueKeysWithValues: zip(main, values)).merging(["com.example.addon.monthly": addon]) { a, _ in a }
+                let addons = ["com.example.addon.monthly", "com.example.addon2.monthly", "com.example.addon2.weekly", "com.example.addon.lite"]
+                return Dictionary(uniqueKeysWithValues: zip(main, values)).merging(addons.map { ($0, addon) }) { a, _ in a }
             }
             #expect(try await relations("starter") == expected(["CURRENT", "UPGRADE", "UPGRADE"]))
             #expect(try await relations("yearly") == expected(["DOWNGRADE", "CROSSGRADE", "CURRENT"]))
@@ -107,12 +111,40 @@ struct ReadRouteTests {
             #expect(try await relations("grace") == expected(["DOWNGRADE", "CURRENT", "CROSSGRADE"]))
             #expect(try await relations("lapsed") == expected(["NEW", "NEW", "NEW"]))
 
+            // When Apple applies each switch: a higher level, or the same level and duration, at
+            // once; a lower level, or the same level with another duration, at the next renewal.
+            try await harness.rows.addSubscription(
+                user: "addon", product: "com.example.addon.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400))
+            func timings(_ user: String) async throws -> [String: String] {
+                let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: user)["products"] as? [[String: Any]])
+                #expect(products.allSatisfy { $0.keys.contains("changeTiming") }, "changeTiming is always present")
+                return Dictionary(
+                    uniqueKeysWithValues: products.map { ($0["productId"] as! String, ($0["changeTiming"] as? String) ?? "null") })
+            }
+            let addonTimings = try await timings("addon")
+            #expect(
+                addonTimings.filter { $0.key.contains("addon") }
+                    == [
+                        "com.example.addon.monthly": "null", "com.example.addon2.monthly": "NOW", "com.example.addon2.weekly": "NEXT_RENEWAL",
+                        "com.example.addon.lite": "NEXT_RENEWAL",
+                    ])
+            #expect(try await relations("addon")["com.example.addon2.monthly"] == "CROSSGRADE")
+            #expect(
+                try await timings("starter").filter { main.contains($0.key) } == Dictionary(uniqueKeysWithValues: zip(main, ["null", "NOW", "NOW"])))
+            #expect(
+                try await timings("yearly").filter { main.contains($0.key) }
+                    == Dictionary(uniqueKeysWithValues: zip(main, ["NEXT_RENEWAL", "NEXT_RENEWAL", "null"])))
+            #expect(try await timings("lapsed").values.allSatisfy { $0 == "NOW" }, "a first purchase takes effect at once")
+
             let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: "starter")["products"] as? [[String: Any]])
             let yearly = try #require(products.first { $0["productId"] as? String == "com.example.pro.yearly" })
-            #expect(Set(yearly.keys) == ["productId", "planCode", "planLevel", "duration", "creditsAmount", "subscriptionGroupId", "relation"])
+            #expect(
+                Set(yearly.keys) == [
+                    "productId", "planCode", "planLevel", "duration", "creditsAmount", "subscriptionGroupId", "relation", "changeTiming",
+                ])
             #expect(yearly["planCode"] as? String == "pro")
             #expect(yearly["planLevel"] as? Int == 1)
-            #expect(yearly["duration"] as? String == "YEAR")
+            #expect(yearly["duration"] as? String == "P1Y")
             #expect(yearly["creditsAmount"] as? Int == 3000)
             #expect(yearly["subscriptionGroupId"] as? String == "21000000")
         }
@@ -179,6 +211,46 @@ struct ReadRouteTests {
             let lapsed = try await harness.read("/api/v1/subscriptions/current", as: "lapsed")
             #expect(lapsed["originalTransactionId"] as? String == "6000")
             #expect(lapsed["status"] as? String == "EXPIRED")
+            for key in ["priceIncreaseStatus", "renewalPrice", "renewalCurrency"] {
+                #expect(lapsed[key] is NSNull, "\(key): present and null without renewal info")
+            }
+            let nobody = try await harness.read("/api/v1/subscriptions/current", as: "nobody")
+            #expect(nobody["priceIncreaseStatus"] is NSNull && nobody["renewalPrice"] is NSNull && nobody["renewalCurrency"] is NSNull)
+        }
+    }
+
+    /// A price increase as Apple's renewal info tells it (priceIncreaseStatus 0: not answered yet,
+    /// 1: accepted), in each chain and at the top level for the chain that counts, so the app can
+    /// ask for consent.
+    @Test func currentSubscriptionsCarryPriceIncreases() async throws {
+        try await IngressTestApp.with { harness in
+            let future = wholeSeconds(10 * 86_400)
+            try await harness.rows.addSubscription(
+                user: "p1", product: "com.example.pro.monthly", status: "ACTIVE", expiresAt: future, originalTransactionID: "8100")
+            try await harness.rows.addSubscription(
+                user: "p1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-86_400),
+                originalTransactionID: "8200")
+            try await harness.rows.addSubscription(
+                user: "p1", product: "com.example.starter.monthly", status: "EXPIRED", expiresAt: wholeSeconds(-2 * 86_400),
+                originalTransactionID: "8300")
+            try await harness.pool.query(
+                """
+                INSERT INTO apple_renewal_info (environment, original_transaction_id, product_id, auto_renew_enabled,
+                                                price_increase_status, renewal_price, renewal_currency, signed_date)
+                VALUES ('Sandbox', '8100', 'com.example.pro.monthly', true, 0, 12990, 'EUR', now()),
+                       ('Sandbox', '8200', 'com.example.starter.monthly', true, 1, 5990, 'USD', now()),
+                       ('Sandbox', '8300', 'com.example.starter.monthly', true, NULL, 4990, 'USD', now())
+                """)
+            let current = try await harness.read("/api/v1/subscriptions/current", as: "p1")
+            #expect(current["priceIncreaseStatus"] as? String == "PENDING")
+            #expect(current["renewalPrice"] as? Int == 12990)
+            #expect(current["renewalCurrency"] as? String == "EUR")
+            let chains = try #require(current["subscriptions"] as? [[String: Any]])
+            let byChain = Dictionary(uniqueKeysWithValues: chains.map { ($0["originalTransactionId"] as! String, $0) })
+            #expect(byChain["8200"]?["priceIncreaseStatus"] as? String == "ACCEPTED")
+            #expect(byChain["8200"]?["renewalPrice"] as? Int == 5990)
+            #expect(byChain["8300"]?["priceIncreaseStatus"] is NSNull)
+            #expect(byChain["8300"]?["renewalCurrency"] as? String == "USD")
         }
     }
 

@@ -45,7 +45,7 @@ struct CreditsCommandTests {
             let run = try Subsctl.run(
                 ["credits", "run-jobs", "--now", "2026-03-02T00:00:05Z", "--welcome-credits", "3"], environment: ["DATABASE_URL": database.url])
             #expect(run.status == 0, "\(run.stderr)")
-            #expect(run.stdout.contains("welcome_grants=1 yearly_grants=0 bills_closed=1 pools_cleared=0"), "\(run.stdout)")
+            #expect(run.stdout.contains("welcome_grants=1 monthly_grants=0 bills_closed=1 pools_cleared=0"), "\(run.stdout)")
             #expect(run.stdout.contains("ledger_mismatches=0"))
             // 3 welcome credits, minus the 0.75 that rounds the day's 0.25 up to 1.
             #expect(try await database.count("SELECT balance FROM credit_account WHERE user_id = 'u1'") == 2_250_000)

@@ -29,7 +29,7 @@ public struct TestRows: Sendable {
             try await pool.query(
                 """
                 INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
-                VALUES (\(bundleID), \(product), 'group-1', \(product), \(level), 'MONTH', \(credits))
+                VALUES (\(bundleID), \(product), 'group-1', \(product), \(level), 'P1M', \(credits))
                 """)
         }
     }

@@ -114,7 +114,8 @@ struct EventReader: Sendable {
             purchaseDate: purchase, originalPurchaseDate: decoded.originalPurchaseDate, expiresDate: decoded.expiresDate,
             revocationDate: decoded.revocationDate, isUpgraded: decoded.isUpgraded ?? false,
             ownershipType: decoded.rawInAppOwnershipType ?? "PURCHASED", offerType: decoded.rawOfferType.map(Int.init),
-            offerDiscountType: decoded.rawOfferDiscountType, transactionReason: decoded.rawTransactionReason,
+            offerDiscountType: decoded.rawOfferDiscountType, offerPeriod: decoded.offerPeriod,
+            transactionReason: decoded.rawTransactionReason,
             appAccountToken: uuid.map { $0.uuidString.lowercased() } ?? token, signedDate: signed)
         return TransactionRecord(
             fact: fact, webOrderLineItemID: decoded.webOrderLineItemId, revocationType: decoded.rawRevocationType,
@@ -141,6 +142,7 @@ struct EventReader: Sendable {
             isInBillingRetryPeriod: decoded.isInBillingRetryPeriod ?? false,
             gracePeriodExpiresDate: decoded.gracePeriodExpiresDate, expirationIntent: decoded.rawExpirationIntent.map(Int.init),
             priceIncreaseStatus: decoded.rawPriceIncreaseStatus.map(Int.init), renewalDate: decoded.renewalDate,
+            renewalPrice: decoded.renewalPrice, renewalCurrency: decoded.currency,
             signedDate: signed)
     }
 

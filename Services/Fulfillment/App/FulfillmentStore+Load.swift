@@ -21,7 +21,8 @@ extension FulfillmentStore {
             'expiresDate', (extract(epoch FROM t.expires_date) * 1000)::bigint,
             'revocationDate', (extract(epoch FROM t.revocation_date) * 1000)::bigint,
             'isUpgraded', t.is_upgraded, 'ownershipType', t.ownership_type, 'offerType', t.offer_type,
-            'offerDiscountType', t.offer_discount_type, 'transactionReason', t.transaction_reason,
+            'offerDiscountType', t.offer_discount_type, 'offerPeriod', t.offer_period,
+            'transactionReason', t.transaction_reason,
             'appAccountToken', t.app_account_token, 'signedDate', (extract(epoch FROM t.signed_date) * 1000)::bigint)
         """
     static let renewalJSON: StaticString = """
@@ -32,6 +33,7 @@ extension FulfillmentStore {
             'gracePeriodExpiresDate', (extract(epoch FROM r.grace_period_expires_at) * 1000)::bigint,
             'expirationIntent', r.expiration_intent, 'priceIncreaseStatus', r.price_increase_status,
             'renewalDate', (extract(epoch FROM r.renewal_date) * 1000)::bigint,
+            'renewalPrice', r.renewal_price, 'renewalCurrency', r.renewal_currency,
             'signedDate', (extract(epoch FROM r.signed_date) * 1000)::bigint)
         """
     static let stateJSON: StaticString = """
@@ -92,7 +94,11 @@ extension FulfillmentStore {
                               'planCode', plan_code, 'planLevel', plan_level, 'duration', duration,
                               'creditsAmount', credits_amount, 'enabled', enabled,
                               'trialGrantsCredits', trial_grants_credits, 'upgradeGrant', upgrade_grant,
-                              'familySharedGrantsCredits', family_shared_grants_credits))
+                              'familySharedGrantsCredits', family_shared_grants_credits,
+                              'freePeriodGrantsCredits', json_strip_nulls(json_build_object(
+                                  '2', promotional_free_grants_credits, '3', offer_code_free_grants_credits,
+                                  '4', win_back_free_grants_credits)),
+                              'billingRetrySpendsCredits', billing_retry_spends_credits))
                               FROM payment_product
                              WHERE channel = 'APPLE' AND app_key = \(appKey) AND NOT deleted
                                AND (product_id IN (e.product_id, e.renewal_product_id, e.auto_renew_product_id)

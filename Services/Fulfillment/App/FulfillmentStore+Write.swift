@@ -113,6 +113,7 @@ extension FulfillmentStore {
                 .init("offer_type", "integer[]", t.map(\.fact.offerType)),
                 .init("offer_identifier", "text[]", t.map(\.record?.offerIdentifier)),
                 .init("offer_discount_type", "text[]", t.map(\.fact.offerDiscountType)),
+                .init("offer_period", "text[]", t.map(\.fact.offerPeriod)),
                 .init("is_upgraded", "boolean[]", t.map(\.fact.isUpgraded)),
                 .init("price_milliunits", "bigint[]", t.map(\.record?.price)),
                 .init("currency", "text[]", t.map(\.record?.currency)),
@@ -135,6 +136,8 @@ extension FulfillmentStore {
                 .init("expiration_intent", "integer[]", r.map(\.expirationIntent)),
                 .init("price_increase_status", "integer[]", r.map(\.priceIncreaseStatus)),
                 .init("renewal_date", "timestamptz[]", r.map(\.renewalDate)),
+                .init("renewal_price", "bigint[]", r.map(\.renewalPrice)),
+                .init("renewal_currency", "text[]", r.map(\.renewalCurrency)),
                 .init("signed_date", "timestamptz[]", r.map(\.signedDate)),
             ], conflict: .update(target: "(environment, original_transaction_id)", also: "updated_at = now()"))
     }

@@ -1,31 +1,33 @@
 import Foundation
 
-/// Consumption information about a refund-requested purchase (answer to CONSUMPTION_REQUEST).
-/// Integer fields keep Apple's raw codes, so a new Apple value can be sent without a release.
+/// Consumption information about a refund-requested In-App Purchase, the answer to a
+/// CONSUMPTION_REQUEST through Send Consumption Information (App Store Server API 1.19; V1 is
+/// Advanced Commerce's). Names and values as Apple's documentation gives them; the enumerations
+/// are kept raw so a new Apple value can be sent without a release.
 ///
 /// [ConsumptionRequest](https://developer.apple.com/documentation/appstoreserverapi/consumptionrequest)
 public struct ConsumptionRequest: Codable, Hashable, Sendable {
-    public var customerConsented: Bool?
-    /// 0 undeclared, 1 not consumed, 2 partially, 3 fully.
-    public var consumptionStatus: Int32?
-    /// 0 undeclared, 1 Apple, 2 non-Apple.
-    public var platform: Int32?
-    public var sampleContentProvided: Bool?
-    /// 0 delivered and working, 1–5 the delivery problem.
-    public var deliveryStatus: Int32?
-    public var appAccountToken: UUID?
-    /// 0 undeclared, 1–7 day ranges.
-    public var accountTenure: Int32?
-    /// 0 undeclared, 1–7 time ranges.
-    public var playTime: Int32?
-    /// 0 undeclared, 1–7 dollar ranges.
-    public var lifetimeDollarsRefunded: Int32?
-    /// 0 undeclared, 1–7 dollar ranges.
-    public var lifetimeDollarsPurchased: Int32?
-    /// 0 undeclared, 1 active, 2 suspended, 3 terminated, 4 limited.
-    public var userStatus: Int32?
-    /// 0 undeclared, 1 grant, 2 decline, 3 no preference.
-    public var refundPreference: Int32?
+    /// Apple refuses anything but `true` (InvalidCustomerConsentedError).
+    public var customerConsented: Bool
+    /// The part of the purchase consumed, in milliunits (0...100000); Apple reads it for
+    /// consumables, non-consumables and non-renewing subscriptions.
+    public var consumptionPercentage: Int32?
+    /// `DELIVERED`, `UNDELIVERED_QUALITY_ISSUE`, `UNDELIVERED_WRONG_ITEM`,
+    /// `UNDELIVERED_SERVER_OUTAGE` or `UNDELIVERED_OTHER`.
+    public var deliveryStatus: String
+    /// `DECLINE`, `GRANT_FULL` or `GRANT_PRORATED`; nil for no preference.
+    public var refundPreference: String?
+    /// Whether a free sample, trial or description of the content came before the purchase.
+    public var sampleContentProvided: Bool
 
-    public init() {}
+    public init(
+        customerConsented: Bool, consumptionPercentage: Int32? = nil, deliveryStatus: String, refundPreference: String? = nil,
+        sampleContentProvided: Bool
+    ) {
+        self.customerConsented = customerConsented
+        self.consumptionPercentage = consumptionPercentage
+        self.deliveryStatus = deliveryStatus
+        self.refundPreference = refundPreference
+        self.sampleContentProvided = sampleContentProvided
+    }
 }

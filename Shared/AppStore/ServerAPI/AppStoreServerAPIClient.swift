@@ -92,11 +92,12 @@ public final class AppStoreServerAPIClient: Sendable {
         try await decode(Request(method: "GET", path: "/inApps/v1/notifications/test/\(try segment(testNotificationToken))"))
     }
 
-    /// Send Consumption Information (answer to a CONSUMPTION_REQUEST notification).
-    public func sendConsumptionData(transactionId: String, _ consumption: ConsumptionRequest) async throws(AppStoreAPIError) {
+    /// Send Consumption Information (answer to a CONSUMPTION_REQUEST notification; not V1, which
+    /// Apple reserves for Advanced Commerce).
+    public func sendConsumptionInformation(transactionId: String, _ consumption: ConsumptionRequest) async throws(AppStoreAPIError) {
         _ = try await send(
             Request(
-                method: "PUT", path: "/inApps/v1/transactions/consumption/\(try segment(transactionId))",
+                method: "PUT", path: "/inApps/v2/transactions/consumption/\(try segment(transactionId))",
                 body: try json(consumption)),
             environment: configuration.environment)
     }

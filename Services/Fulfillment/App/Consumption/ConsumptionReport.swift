@@ -14,10 +14,12 @@ public struct ConsumptionFacts: Sendable, Equatable {
     public var delivered: Bool
     public var accountCreated: Date?
     public var appAccountToken: UUID?
+    /// The catalogue's refund preference for the product (nil: none).
+    public var refundPreference: RefundPreference?
 
     public init(
         granted: MicroCredits?, poolBalance: MicroCredits, hadFreeTrial: Bool, delivered: Bool, accountCreated: Date?,
-        appAccountToken: UUID?
+        appAccountToken: UUID?, refundPreference: RefundPreference? = nil
     ) {
         self.granted = granted
         self.poolBalance = poolBalance
@@ -25,45 +27,19 @@ public struct ConsumptionFacts: Sendable, Equatable {
         self.delivered = delivered
         self.accountCreated = accountCreated
         self.appAccountToken = appAccountToken
+        self.refundPreference = refundPreference
     }
 }
 
 /// The answer to a CONSUMPTION_REQUEST, built only for a user who consented to share it.
 ///
-/// Only what the service knows is declared; the rest is Apple's "undeclared" (0): the platform
-/// and play time (no telemetry here), lifetime dollars (prices come in many currencies), the
-/// account status (not tracked here) and a refund preference (a business policy nobody set).
+/// The service sells auto-renewable subscriptions only, for which Apple reads no
+/// consumptionPercentage (it is for consumables, non-consumables and non-renewing
+/// subscriptions), so none is sent; the refund preference is the catalogue's.
 public enum ConsumptionReport {
-    public static func request(_ facts: ConsumptionFacts, now: Date) -> ConsumptionRequest {
-        var request = ConsumptionRequest()
-        request.customerConsented = true
-        request.consumptionStatus = consumptionStatus(facts)
-        request.platform = 0
-        request.sampleContentProvided = facts.hadFreeTrial
-        // 0: delivered and working; 5: not delivered for another reason.
-        request.deliveryStatus = facts.delivered ? 0 : 5
-        request.appAccountToken = facts.appAccountToken
-        request.accountTenure = facts.accountCreated.map { accountTenure(days: now.timeIntervalSince($0) / 86_400) } ?? 0
-        request.playTime = 0
-        request.lifetimeDollarsRefunded = 0
-        request.lifetimeDollarsPurchased = 0
-        request.userStatus = 0
-        request.refundPreference = 0
-        return request
-    }
-
-    /// 1 not consumed, 2 partially, 3 fully, 0 when nothing was granted. The credits still in the
-    /// pool are counted as this grant's first: the estimate never overstates consumption.
-    static func consumptionStatus(_ facts: ConsumptionFacts) -> Int32 {
-        guard let granted = facts.granted, granted > 0 else { return 0 }
-        let remaining = min(granted, max(0, facts.poolBalance))
-        if remaining == granted { return 1 }
-        return remaining == 0 ? 3 : 2
-    }
-
-    /// Apple's ranges: 1 up to 3 days, 2 up to 10, 3 up to 30, 4 up to 90, 5 up to 180, 6 up to 365, 7 beyond.
-    static func accountTenure(days: Double) -> Int32 {
-        let bounds: [Double] = [3, 10, 30, 90, 180, 365]
-        return Int32((bounds.firstIndex { days < $0 } ?? bounds.count) + 1)
+    public static func request(_ facts: ConsumptionFacts) -> ConsumptionRequest {
+        ConsumptionRequest(
+            customerConsented: true, deliveryStatus: facts.delivered ? "DELIVERED" : "UNDELIVERED_OTHER",
+            refundPreference: facts.refundPreference?.rawValue, sampleContentProvided: facts.hadFreeTrial)
     }
 }

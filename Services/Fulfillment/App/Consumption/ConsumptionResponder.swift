@@ -31,7 +31,8 @@ struct ConsumptionResponder: Sendable {
         let fact = transaction.fact
         let loaded = try await store.facts(
             notificationUUID: uuid, environment: environment, transactionID: fact.transactionID,
-            originalTransactionID: fact.originalTransactionID, appAccountToken: transaction.appAccountTokenUUID)
+            originalTransactionID: fact.originalTransactionID, productID: fact.productID,
+            appAccountToken: transaction.appAccountTokenUUID)
         if loaded.answered { return }
         guard let consent = loaded.consent else {
             return try await record(
@@ -48,11 +49,10 @@ struct ConsumptionResponder: Sendable {
             ConsumptionFacts(
                 granted: loaded.granted, poolBalance: loaded.poolBalance ?? 0, hadFreeTrial: loaded.hadFreeTrial,
                 delivered: (loaded.granted ?? 0) > 0 || loaded.fulfilled, accountCreated: loaded.accountCreated,
-                appAccountToken: transaction.appAccountTokenUUID ?? loaded.token),
-            now: now)
+                appAccountToken: transaction.appAccountTokenUUID ?? loaded.token, refundPreference: loaded.refundPreference))
         let body = String(decoding: try AppStoreJSON.encoder().encode(request), as: UTF8.self)
         do {
-            try await client.sendConsumptionData(transactionId: fact.transactionID, request)
+            try await client.sendConsumptionInformation(transactionId: fact.transactionID, request)
         } catch  where error.isRetryable {
             throw ProcessingFailure.retryable(code: "RETRYABLE_NETWORK", message: error.description)
         } catch {

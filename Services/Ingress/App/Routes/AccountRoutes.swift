@@ -66,6 +66,24 @@ struct AccountRoutes: Sendable {
         let environment: String
         let originalTransactionId: String
         let isFamilyShared: Bool
+        @ExplicitNull var priceIncreaseStatus: PriceIncreaseStatus?
+        @ExplicitNull var renewalPrice: Int64?
+        @ExplicitNull var renewalCurrency: String?
+    }
+
+    /// Where the user stands on a price increase of the next renewal (Apple's priceIncreaseStatus
+    /// 0 and 1), so the app can ask for consent.
+    enum PriceIncreaseStatus: String, Encodable, Sendable {
+        case pending = "PENDING"
+        case accepted = "ACCEPTED"
+
+        init?(apple value: Int?) {
+            switch value {
+            case 0: self = .pending
+            case 1: self = .accepted
+            default: return nil
+            }
+        }
     }
 
     /// Every chain of the user (`subscriptions`, the latest expiry first) and, at the top level,
@@ -79,6 +97,7 @@ struct AccountRoutes: Sendable {
             case subscriptions
             case status, activeProductId, pendingProductId, subscriptionGroupId, autoRenewEnabled, expiresAt
             case graceExpiresAt, environment, originalTransactionId, isFamilyShared
+            case priceIncreaseStatus, renewalPrice, renewalCurrency
         }
 
         func encode(to encoder: any Encoder) throws {
@@ -106,7 +125,8 @@ struct AccountRoutes: Sendable {
                         subscriptionGroupId: row.subscriptionGroupID, autoRenewEnabled: row.autoRenewEnabled,
                         expiresAt: row.expiresAt, graceExpiresAt: status == .grace ? row.graceExpiresAt : nil,
                         environment: row.environment, originalTransactionId: row.originalTransactionID,
-                        isFamilyShared: row.isFamilyShared)
+                        isFamilyShared: row.isFamilyShared, priceIncreaseStatus: PriceIncreaseStatus(apple: row.priceIncreaseStatus),
+                        renewalPrice: row.renewalPrice, renewalCurrency: row.renewalCurrency)
                 }))
     }
 

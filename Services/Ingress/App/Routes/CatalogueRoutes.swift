@@ -29,6 +29,7 @@ struct CatalogueRoutes: Sendable {
         let creditsAmount: Int64
         let subscriptionGroupId: String
         let relation: PlanRelation
+        @ExplicitNull var changeTiming: ChangeTiming?
     }
 
     struct Products: Encodable, Sendable {
@@ -48,11 +49,13 @@ struct CatalogueRoutes: Sendable {
             current[product.subscriptionGroupID] = product
         }
         let offered = products.filter(\.enabled).map { product in
-            ProductView(
+            let plan = current[product.subscriptionGroupID]
+            return ProductView(
                 productId: product.productID, planCode: product.planCode, planLevel: product.planLevel,
                 duration: product.duration, creditsAmount: product.creditsAmount,
                 subscriptionGroupId: product.subscriptionGroupID,
-                relation: PlanRelation.between(current: current[product.subscriptionGroupID], candidate: product))
+                relation: PlanRelation.between(current: plan, candidate: product),
+                changeTiming: ChangeTiming.of(current: plan, candidate: product))
         }
         return .json(Products(products: offered))
     }

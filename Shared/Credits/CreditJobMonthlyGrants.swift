@@ -4,26 +4,27 @@ import Postgres
 import ServiceRuntime
 
 extension CreditJobs {
-    /// Grants the months of yearly plans that are due by `now`: month i on the anchor day of the
-    /// i-th month after the purchase (UTC, clamped to the month's end), for the 12 months of the
-    /// period, while the subscription is ACTIVE or in GRACE and the transaction is not revoked;
+    /// Grants the months of periods longer than a month (P2M…P1Y plans, and pay-up-front or free
+    /// offers covering several months) that are due by `now`: month i on
+    /// the anchor day of the i-th month after the purchase (UTC, clamped to the month's end), for
+    /// every month of the period, while the subscription is ACTIVE or in GRACE and the transaction is not revoked;
     /// only for periods whose first month was granted (trials and family sharing follow the
     /// product's configuration through it). Each month once (its grant key). Returns the number granted.
     @discardableResult
-    public func grantYearlyMonths(now: Date, wait: Bool = true) async throws -> Int {
+    public func grantPlanMonths(now: Date, wait: Bool = true) async throws -> Int {
         let candidates = try await pool.query(
             """
             SELECT s.environment, s.original_transaction_id, s.user_id, t.transaction_id, t.purchase_date, t.expires_date,
-                   p.credits_amount,
+                   p.credits_amount, p.duration, t.offer_discount_type, t.offer_period,
                    (SELECT string_agg(g.grant_key, ',') FROM credit_grant g
                      WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) AS granted
               FROM user_subscription s
               JOIN apple_transaction t ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
               JOIN payment_product p ON p.channel = 'APPLE' AND p.app_key = \(appKey) AND p.product_id = t.product_id
-             WHERE s.status IN ('ACTIVE', 'GRACE') AND s.frozen_reason IS NULL AND p.duration = 'YEAR'
+             WHERE s.status IN ('ACTIVE', 'GRACE') AND s.frozen_reason IS NULL AND (p.duration NOT IN ('P1W', 'P1M') OR t.offer_period IS NOT NULL)
                AND t.revocation_date IS NULL AND t.purchase_date <= \(now)
                AND (SELECT count(*) FROM credit_grant g
-                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) BETWEEN 1 AND 11
+                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) >= 1
             """)
         var granted = 0
         for row in candidates {
@@ -32,8 +33,15 @@ extension CreditJobs {
             let existing = Set((try row.decode("granted", as: String?.self) ?? "").split(separator: ",").map(String.init))
             guard existing.contains(CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: 0))
             else { continue }
-            let dates = CreditRules.yearlyGrantDates(
-                purchase: try row.decode("purchase_date"), expires: try row.decode("expires_date", as: Date?.self))
+            guard let duration = ProductDuration(rawValue: try row.decode("duration")),
+                let months = CreditRules.periodMonths(
+                    offerDiscountType: try row.decode("offer_discount_type", as: String?.self),
+                    offerPeriod: try row.decode("offer_period", as: String?.self),
+                    duration: duration),
+                months > 1, existing.count < months
+            else { continue }
+            let dates = CreditRules.monthlyGrantDates(
+                purchase: try row.decode("purchase_date"), months: months, expires: try row.decode("expires_date", as: Date?.self))
             let amount = Credits.micro(try row.decode("credits_amount"))
             let user: String = try row.decode("user_id")
             let original: String = try row.decode("original_transaction_id")
@@ -42,7 +50,7 @@ extension CreditJobs {
                     userID: user,
                     decision: GrantDecision(
                         grantKey: CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: month.offset),
-                        pool: .subscription, amount: amount, reason: "YEARLY_MONTH"),
+                        pool: .subscription, amount: amount, reason: "PLAN_MONTH"),
                     environment: environment, transactionID: transactionID, originalTransactionID: original)
             }.filter { !existing.contains($0.decision.grantKey) }
             guard amount > 0, !due.isEmpty else { continue }
@@ -63,8 +71,8 @@ extension CreditJobs {
             }
             granted += booked ?? 0
         }
-        metrics.yearlyGrants.increment(by: granted)
-        if granted > 0 { logger.info("yearly plan months granted", ["credits.grants": .int(Int64(granted))]) }
+        metrics.monthlyGrants.increment(by: granted)
+        if granted > 0 { logger.info("plan months granted", ["credits.grants": .int(Int64(granted))]) }
         return granted
     }
 }
