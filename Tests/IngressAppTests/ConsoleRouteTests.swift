@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import ServiceRuntime
 import TestSupport
 import Testing
 
@@ -139,6 +140,16 @@ struct ConsoleRouteTests {
             let queue = await browser.send("GET", "/admin/queue")
             #expect(queue.status == 200)
             #expect(queue.text.contains("Unmatched"))
+            #expect(queue.text.contains("action=\"/admin/actions/recover\""), "the recovery has a form")
+            let range = [
+                "csrf": csrf, "from": RFC3339.string(from: Date() - 3600), "to": RFC3339.string(from: Date() - 60),
+                "environment": "Sandbox", "reason": "outage", "confirm": "yes",
+            ]
+            let recovered = await browser.send("POST", "/admin/actions/recover", form: range)
+            #expect(recovered.status == 200, "\(recovered.text)")
+            #expect(try await admin.audits("RECOVERY_REQUESTED").map(\.operator) == ["alice"])
+            let backwards = await browser.send("POST", "/admin/actions/recover", form: range.merging(["from": range["to"]!]) { _, new in new })
+            #expect(backwards.status == 400)
         }
     }
 

@@ -298,6 +298,13 @@ struct Console: Sendable {
                     ConsoleHTML.actionForm("replay-event", title: "Replay", csrf: csrf, hidden: ["eventId": String(event.eventId)]),
                 ]
             })
+        // Notifications Apple sent while we could not take them: its history over a range.
+        html += "<h2>Recover notifications from Apple's history</h2>"
+        html += ConsoleHTML.actionForm(
+            "recover", title: "Recover", csrf: csrf, hidden: [:],
+            inputs: [
+                ("from", "From (RFC 3339)"), ("to", "To (RFC 3339)"), ("environment", "Environment (Production or Sandbox)"),
+            ])
         return ConsoleHTML.page(title: "Queue", principal: context.principal, csrf: csrf, html)
     }
 
@@ -330,6 +337,9 @@ struct Console: Sendable {
         },
         "adjust-credits": Action(title: "Adjust credits", pathFields: ["userId"], bodyFields: ["pool", "amount", "number"]) {
             try await $0.adjustCredits($1, operator: $2)
+        },
+        "recover": Action(title: "Recover notification history", pathFields: [], bodyFields: ["from", "to", "environment"]) {
+            try await $0.recover($1, operator: $2)
         },
     ]
 
