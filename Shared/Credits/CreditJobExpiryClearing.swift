@@ -23,6 +23,13 @@ extension CreditJobs {
         return cleared
     }
 
+    /// Endings whose clearing fell due at or before `start` (a UTC midnight) and is not done.
+    func overdueClearings(before start: Date) async throws -> Int {
+        try await pool.query(
+            PostgresQuery(unsafeSQL: "SELECT count(*) AS overdue FROM (\(Self.dueEndings)) d", binds: [start.postgresData])
+        ).first!.decode("overdue")
+    }
+
     /// Endings due for clearing and not handled yet.
     private static let dueEndings: StaticString = """
         SELECT s.user_id, s.environment, s.original_transaction_id, s.last_transaction_id, s.status

@@ -4,14 +4,23 @@ import Postgres
 import ServiceRuntime
 
 extension CreditJobs {
-    /// Grants the months of periods longer than a month (P2M…P1Y plans, and pay-up-front or free
+    /// The months of one chain's current period that fell due by `now` and are not granted yet,
+    /// each with the moment it fell due.
+    struct DuePlanMonths {
+        var environment: String
+        var original: String
+        var transactionID: String
+        var months: [(grant: CreditGrant, dueAt: Date)]
+    }
+
+    /// The months of periods longer than a month (P2M…P1Y plans, and pay-up-front or free
     /// offers covering several months) that are due by `now`: month i on
     /// the anchor day of the i-th month after the purchase (UTC, clamped to the month's end), for
     /// every month of the period, while the subscription is ACTIVE or in GRACE and the transaction is not revoked;
     /// only for periods whose first month was granted (trials and family sharing follow the
-    /// product's configuration through it). Each month once (its grant key). Returns the number granted.
-    @discardableResult
-    public func grantPlanMonths(now: Date, wait: Bool = true) async throws -> Int {
+    /// product's configuration through it). Each month once (its grant key).
+    /// Read without locks: the grant checks again under them.
+    func duePlanMonths(now: Date) async throws -> [DuePlanMonths] {
         let candidates = try await pool.query(
             """
             SELECT s.environment, s.original_transaction_id, s.user_id, t.transaction_id, t.purchase_date, t.expires_date,
@@ -26,7 +35,7 @@ extension CreditJobs {
                AND (SELECT count(*) FROM credit_grant g
                      WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) >= 1
             """)
-        var granted = 0
+        var chains: [DuePlanMonths] = []
         for row in candidates {
             let environment: String = try row.decode("environment")
             let transactionID: String = try row.decode("transaction_id")
@@ -46,14 +55,38 @@ extension CreditJobs {
             let user: String = try row.decode("user_id")
             let original: String = try row.decode("original_transaction_id")
             let due = dates.enumerated().dropFirst().filter { $0.element <= now }.map { month in
-                CreditGrant(
-                    userID: user,
-                    decision: GrantDecision(
-                        grantKey: CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: month.offset),
-                        pool: .subscription, amount: amount, reason: "PLAN_MONTH"),
-                    environment: environment, transactionID: transactionID, originalTransactionID: original)
-            }.filter { !existing.contains($0.decision.grantKey) }
+                (
+                    grant: CreditGrant(
+                        userID: user,
+                        decision: GrantDecision(
+                            grantKey: CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: month.offset),
+                            pool: .subscription, amount: amount, reason: "PLAN_MONTH"),
+                        environment: environment, transactionID: transactionID, originalTransactionID: original),
+                    dueAt: month.element
+                )
+            }.filter { !existing.contains($0.grant.decision.grantKey) }
             guard amount > 0, !due.isEmpty else { continue }
+            chains.append(DuePlanMonths(environment: environment, original: original, transactionID: transactionID, months: due))
+        }
+        return chains
+    }
+
+    /// How far behind the credit jobs are at `now`: plan months that fell due more than `grace` ago
+    /// and are not granted, and subscription pools whose clearing fell due more than `grace` ago
+    /// and is not done (a backlog gauge: each job catches up at its next run).
+    public func overdue(now: Date, grace: Duration) async throws -> (planMonths: Int, expiryClearings: Int) {
+        let late = now - grace.inSeconds
+        let months = try await duePlanMonths(now: now).flatMap(\.months).filter { $0.dueAt < late }.count
+        return (months, try await overdueClearings(before: UTCDay(containing: late).start))
+    }
+
+    /// Grants the plan months due by `now` (`duePlanMonths`), each once. Returns the number granted.
+    @discardableResult
+    public func grantPlanMonths(now: Date, wait: Bool = true) async throws -> Int {
+        var granted = 0
+        for chain in try await duePlanMonths(now: now) {
+            let (environment, original, transactionID) = (chain.environment, chain.original, chain.transactionID)
+            let due = chain.months.map(\.grant)
             let booked = try await batch(wait: wait) { db -> Int in
                 // The chain lock of fulfillment (same expression): a refund or a plan change of this
                 // chain is either seen here or comes after, and then revokes these grants too.

@@ -164,8 +164,12 @@ struct CreditJobsTests {
                 """)
 
             let jobs = f.jobs()
+            // The backlog gauge: due at midnight, overdue an hour later while nothing ran.
+            #expect(try await jobs.overdue(now: .utc("2026-03-11T00:59:59Z"), grace: .seconds(3600)).expiryClearings == 0)
+            #expect(try await jobs.overdue(now: .utc("2026-03-11T01:00:01Z"), grace: .seconds(3600)).expiryClearings == 3)
             #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-10T23:59:59Z")) == 0)
             #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-11T00:00:00Z")) == 2)
+            #expect(try await jobs.overdue(now: .utc("2026-03-11T01:00:01Z"), grace: .seconds(3600)).expiryClearings == 0)
             #expect(try await f.balances("alice") == [.subscription: 0, .permanent: 5 * Self.credit], "permanent credits never expire")
             #expect(try await f.total("bob") == 0)
             #expect(try await f.total("carol") == 100 * Self.credit)
@@ -193,8 +197,12 @@ struct CreditJobsTests {
             #expect(try await jobs.grantPlanMonths(now: .utc("2027-02-28T09:30:00Z")) == 1, "31 January → 28 February")
             #expect(try await jobs.grantPlanMonths(now: .utc("2027-02-28T12:00:00Z")) == 0, "each month once")
             #expect(try await jobs.grantPlanMonths(now: .utc("2027-03-31T09:30:00Z")) == 1, "back to the 31st")
-            // A missed scheduler catches up every due month, and never grants after the period.
+            // A missed scheduler: the backlog gauge counts the months due over an hour ago; the job
+            // catches up every due month, and never grants after the period.
+            #expect(try await jobs.overdue(now: .utc("2027-05-31T10:29:00Z"), grace: .seconds(3600)).planMonths == 1)
+            #expect(try await jobs.overdue(now: .utc("2028-06-01T00:00:00Z"), grace: .seconds(3600)).planMonths == 9)
             #expect(try await jobs.grantPlanMonths(now: .utc("2028-06-01T00:00:00Z")) == 9)
+            #expect(try await jobs.overdue(now: .utc("2028-06-01T00:00:00Z"), grace: .seconds(3600)).planMonths == 0)
             let keys = try await f.pool.query("SELECT grant_key FROM credit_grant").map { try $0.decode(0, as: String.self) }
             #expect(keys.count == 12 && Set(keys) == Set((0..<12).map { "period:Sandbox:y1:m\($0)" }))
             #expect(try await f.total("alice") == 12 * 3000 * Self.credit)

@@ -1,3 +1,4 @@
+import Foundation
 import Kafka
 import Postgres
 import ServiceRuntime
@@ -15,6 +16,8 @@ final class BacklogSampler: Service {
     private let pool: PostgresPool
     private let store = BacklogStore()
     private let lag: @Sendable () async throws -> [KafkaPartitionLag]
+    /// The credit jobs' overdue work at a time (nil: not sampled by this service).
+    private let creditsOverdue: (@Sendable (Date) async throws -> (planMonths: Int, expiryClearings: Int))?
     private let interval: Duration
     private let logger: Logger
     private let stop = ShutdownTrigger()
@@ -24,8 +27,10 @@ final class BacklogSampler: Service {
 
     init(
         configuration: PostgresConfiguration, interval: Duration, logger: Logger,
-        lag: @escaping @Sendable () async throws -> [KafkaPartitionLag]
+        lag: @escaping @Sendable () async throws -> [KafkaPartitionLag],
+        creditsOverdue: (@Sendable (Date) async throws -> (planMonths: Int, expiryClearings: Int))? = nil
     ) {
+        self.creditsOverdue = creditsOverdue
         var configuration = configuration
         configuration.maximumConnections = 1
         pool = PostgresPool(configuration: configuration, logger: logger)
@@ -81,7 +86,21 @@ final class BacklogSampler: Service {
             // The database gauges still hold; the lag is missing from this sample only.
             logger.warning("consumer lag not available", ["error": .string("\(error)")])
         }
-        let families = Self.families(sample, lag: partitions)
+        var families = Self.families(sample, lag: partitions)
+        do {
+            if let overdue = try await creditsOverdue?(Date()) {
+                families += [
+                    MetricFamily(
+                        "subs_credit_plan_months_overdue", help: "Monthly grants of longer plans due over an hour ago, not granted",
+                        value: Double(overdue.planMonths)),
+                    MetricFamily(
+                        "subs_credit_expiry_clearings_overdue",
+                        help: "Subscription pools whose clearing fell due over an hour ago, not cleared", value: Double(overdue.expiryClearings)),
+                ]
+            }
+        } catch {
+            logger.warning("credit job backlog not available", ["error": .string("\(error)")])
+        }
         published.withLock { $0 = (true, families) }
     }
 

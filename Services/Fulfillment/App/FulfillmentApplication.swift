@@ -54,9 +54,10 @@ public struct FulfillmentApplication: Sendable {
                 ])
         }
         let consumer = consumer
+        let jobs = CreditJobs(pool: pool, appKey: configuration.appStore.bundleId, configuration: configuration.credits, logger: logger)
         sampler = BacklogSampler(
             configuration: configuration.pipeline.postgres, interval: configuration.metricsSample, logger: logger,
-            lag: { try await consumer.groupLag() })
+            lag: { try await consumer.groupLag() }, creditsOverdue: { try await jobs.overdue(now: $0, grace: .seconds(3600)) })
         let stall = configuration.stall
         let sampler = sampler
         MetricsRegistry.shared.setCollector("fulfillment") {
@@ -86,8 +87,7 @@ public struct FulfillmentApplication: Sendable {
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         credits = CreditsScheduler(
-            jobs: CreditJobs(pool: pool, appKey: configuration.appStore.bundleId, configuration: configuration.credits, logger: logger),
-            clock: clock)
+            jobs: jobs, clock: clock)
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
