@@ -56,11 +56,13 @@ struct ScheduledChecksTests {
         // signer's certificates are younger than a month.)
         let purchase = pair.transaction(chain, purchase: now - 30 * day - 7200, token: token, signed: now - 3 * 3600)
         let renewalInfo = pair.renewalInfo(original: chain, signed: now - 3 * 3600)
+        // Apple knows the renewal before we learn of the purchase: the chain is lapsed the moment it
+        // is applied, and the scan may ask Apple at once.
+        let renewal = pair.transaction(Self.id(), original: chain, purchase: now - 7200, token: token, reason: .renewal, signed: now - 3600)
+        try harness.mock.addTransaction(renewal, renewalInfo: pair.renewalInfo(original: chain, signed: now - 3600))
         let subscribed = try await pair.notify(.subscribed, .initialBuy, transaction: purchase, renewal: renewalInfo)
         let state = try await pair.outcome(of: subscribed)
         #expect(state == .succeeded, "\(state)")
-        let renewal = pair.transaction(Self.id(), original: chain, purchase: now - 7200, token: token, reason: .renewal, signed: now - 3600)
-        try harness.mock.addTransaction(renewal, renewalInfo: pair.renewalInfo(original: chain, signed: now - 3600))
 
         let found = try await eventually(timeout: 60) {
             try await pair.subscription(chain)?.lastTransactionID == renewal.transactionId
