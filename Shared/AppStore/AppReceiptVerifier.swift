@@ -34,15 +34,7 @@ public final class AppReceiptVerifier: Sendable {
         configuration: AppStoreVerifierConfiguration, clock: any WallClock = SystemClock(),
         logger: Logger = Logger(label: "appstore.receipt"), onlineCheckTimeout: Duration = .seconds(5)
     ) throws(ConfigurationError) {
-        try configuration.validate()
-        do throws(CryptoError) {
-            chainVerifier = try X509ChainVerifier(trustedRoots: configuration.rootCertificates)
-        } catch {
-            let reader = ConfigurationReader(environment: [:])
-            reader.report("APPLE_IAP_ROOT_CERTS", nil, "certificates OpenSSL accepts as trust anchors (\(error.reason))")
-            try reader.validate()
-            fatalError("unreachable: a reported problem always throws")
-        }
+        chainVerifier = try configuration.trustedChainVerifier()
         self.configuration = configuration
         self.clock = clock
         revocation =

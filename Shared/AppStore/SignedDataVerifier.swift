@@ -40,15 +40,7 @@ public final class SignedDataVerifier: Sendable {
         logger: Logger = Logger(label: "appstore.verifier"), metrics: MetricsRegistry = .shared,
         onlineCheckTimeout: Duration = .seconds(5)
     ) throws(ConfigurationError) {
-        try configuration.validate()
-        do throws(CryptoError) {
-            chainVerifier = try X509ChainVerifier(trustedRoots: configuration.rootCertificates)
-        } catch {
-            let reader = ConfigurationReader(environment: [:])
-            reader.report("APPLE_IAP_ROOT_CERTS", nil, "certificates OpenSSL accepts as trust anchors (\(error.reason))")
-            try reader.validate()
-            fatalError("unreachable: a reported problem always throws")
-        }
+        chainVerifier = try configuration.trustedChainVerifier()
         self.configuration = configuration
         self.clock = clock
         self.metrics = VerifierMetrics(registry: metrics)
@@ -423,5 +415,21 @@ private struct VerifierMetrics: Sendable {
 
     func record(_ code: VerificationError.Code?) {
         if let code { refused[code]?.increment() } else { accepted.increment() }
+    }
+}
+
+extension AppStoreVerifierConfiguration {
+    /// The configuration validated and its roots loaded as trust anchors: what every verifier of
+    /// Apple's signed data (JWS, app receipts) starts from; a problem is a configuration error.
+    func trustedChainVerifier() throws(ConfigurationError) -> X509ChainVerifier {
+        try validate()
+        do throws(CryptoError) {
+            return try X509ChainVerifier(trustedRoots: rootCertificates)
+        } catch {
+            let reader = ConfigurationReader(environment: [:])
+            reader.report("APPLE_IAP_ROOT_CERTS", nil, "certificates OpenSSL accepts as trust anchors (\(error.reason))")
+            try reader.validate()
+            fatalError("unreachable: a reported problem always throws")
+        }
     }
 }
