@@ -120,22 +120,22 @@ struct PipelineKillTests {
         }
         let feeding = Task { try await stream.feed() }
 
+        // Kills land only while events are open: on a loaded machine the feed may not have stored
+        // its first event when the first pause ends (a CI run killed once before it had).
         var kills = 0
-        var killedWhileOpen = 0
         while try await stream.count("SELECT count(*) FROM processed_event") < stream.total, kills < 4 {
             try await Task.sleep(for: .milliseconds(Int.random(in: 1_500...4_000)))
-            let index = Int.random(in: 0..<3)
             let open = try await stream.count(
                 "SELECT count(*) FROM inbound_event WHERE kind = 'notification' AND process_status <> 'SUCCEEDED'")
+            guard open > 0 else { continue }
+            let index = Int.random(in: 0..<3)
             processes[index].kill()
             kills += 1
-            if open > 0 { killedWhileOpen += 1 }
             generations[index] += 1
             processes[index] = try stream.harness.startWorker("w\(index)-\(generations[index])")
         }
         try await feeding.value
-        #expect(kills >= 3, "the stream ended before three kills")
-        #expect(killedWhileOpen >= 3, "fewer than three kills landed while events were open")
+        #expect(kills >= 3, "the stream ended before three kills landed while events were open")
 
         try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: processes)
         await stream.shutdown()

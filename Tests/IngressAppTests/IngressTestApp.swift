@@ -46,10 +46,10 @@ struct IngressTestApp: Sendable {
         do {
             let app = try make(database: database, appleEnvironment: appleEnvironment, extra: extra)
             let result = try await body(app)
-            await database.drop()
+            await database.close()
             return result
         } catch {
-            await database.drop()
+            await database.close()
             throw error
         }
     }

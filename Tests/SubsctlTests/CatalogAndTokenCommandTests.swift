@@ -63,12 +63,7 @@ struct CatalogAndTokenCommandTests {
         let admin = PostgresPool(configuration: PostgresConfiguration(url: serverURL, maximumConnections: 1), logger: .init(label: "test"))
         let bare = try await withResource(
             { try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)")) },
-            cleanUp: { _ in
-                // Best effort, like TestDatabase.drop: an autovacuum worker visiting the new database makes
-                // FORCE fail with 42501 (it may not terminate a superuser's process).
-                _ = try? await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"))
-                await admin.shutdown()
-            }
+            cleanUp: { _ in await admin.shutdown() }
         ) { _ in
             var components = try #require(URLComponents(string: serverURL))
             components.path = "/" + name

@@ -17,8 +17,8 @@ public func withResource<Resource, Result>(
 }
 
 /// Runs `body` with a fresh migrated database named after `prefix` (see `TestDatabase.make`),
-/// closed and dropped after it, also when it throws.
+/// closed after it, also when it throws (see `TestDatabase.close` for when it is dropped).
 @discardableResult
 public func withTestDatabase<Result>(_ prefix: String = "test", _ body: (TestDatabase) async throws -> Result) async throws -> Result {
-    try await withResource({ try await TestDatabase.make(prefix) }, cleanUp: { await $0.drop() }, body)
+    try await withResource({ try await TestDatabase.make(prefix) }, cleanUp: { await $0.close() }, body)
 }

@@ -9,7 +9,6 @@ public struct TestDatabase: Sendable {
     /// libpq URI of this database.
     public let url: String
     public let pool: PostgresPool
-    private let serverURL: String
 
     /// Creates and migrates a fresh database named after `prefix`.
     public static func make(_ prefix: String = "test") async throws -> TestDatabase {
@@ -25,15 +24,14 @@ public struct TestDatabase: Sendable {
         let logger = Logger(label: "test", level: .warning)
         let pool = PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 8), logger: logger)
         try await Migrator(pool: pool, logger: logger).migrate(Migrator.bundled())
-        return TestDatabase(name: name, url: url, pool: pool, serverURL: serverURL)
+        return TestDatabase(name: name, url: url, pool: pool)
     }
 
-    /// Closes the pool and drops the database.
-    public func drop() async {
+    /// Closes the pool. The database stays until `deploy/local/drop-test-databases.sh` (run by the
+    /// test command before the tests): DROP DATABASE waits for an immediate checkpoint, which on a
+    /// loaded two-core machine took up to a minute and pushed small suites past their time limits.
+    public func close() async {
         await pool.shutdown()
-        let admin = PostgresPool(configuration: PostgresConfiguration(url: serverURL, maximumConnections: 1), logger: Logger(label: "test"))
-        _ = try? await admin.query(PostgresQuery(unsafeSQL: "DROP DATABASE IF EXISTS \(name) WITH (FORCE)"))
-        await admin.shutdown()
     }
 
     /// The integer in the first column of the first row of `sql`.

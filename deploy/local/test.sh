@@ -12,6 +12,7 @@ log "checking the deployment files (compose, alert rules, Kubernetes manifests)"
 "$VENV_DIR/bin/python" "$REPO_DIR/deploy/check-deployment.py" \
     --promtool "$TOOLS_DIR/promtool" --kubernetes-validate "$VENV_DIR/bin/kubernetes-validate"
 bash "$LOCAL_DIR/start.sh" >/dev/null
+bash "$LOCAL_DIR/drop-test-databases.sh"
 # Tests that restart or kill a broker start private ones from the same binary.
 export TANSU_BIN="$(tansu_bin)"
 cd "$REPO_DIR"
