@@ -118,10 +118,13 @@ let package = Package(
             path: "Services/Subsctl",
             swiftSettings: swiftSettings),
 
-        // Benchmark peers (not tests): small servers measured by the scripts in Tests/Benchmarks.
+        // Benchmark peers and drivers (not tests): small servers measured by the scripts in
+        // Tests/Benchmarks, and the open-loop load generator.
         .executableTarget(
             name: "BenchHTTPServer", dependencies: ["HTTPServer", "ServiceRuntime"],
             path: "Tests/Benchmarks/BenchHTTPServer", swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "BenchLoad", dependencies: ["ServiceRuntime", "TestSupport"], path: "Tests/Benchmarks/BenchLoad", swiftSettings: swiftSettings),
 
         // Helpers for tests: the local services (with the broker tuning of their environment), process
         // control, HTTP client, throwaway migrated databases, scoped resources and the one polling helper.

@@ -8,6 +8,13 @@
 #   Tests/Benchmarks/ingress-notifications.sh
 #   BENCH_NOTIFICATIONS=150000 DURATION=15s CONNECTIONS=64 BENCH_PORT=18090 BENCH_PERF=1 Tests/Benchmarks/ingress-notifications.sh
 #   BENCH_READS=0 Tests/Benchmarks/ingress-notifications.sh   # skips the read endpoints (a shorter run)
+#   BENCH_SUSTAINED=0 Tests/Benchmarks/ingress-notifications.sh   # skips the sustained-rate steps
+#
+# The sustained rate (issue 17): after wrk's saturation run, BenchLoad offers notifications at
+# constant rates, open loop (each request due at its time, its latency counted from then), in
+# 5-second steps up from BENCH_SUSTAINED_START by BENCH_SUSTAINED_STEP per second, then holds the
+# last passing rate 30 s (lowering it by a tenth until a hold passes): the highest rate held with
+# p99 < 50 ms and every answer 200, as a ratio to pgbench's one-row inserts (target >= 0.5).
 #
 # BENCH_PERF=1 also records the whole machine with perf (call graphs) during the notification run
 # and prints where the CPU went: by process, then inside the ingress by function (inclusive);
@@ -35,7 +42,7 @@ internal="http://127.0.0.1:$((PORT + 1))"
 
 bench_scratch ingress
 echo "building ingress and subsctl (release)..."
-for product in ingress subsctl; do
+for product in ingress subsctl BenchLoad; do
     swift build -c release --product "$product" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 done
 bin="$(swift build -c release --show-bin-path)"
@@ -45,6 +52,12 @@ echo "signing $WARMUP_NOTIFICATIONS + $NOTIFICATIONS distinct notifications..."
 "$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count "$WARMUP_NOTIFICATIONS" --out "$work/warmup.jsonl" >/dev/null
 body_bytes=$("$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count "$NOTIFICATIONS" --out "$work/bodies.jsonl" \
     | sed -n 's/^average_body_bytes=//p')
+SUSTAINED=${BENCH_SUSTAINED:-1}
+if [ "$SUSTAINED" = 1 ]; then
+    echo "signing ${BENCH_SUSTAINED_BODIES:=200000} more for the sustained-rate steps..."
+    "$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count "$BENCH_SUSTAINED_BODIES" \
+        --out "$work/sustained.jsonl" >/dev/null
+fi
 
 psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
 # Secrets of this run only: generated here, handed to the ingress, never printed.
@@ -104,6 +117,13 @@ pgbench -n -M prepared -c "$PGBENCH_CLIENTS" -j 2 -T "$PGBENCH_SECONDS" -f "$wor
 pgbench_tps=$(awk '/^tps = / { printf "%.0f", $3; exit }' "$work/pgbench.out")
 pgbench_latency=$(awk '/^latency average = / { print $4; exit }' "$work/pgbench.out")
 
+if [ "$SUSTAINED" = 1 ]; then
+    echo "sustained rate: open-loop steps from ${BENCH_SUSTAINED_START:-500}/s by ${BENCH_SUSTAINED_STEP:-500}/s (BenchLoad)..."
+    "$bin/BenchLoad" --url "$base" --path "$NOTIFICATION_PATH" --bodies "$work/sustained.jsonl" --connections "$CONNECTIONS" \
+        --start "${BENCH_SUSTAINED_START:-500}" --step "${BENCH_SUSTAINED_STEP:-500}" --probe 5 --hold 30 --p99-ms 50 \
+        >"$work/sustained.out"
+fi
+
 auth="Authorization: Bearer $(USER_TOKEN_HS256_SECRET="$user_secret" "$bin/subsctl" dev-token --user bench-reader)"
 DATABASE_URL="$bench_url" "$bin/subsctl" catalog apply --operator bench --reason "benchmark catalogue" deploy/local/catalog.json >/dev/null
 order_no=$(curl -fsS -H "$auth" -H 'Content-Type: application/json' \
@@ -158,6 +178,12 @@ printf '  checkpoints         %s during the run (whole cluster)\n' "$((checkpoin
 printf 'pgbench one-row inserts (%s-byte payload, %s clients, %s s): %s tps, latency average %s ms\n' \
     "$PGBENCH_PAYLOAD_BYTES" "$PGBENCH_CLIENTS" "$PGBENCH_SECONDS" "$pgbench_tps" "$pgbench_latency"
 awk -v a="$accepted" -v s="$seconds" -v p="$pgbench_tps" 'BEGIN { printf "  notifications accepted / pgbench one-row tps = %.2f\n", a / s / p }'
+if [ "$SUSTAINED" = 1 ]; then
+    echo "sustained rate (open loop, latency from each request's due time):"
+    sed 's/^/  /' "$work/sustained.out"
+    awk -v p="$pgbench_tps" -F'[ =]' '/^sustained_rate=/ {
+        printf "  sustained rate / pgbench one-row tps = %d / %d = %.2f (target >= 0.5)\n", $2, p, $2 / p }' "$work/sustained.out"
+fi
 for path in "${read_paths[@]}"; do
     file="$work/read-$(basename "$path").wrk"
     printf 'reads: GET %s\n  %12s req/s (target >= 10000)   p50 %s ms   p99 %s ms   %s\n' "$path" \
