@@ -71,9 +71,13 @@ start_worker worker-a
 start_worker worker-b
 survivor=${worker_pids[1]}
 
+# RSS split into anonymous memory (the heap: what a leak grows) and file-backed pages (library code
+# and data paged in as new paths run, e.g. the first PostgreSQL or broker restart; reclaimable).
 sample() {  # label pid
-    printf '%s rss %s KiB, descriptors %s, threads %s\n' "$1" "$(awk '/^VmRSS:/ { print $2 }' "/proc/$2/status")" \
-        "$(ls "/proc/$2/fd" | wc -l)" "$(awk '/^Threads:/ { print $2 }' "/proc/$2/status")"
+    printf '%s rss %s KiB (anonymous %s, file %s), descriptors %s, threads %s\n' "$1" \
+        "$(awk '/^VmRSS:/ { print $2 }' "/proc/$2/status")" "$(awk '/^RssAnon:/ { print $2 }' "/proc/$2/status")" \
+        "$(awk '/^RssFile:/ { print $2 }' "/proc/$2/status")" "$(ls "/proc/$2/fd" | wc -l)" \
+        "$(awk '/^Threads:/ { print $2 }' "/proc/$2/status")"
 }
 traffic() {  # duration rate phases accepted-file
     python3 Tests/Soak/soak_traffic.py --port "$PORT" --bodies "$work/bodies.jsonl" --duration "$1" --rate "$2" \
@@ -94,6 +98,8 @@ q=$((duration / 4))
 phases="warm-up:0,steady:$((duration / 10)),worker-killed:$q,postgres-restart:$((2 * q)),broker-restart:$((3 * q))"
 traffic "$duration" "$rate" "$phases" "$work/accepted.txt" >"$work/traffic.out" &
 traffic_pid=$!
+# The ingress every minute: a leak climbs steadily, a cache or library pages level off.
+while kill -0 "$traffic_pid" 2>/dev/null; do echo "$(date +%T) $(sample ingress "$ingress_pid")"; sleep 60; done >"$work/ingress-samples.txt" &
 
 sleep $((duration / 10 + 5))
 baseline_ingress=$(sample ingress "$ingress_pid"); baseline_worker=$(sample worker-b "$survivor")
@@ -106,10 +112,15 @@ echo "$(date +%T) restarting PostgreSQL"
 as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w restart >/dev/null
 sleep "$q"
 echo "$(date +%T) restarting the broker, then the workers"
-kill "$(cat "$RUN_DIR/tansu.pid")"; sleep 1
+wait_exit() { for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; }
+broker_pid=$(cat "$RUN_DIR/tansu.pid")
+kill "$broker_pid"
+# start.sh starts a broker only when the port is closed: a broker still draining its connections
+# would be taken for the new one, then exit (a soak run was left with no broker and its workers dead).
+wait_exit "$broker_pid"
+kill -KILL "$broker_pid" 2>/dev/null || true
 bash deploy/local/start.sh >/dev/null
 for pid in "${worker_pids[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
-wait_exit() { for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; }
 for pid in "${worker_pids[@]:1}"; do wait_exit "$pid"; done
 start_worker worker-d
 start_worker worker-e
@@ -120,6 +131,8 @@ echo "== soak: $MINUTES minutes at $rate requests/s (half of $capacity measured)
 cat "$work/traffic.out"
 echo "ingress after warm-up: $baseline_ingress"
 echo "ingress at the end:    $end_ingress"
+echo "ingress every minute:"
+sed 's/^/  /' "$work/ingress-samples.txt"
 echo "worker-b after warm-up: $baseline_worker (restarted with the broker: its end is not comparable)"
 
 echo "waiting for the backlog (at most 10 minutes)..."
