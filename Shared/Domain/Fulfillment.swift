@@ -87,29 +87,42 @@ public struct OrderRecord: Sendable, Hashable, Codable {
     }
 }
 
-/// A `credit_grant` row of the transaction being processed.
+/// A `credit_grant` row: a lot. Every grant is one, and usage, refunds and clearings take from
+/// the lots, so what is left of each grant is known (`remaining`); a pool's balance is the sum of
+/// its lots' remaining amounts.
 public struct GrantRecord: Sendable, Hashable, Codable {
     public var grantKey: String
     public var userID: String
     public var pool: CreditPool
     public var amount: MicroCredits
+    /// What usage, refunds and clearings have left of the lot.
+    public var remaining: MicroCredits
+    /// Set by a refund, whatever it could take: a second refund takes nothing, a reversal gives back.
+    public var revoked: Bool
+    /// What the refund took from the lot.
     public var revokedAmount: MicroCredits
+    /// The refunded share of the lot that had been spent already (recorded, never taken).
     public var unrecoverableAmount: MicroCredits
+    /// What an expiry clearing took from the lot, and which ending (`CreditRules.endingKey`).
+    public var clearedAmount: MicroCredits
+    public var clearedBy: String?
 
     public init(
-        grantKey: String, userID: String, pool: CreditPool, amount: MicroCredits, revokedAmount: MicroCredits = 0,
-        unrecoverableAmount: MicroCredits = 0
+        grantKey: String, userID: String, pool: CreditPool, amount: MicroCredits, remaining: MicroCredits? = nil,
+        revoked: Bool = false, revokedAmount: MicroCredits = 0, unrecoverableAmount: MicroCredits = 0,
+        clearedAmount: MicroCredits = 0, clearedBy: String? = nil
     ) {
         self.grantKey = grantKey
         self.userID = userID
         self.pool = pool
         self.amount = amount
+        self.remaining = remaining ?? amount
+        self.revoked = revoked
         self.revokedAmount = revokedAmount
         self.unrecoverableAmount = unrecoverableAmount
+        self.clearedAmount = clearedAmount
+        self.clearedBy = clearedBy
     }
-
-    /// What a revocation may still take back: the unrecoverable part was given up already.
-    public var outstanding: MicroCredits { max(0, amount - revokedAmount - unrecoverableAmount) }
 }
 
 /// The stored `user_subscription` row of a chain.
@@ -251,11 +264,16 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// Nil when the row would not change.
     public var subscription: SubscriptionChange?
     public var grants: [GrantDecision] = []
-    /// Grants of a revoked transaction with something left to take back (amounts are decided
-    /// against the pool balance when written).
+    /// Lots of a refunded transaction not revoked yet (`CreditRules.revoke` decides the amounts
+    /// against each lot as it is when written), and the refunded share (Apple's
+    /// `revocationPercentage`; nil: all).
     public var revocations: [GrantRecord] = []
-    /// Grants of a transaction whose revocation was reversed: what was taken back is restored.
+    public var revocationPercentage: Int?
+    /// Lots of a transaction whose refund was reversed: what the refund took is restored.
     public var restorations: [GrantRecord] = []
+    /// A reversed refund of a chain entitled again also undoes the clearing its REVOKED ending
+    /// caused (`CreditRules.endingKey`), if one ran in between.
+    public var restoreClearing: String?
     public var history: [StatusChange] = []
     /// An account conflict on a chain that has a row: freeze it.
     public var freezeChain = false
@@ -266,7 +284,8 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// True for a pure duplicate: every fact stored, every order and grant written before.
     public var writesNothing: Bool {
         storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
-            && revocations.isEmpty && restorations.isEmpty && history.isEmpty && bindFamilyMember == nil
+            && revocations.isEmpty && restorations.isEmpty && restoreClearing == nil && history.isEmpty
+            && bindFamilyMember == nil
     }
 
     init(verdict: FulfillmentVerdict, user: UserRecord? = nil) {
@@ -381,9 +400,18 @@ public enum FulfillmentPlanner {
                 }
             }
             if effective.revocationDate != nil {
-                plan.revocations = input.grants.filter { $0.outstanding > 0 }
+                plan.revocations = input.grants.filter { !$0.revoked }
+                if !plan.revocations.isEmpty { plan.revocationPercentage = effective.revocationPercentage }
             } else {
-                plan.restorations = input.grants.filter { $0.revokedAmount > 0 || $0.unrecoverableAmount > 0 }
+                plan.restorations = input.grants.filter(\.revoked)
+                if !plan.restorations.isEmpty || action == .restoreTransaction,
+                    let status = SubscriptionProjection.project(chain, now: input.now)?.status,
+                    status == .active || status == .grace
+                {
+                    plan.restoreClearing = CreditRules.endingKey(
+                        environment: effective.environment, originalTransactionID: effective.originalTransactionID,
+                        lastTransactionID: effective.transactionID, status: SubscriptionStatus.revoked.rawValue)
+                }
             }
         }
         if let order = plan.order {

@@ -28,8 +28,8 @@ struct MemoryStore {
     var owners: [String: String] = [:]
     var subscription: SubscriptionRecord?
     var orders: [OrderRecord] = []
-    var grants: [String: (transactionID: String, record: GrantRecord)] = [:]
-    var balance: MicroCredits = 0
+    /// Every grant as a lot, in the order granted, with the transaction that earned it.
+    var lots: [(transactionID: String, record: GrantRecord)] = []
     var users: [String: UserRecord] = [:]
     var tokens: [String: String] = [:]
     var binding: ChainBindingRecord?
@@ -48,7 +48,7 @@ struct MemoryStore {
             transactionOwner: transaction.flatMap { owners[$0.transactionID] },
             linkedOrder: transaction.flatMap { t in orders.first { $0.transactionID == t.transactionID } },
             submittedOrder: submitted, openOrders: orders.filter { $0.status.isOpen },
-            grants: grants.values.filter { $0.transactionID == transaction?.transactionID }.map(\.record),
+            grants: lots.filter { $0.transactionID == transaction?.transactionID }.map(\.record),
             everyoneIsTestUser: true, now: now)
     }
 
@@ -74,25 +74,52 @@ struct MemoryStore {
             subscription = SubscriptionRecord(owner: user, state: change.state, frozenReason: subscription?.frozenReason)
         }
         for grant in plan.grants where grants[grant.grantKey] == nil {
-            grants[grant.grantKey] = (
-                transaction!.transactionID,
-                GrantRecord(grantKey: grant.grantKey, userID: user.userID, pool: grant.pool, amount: grant.amount)
-            )
-            balance += grant.amount
+            lots.append(
+                (transaction!.transactionID, GrantRecord(grantKey: grant.grantKey, userID: user.userID, pool: grant.pool, amount: grant.amount)))
         }
-        for grant in plan.revocations {
-            let taken = CreditRules.revocation(
-                granted: grant.amount, alreadyRevoked: grant.revokedAmount + grant.unrecoverableAmount, poolBalance: balance)
-            grants[grant.grantKey]!.record.revokedAmount += taken.revoke
-            grants[grant.grantKey]!.record.unrecoverableAmount += taken.unrecoverable
-            balance -= taken.revoke
-        }
-        for grant in plan.restorations {
-            balance += grant.revokedAmount
-            grants[grant.grantKey]!.record.revokedAmount = 0
-            grants[grant.grantKey]!.record.unrecoverableAmount = 0
+        for index in lots.indices {
+            if plan.revocations.contains(where: { $0.grantKey == lots[index].record.grantKey }) {
+                CreditRules.revoke(&lots[index].record, percentage: plan.revocationPercentage)
+            }
+            if plan.restorations.contains(where: { $0.grantKey == lots[index].record.grantKey }) {
+                CreditRules.restore(&lots[index].record)
+            }
+            if let ending = plan.restoreClearing { CreditRules.restoreClearing(&lots[index].record, ending: ending) }
         }
         return plan
+    }
+
+    var grants: [String: (transactionID: String, record: GrantRecord)] {
+        Dictionary(lots.map { ($0.record.grantKey, $0) }) { first, _ in first }
+    }
+    /// The sum of the lots, as the balances are.
+    var balance: MicroCredits { lots.reduce(0) { $0 + $1.record.remaining } }
+    func balance(_ pool: CreditPool) -> MicroCredits {
+        lots.filter { $0.record.pool == pool }.reduce(0) { $0 + $1.record.remaining }
+    }
+
+    /// Metered usage: the pools in order, within each the lot granted first; false (nothing
+    /// changes) when the balance cannot cover it.
+    @discardableResult
+    mutating func use(_ cost: MicroCredits) -> Bool {
+        let balances = Dictionary(CreditPool.allCases.map { ($0, balance($0)) }) { a, _ in a }
+        guard let drawn = CreditRules.draw(cost, from: balances) else { return false }
+        for (pool, amount) in drawn {
+            var pooled = lots.filter { $0.record.pool == pool }.map(\.record)
+            CreditRules.burn(amount, from: &pooled)
+            for lot in pooled {
+                let index = lots.firstIndex { $0.record.grantKey == lot.grantKey }!
+                lots[index].record = lot
+            }
+        }
+        return true
+    }
+
+    /// The midnight clearing of a chain's true ending: every SUBSCRIPTION lot.
+    mutating func clear(ending: String) {
+        for index in lots.indices where lots[index].record.pool == .subscription {
+            CreditRules.clear(&lots[index].record, ending: ending)
+        }
     }
 }
 
@@ -337,7 +364,8 @@ struct MemoryStore {
         var store = store()
         let purchase = tx("1000", purchase: t0)
         store.apply(initialBuy, purchase, now: t0)
-        store.balance -= Credits.micro(400)  // usage
+        let used = store.use(Credits.micro(400))
+        #expect(used)
         var refunded = purchase
         refunded.revocationDate = t0 + 2 * day
         refunded.signedDate = t0 + 2 * day

@@ -20,6 +20,7 @@ extension FulfillmentStore {
             'originalPurchaseDate', (extract(epoch FROM t.original_purchase_date) * 1000)::bigint,
             'expiresDate', (extract(epoch FROM t.expires_date) * 1000)::bigint,
             'revocationDate', (extract(epoch FROM t.revocation_date) * 1000)::bigint,
+            'revocationPercentage', t.revocation_percentage,
             'isUpgraded', t.is_upgraded, 'ownershipType', t.ownership_type, 'offerType', t.offer_type,
             'offerDiscountType', t.offer_discount_type, 'offerPeriod', t.offer_period,
             'transactionReason', t.transaction_reason,
@@ -117,7 +118,9 @@ extension FulfillmentStore {
                                   FOR UPDATE OF o) AS open),
               'grants', (SELECT json_agg(json_build_object(
                            'grantKey', grant_key, 'userID', user_id, 'pool', pool, 'amount', amount,
-                           'revokedAmount', revoked_amount, 'unrecoverableAmount', unrecoverable_amount))
+                           'remaining', remaining, 'revoked', revoked, 'revokedAmount', revoked_amount,
+                           'unrecoverableAmount', unrecoverable_amount, 'clearedAmount', cleared_amount,
+                           'clearedBy', cleared_by))
                            FROM credit_grant WHERE environment = e.environment AND transaction_id = e.transaction_id)
             ) AS loaded
               FROM unnest(\(PostgresArray(chains.map { $0?.0 }))::text[], \(PostgresArray(chains.map { $0?.1 }))::text[],
