@@ -3,6 +3,7 @@ import Domain
 import Foundation
 import Postgres
 import ServiceRuntime
+import Storage
 import TestSupport
 import Testing
 
@@ -100,6 +101,27 @@ struct CreditLotsFulfillmentTests {
             try await apply(fixture, purchase.refund(percentage: 50_000))
             #expect(try await balance(fixture, "paz") == 400)
             #expect(try await violations(fixture) == 0)
+        }
+    }
+
+    /// A consumption answer reports how much of the transaction's own lot usage burned, whatever
+    /// the other lots hold.
+    @Test func theConsumptionAnswerReportsWhatTheTransactionsLotUsed() async throws {
+        try await Fixture.with { fixture in
+            try await prepare(fixture)
+            let token = try await fixture.user("cody")
+            let purchase = Fact.purchase(original: "5401", transaction: "5401", token: token, daysAgo: 35)
+            let renewal = Fact.renewal(original: "5401", transaction: "5402", token: token, daysAgo: 5)
+            try await apply(fixture, purchase, renewal)
+            try await use(fixture, "cody", credits: 1250)
+            let store = ConsumptionStore(pool: fixture.database.pool)
+            for (transaction, used) in [("5401", 1000), ("5402", 250)] {
+                let facts = try await store.facts(
+                    notificationUUID: UUID().uuidString, environment: "Sandbox", transactionID: transaction, originalTransactionID: "5401",
+                    productID: FulfillmentBatchTests.product, appAccountToken: token)
+                #expect(facts.used == Int64(used) * Self.credit, "\(transaction)")
+                #expect(ConsumptionReport.consumptionPercentage(used: facts.used ?? 0, granted: facts.granted) == Int32(used * 100))
+            }
         }
     }
 
