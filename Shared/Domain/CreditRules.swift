@@ -59,6 +59,15 @@ public enum CreditRules {
         for transaction: TransactionFact, product: CatalogueProduct, change: PlanChange? = nil
     ) -> [GrantDecision] {
         guard transaction.revocationDate == nil else { return [] }
+        if product.kind == .consumable {
+            // Once per purchase (its transaction), into the pool that never expires.
+            guard product.permanentCredits > 0, !transaction.isFamilyShared else { return [] }
+            return [
+                GrantDecision(
+                    grantKey: "purchase:\(transaction.environment):\(transaction.transactionID)", pool: .permanent,
+                    amount: Credits.micro(product.permanentCredits), reason: "CONSUMABLE")
+            ]
+        }
         if transaction.isFamilyShared, !product.familySharedGrantsCredits { return [] }
         if transaction.isFreePeriod, let offer = transaction.offer, !product.freePeriodGrants(offer) { return [] }
         var amount = Credits.micro(product.creditsAmount)

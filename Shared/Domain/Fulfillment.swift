@@ -426,7 +426,11 @@ public enum FulfillmentPlanner {
                     current: OrderStatus.fulfilled.rawValue, cause: cause))
         }
 
-        if let state = SubscriptionProjection.project(chain, now: input.now), state != input.subscription?.state {
+        // A consumable's purchase is its own "chain" (Apple gives it its own original transaction
+        // id) and no subscription: nothing to project.
+        if product.kind == .autoRenewable, let state = SubscriptionProjection.project(chain, now: input.now),
+            state != input.subscription?.state
+        {
             let previous = input.subscription?.state.status
             plan.subscription = SubscriptionChange(
                 state: state, userID: user.userID,

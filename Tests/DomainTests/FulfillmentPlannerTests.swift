@@ -18,7 +18,9 @@ enum Catalogue {
     static let team = CatalogueProduct(
         productID: "com.example.team.monthly", subscriptionGroupID: group, planCode: "team", planLevel: 2,
         duration: .month, creditsAmount: 1200)
-    static let all = Dictionary(uniqueKeysWithValues: [starter, pro, proYearly, team].map { ($0.productID, $0) })
+    /// A credit pack.
+    static let pack = CatalogueProduct.consumable(productID: "com.example.credits.500", planCode: "pack500", permanentCredits: 500)
+    static let all = Dictionary(uniqueKeysWithValues: [starter, pro, proYearly, team, pack].map { ($0.productID, $0) })
 }
 
 /// Storage in memory, applying plans the way the worker's SQL does, so sequences of events can be
@@ -385,6 +387,37 @@ struct MemoryStore {
         // The older refund arriving late does not undo the reversal.
         let late = store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 3 * day)
         #expect(late.storeTransaction == nil && late.revocations.isEmpty)
+    }
+
+    /// A credit pack bought twice (`ONE_TIME_CHARGE`, each purchase its own transaction and
+    /// original id): one PERMANENT lot per purchase, once each, no subscription; a refund of one
+    /// takes what remains of its own lot only.
+    @Test func aCreditPackGrantsPermanentCreditsOncePerPurchase() {
+        var store = store()
+        let charge = FactSource.notification(type: "ONE_TIME_CHARGE", subtype: nil)
+        var first = tx("7001", Catalogue.pack, purchase: t0, original: "7001")
+        first.expiresDate = nil
+        var second = tx("7002", Catalogue.pack, purchase: t0 + day, original: "7002")
+        second.expiresDate = nil
+        let bought = store.apply(charge, first, now: t0)
+        #expect(
+            bought.grants == [
+                GrantDecision(grantKey: "purchase:Sandbox:7001", pool: .permanent, amount: Credits.micro(500), reason: "CONSUMABLE")
+            ])
+        #expect(bought.subscription == nil && bought.order?.order.type == .recovery)
+        #expect(store.apply(charge, first, now: t0).grants.isEmpty, "once per transaction")
+        store.apply(charge, second, now: t0 + day)
+        #expect(store.balance(.permanent) == Credits.micro(1000))
+        let used = store.use(Credits.micro(600))
+        #expect(used)
+        var refunded = first
+        refunded.revocationDate = t0 + 2 * day
+        refunded.signedDate = t0 + 2 * day
+        let refund = store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 2 * day)
+        #expect(refund.revocations.map(\.grantKey) == ["purchase:Sandbox:7001"])
+        #expect(refund.subscription == nil)
+        #expect(store.balance(.permanent) == Credits.micro(400), "the first pack was used up; the second keeps its 400")
+        #expect(store.subscription == nil)
     }
 
     @Test func upgradesSwitchAtOnceWithAChangeOrderAndTheDifference() {

@@ -30,6 +30,7 @@ import Testing
         #expect(NotificationMatrix.action(type: "REFUND_REVERSED", subtype: nil) == .restoreTransaction)
         #expect(NotificationMatrix.action(type: "REFUND_DECLINED", subtype: nil) == .recordOnly)
         #expect(NotificationMatrix.action(type: "TEST", subtype: nil) == .recordOnly)
+        #expect(NotificationMatrix.action(type: "ONE_TIME_CHARGE", subtype: nil) == .applyTransaction(.initial), "a credit pack")
         #expect(NotificationMatrix.action(type: "SOMETHING_NEW", subtype: "X") == .unknown)
         #expect(NotificationMatrix.alerts(type: "EXPIRED", subtype: "PRODUCT_NOT_FOR_SALE"))
         #expect(NotificationMatrix.action(type: "OFFER_REDEEMED", subtype: "INITIAL_BUY") == .applyTransaction(.initial))

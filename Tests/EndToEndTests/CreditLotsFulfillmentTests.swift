@@ -125,6 +125,42 @@ struct CreditLotsFulfillmentTests {
         }
     }
 
+    /// A credit pack (CONSUMABLE) bought twice through `ONE_TIME_CHARGE`: a PERMANENT lot per
+    /// purchase, once each, no subscription row; refunding one takes what remains of its own lot.
+    @Test func aCreditPackBoughtTwiceAndRefundedOnce() async throws {
+        try await Fixture.with { fixture in
+            try await prepare(fixture)
+            let packID = "com.example.batch.pack500"
+            try await fixture.database.pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount,
+                                             kind, permanent_credits)
+                VALUES (\(FulfillmentBatchTests.appKey), \(packID), '', 'pack500', 1, 'P1M', 0, 'CONSUMABLE', 500)
+                """)
+            let token = try await fixture.user("pia")
+            func pack(_ id: String, daysAgo: Double) -> Fact {
+                var fact = Fact.fact("ONE_TIME_CHARGE", nil, original: id, transaction: id, token: token, daysAgo: daysAgo, product: packID)
+                fact.transaction.fact.expiresDate = nil
+                fact.transaction.fact.transactionReason = "PURCHASE"
+                return fact
+            }
+            let first = pack("5501", daysAgo: 2)
+            let second = pack("5502", daysAgo: 1)
+            try await apply(fixture, first, second, first)
+            #expect(try await remaining(fixture) == ["5501": 500, "5502": 500])
+            #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE pool = 'PERMANENT' AND reason = 'CONSUMABLE'") == 2)
+            #expect(try await fixture.count("SELECT count(*) FROM user_subscription") == 0, "a credit pack is no subscription")
+            #expect(try await fixture.count("SELECT count(*) FROM payment_order WHERE status = 'FULFILLED'") == 2)
+            try await use(fixture, "pia", credits: 600)
+            try await apply(fixture, first.refund())
+            #expect(try await remaining(fixture) == ["5501": 0, "5502": 400])
+            #expect(try await balance(fixture, "pia") == 400)
+            try await apply(fixture, second.refund(percentage: 50_000))
+            #expect(try await balance(fixture, "pia") == 200)
+            #expect(try await violations(fixture) == 0)
+        }
+    }
+
     /// The refund of the latest renewal revokes the chain; the next UTC midnight clears what the
     /// other lots held; the reversal makes the chain entitled again and gives back both.
     @Test func refundThenMidnightClearingThenReversalRestoresBoth() async throws {
