@@ -85,9 +85,14 @@ public enum CreditRules {
             }
         }
         guard amount > 0 else { return [] }
+        return [GrantDecision(grantKey: firstGrantKey(transaction, product: product), pool: .subscription, amount: amount, reason: reason)]
+    }
+
+    /// The key of the grant a subscription transaction earns when it is applied (its first month
+    /// for periods granted month by month).
+    public static func firstGrantKey(_ transaction: TransactionFact, product: CatalogueProduct) -> String {
         let months = periodMonths(offerDiscountType: transaction.offerDiscountType, offerPeriod: transaction.offerPeriod, duration: product.duration)
-        let key = periodGrantKey(transaction, monthIndex: (months ?? 0) > 1 ? 0 : nil)
-        return [GrantDecision(grantKey: key, pool: .subscription, amount: amount, reason: reason)]
+        return periodGrantKey(transaction, monthIndex: (months ?? 0) > 1 ? 0 : nil)
     }
 
     /// The months one transaction's period grants over: a pay-up-front or free offer covers its

@@ -51,6 +51,7 @@ struct MemoryStore {
             linkedOrder: transaction.flatMap { t in orders.first { $0.transactionID == t.transactionID } },
             submittedOrder: submitted, openOrders: orders.filter { $0.status.isOpen },
             grants: lots.filter { $0.transactionID == transaction?.transactionID }.map(\.record),
+            chainGrants: Dictionary(lots.map { ($0.record.grantKey, $0.record.amount) }) { first, _ in first },
             everyoneIsTestUser: true, now: now)
     }
 
@@ -557,6 +558,54 @@ struct MemoryStore {
                 #expect(outcome.2 == Credits.micro(2000))
             }
         }
+    }
+
+    /// Every replay of a chain's facts in any order gives the same balances: plan changes inside
+    /// one period (same-level switches back and forth, an upgrade by difference, an upgrade in
+    /// full) and a renewal, in every arrival order through the planner.
+    static let replayedRuns: [(name: String, plans: [CatalogueProduct], expected: Int64)] = [
+        ("switches", [Catalogue.starter, Catalogue.team, Catalogue.starter, Catalogue.team], 1200 + 1200),
+        ("difference upgrade", [Catalogue.team, Catalogue.starter, Catalogue.pro], 3000 + 3000),
+        ("full upgrade", [Catalogue.starter, Catalogue.proYearly], 1000 + 3000 + 3000),
+    ]
+
+    @Test(arguments: 0..<3)
+    func planChangesGrantTheSameInEveryArrivalOrder(run: Int) {
+        let (name, plans, expected) = Self.replayedRuns[run]
+        let change = FactSource.notification(type: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE")
+        var events: [(FactSource, TransactionFact)] = plans.enumerated().map { index, product in
+            (
+                index == 0 ? initialBuy : change,
+                tx(
+                    "10\(index)", product, purchase: t0 + Double(index) * day, days: product.duration == .year ? 365 : 30,
+                    original: "100")
+            )
+        }
+        let last = plans.last!
+        events.append(
+            (didRenew, tx("109", last, purchase: t0 + (last.duration == .year ? 365 : 30) * day, reason: "RENEWAL", original: "100")))
+        var balances: Set<MicroCredits> = []
+        for permutation in permutations(Array(events.indices)) {
+            var store = store()
+            for index in permutation { store.apply(events[index].0, events[index].1, now: t0 + 2 * day) }
+            balances.insert(store.balance)
+            #expect(store.balance == Credits.micro(expected), "\(name): order \(permutation)")
+        }
+        #expect(balances.count == 1, "\(name)")
+    }
+
+    /// A purchase of the same plan after its period was refunded is a new purchase, in full.
+    @Test func aPurchaseAfterARefundOfTheSamePlanGrantsInFull() {
+        var store = store()
+        let purchase = tx("1000", purchase: t0)
+        store.apply(initialBuy, purchase, now: t0)
+        var refunded = purchase
+        refunded.revocationDate = t0 + day
+        refunded.signedDate = t0 + day
+        store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + day)
+        let again = store.apply(initialBuy, tx("1001", purchase: t0 + 2 * day, original: "1000"), now: t0 + 2 * day)
+        #expect(again.grants.map(\.amount) == [Credits.micro(1000)])
+        #expect(store.balance == Credits.micro(1000))
     }
 
     func permutations<T>(_ items: [T]) -> [[T]] {

@@ -122,7 +122,10 @@ extension FulfillmentStore {
                            'remaining', remaining, 'revoked', revoked, 'revokedAmount', revoked_amount,
                            'unrecoverableAmount', unrecoverable_amount, 'clearedAmount', cleared_amount,
                            'clearedBy', cleared_by))
-                           FROM credit_grant WHERE environment = e.environment AND transaction_id = e.transaction_id)
+                           FROM credit_grant WHERE environment = e.environment AND transaction_id = e.transaction_id),
+              'chainGrants', (SELECT json_object_agg(grant_key, amount) FROM credit_grant
+                               WHERE environment = e.environment AND original_transaction_id = e.original
+                                 AND grant_key LIKE 'period:%')
             ) AS loaded
               FROM unnest(\(PostgresArray(chains.map { $0?.0 }))::text[], \(PostgresArray(chains.map { $0?.1 }))::text[],
                           \(PostgresArray(batch.map { $0.verified.transaction?.appAccountTokenUUID }))::uuid[],
@@ -153,7 +156,7 @@ extension FulfillmentStore {
                 catalogue: Dictionary((loaded.catalogue ?? []).map { ($0.productID, $0) }) { first, _ in first },
                 stored: stored, transactionOwner: loaded.transactionOwner, linkedOrder: loaded.linkedOrder,
                 submittedOrder: loaded.submittedOrder, openOrders: loaded.openOrders ?? [], grants: loaded.grants ?? [],
-                everyoneIsTestUser: everyoneIsTestUser, now: pending.now)
+                chainGrants: loaded.chainGrants ?? [:], everyoneIsTestUser: everyoneIsTestUser, now: pending.now)
         }
     }
 
@@ -170,6 +173,7 @@ extension FulfillmentStore {
         var submittedOrder: OrderRecord?
         var openOrders: [OrderRecord]?
         var grants: [GrantRecord]?
+        var chainGrants: [String: MicroCredits]?
     }
 
     /// Every stored chain (or those of `environment`) with its facts, for `ChainReplay`: one query,

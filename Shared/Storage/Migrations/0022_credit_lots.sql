@@ -46,6 +46,10 @@ SELECT 'lots:' || a.user_id || ':' || a.pool, a.user_id, a.pool, a.balance - coa
   LEFT JOIN (SELECT user_id, pool, sum(remaining) AS total FROM credit_grant GROUP BY user_id, pool) s USING (user_id, pool)
  WHERE a.balance > coalesce(s.total, 0);
 
+-- The period grants of a chain, which a plan change's grant reads (FulfillmentPlanner.grants).
+CREATE INDEX credit_grant_chain_idx ON credit_grant (environment, original_transaction_id)
+    WHERE original_transaction_id IS NOT NULL;
+
 -- The lots usage burns, in the order it burns them.
 CREATE INDEX credit_grant_lot_idx ON credit_grant (user_id, pool, id) WHERE remaining > 0;
 
