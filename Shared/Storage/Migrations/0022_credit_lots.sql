@@ -55,18 +55,25 @@ CREATE INDEX credit_grant_lot_idx ON credit_grant (user_id, pool, id) WHERE rema
 
 -- Burns `p_amount` from a user's lots of one pool, the lot granted first first (CreditRules.burn is
 -- the same rule). The caller holds the pool's credit_account row locked: every writer of lots locks
--- the account first, then the lots. PL/pgSQL keeps the statement prepared for the session.
+-- the account first, then the lots. A loop of index lookups (a user holds a few lots with something
+-- left): one UPDATE joining a windowed subquery let the generic plan scan the table, and the daily
+-- close of 100,000 users took twice as long. PL/pgSQL keeps the statements prepared for the session.
 CREATE FUNCTION credit_burn_lots(p_user text, p_pool text, p_amount bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    lot record;
+    left_over bigint := p_amount;
 BEGIN
-    IF p_amount > 0 THEN
-        UPDATE credit_grant g SET remaining = g.remaining - least(g.remaining, p_amount - l.before)
-          FROM (SELECT c.id, coalesce(sum(c.remaining) OVER (ORDER BY c.id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                       AS before
-                  FROM credit_grant c WHERE c.user_id = p_user AND c.pool = p_pool AND c.remaining > 0) l
-         WHERE g.id = l.id AND l.before < p_amount;
+    IF p_amount <= 0 THEN
+        RETURN;
     END IF;
+    FOR lot IN SELECT c.id, c.remaining FROM credit_grant c
+                WHERE c.user_id = p_user AND c.pool = p_pool AND c.remaining > 0 ORDER BY c.id LOOP
+        UPDATE credit_grant SET remaining = remaining - least(lot.remaining, left_over) WHERE id = lot.id;
+        left_over := left_over - least(lot.remaining, left_over);
+        EXIT WHEN left_over = 0;
+    END LOOP;
 END
 $$;
 
