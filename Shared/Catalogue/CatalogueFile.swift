@@ -57,12 +57,47 @@ public struct CatalogueFile: Sendable, Equatable {
             let at = "products[\(index)]"
             if !isIdentifier(product.productId) { problems.append("\(at).productId must be 1 to 255 characters, no spaces") }
             if !seen.insert(product.productId).inserted { problems.append("\(at).productId \(product.productId) is listed twice") }
-            if !isIdentifier(product.subscriptionGroupId) {
+            if !isIdentifier(product.planCode) { problems.append("\(at).planCode must be 1 to 255 characters, no spaces") }
+            if product.kind == .consumable {
+                // A credit pack: its PERMANENT credits, and none of a subscription's fields.
+                let subscriptionFields: [(String, Bool)] = [
+                    ("subscriptionGroupId", product.subscriptionGroupId != nil), ("planLevel", product.planLevel != nil),
+                    ("duration", product.duration != nil), ("creditsAmount", product.creditsAmount != nil),
+                    ("trialGrantsCredits", product.trialGrantsCredits != nil), ("upgradeGrant", product.upgradeGrant != nil),
+                    ("familySharedGrantsCredits", product.familySharedGrantsCredits != nil),
+                    ("freePeriodGrantsCredits", product.freePeriodGrantsCredits != nil),
+                    ("billingRetrySpendsCredits", product.billingRetrySpendsCredits != nil),
+                ]
+                for (name, present) in subscriptionFields where present {
+                    problems.append("\(at).\(name) is a subscription field; a CONSUMABLE has permanentCredits only")
+                }
+                guard let credits = product.permanentCredits, (1...maxCreditsAmount).contains(credits) else {
+                    problems.append("\(at).permanentCredits must be from 1 to \(maxCreditsAmount) whole credits for a CONSUMABLE")
+                    continue
+                }
+                products.append(
+                    .consumable(
+                        productID: product.productId, planCode: product.planCode, permanentCredits: credits,
+                        enabled: product.enabled ?? true, refundPreference: product.refundPreference))
+                continue
+            }
+            if product.permanentCredits != nil {
+                problems.append("\(at).permanentCredits is for a CONSUMABLE only (kind)")
+            }
+            for (name, missing) in [
+                ("subscriptionGroupId", product.subscriptionGroupId == nil), ("planLevel", product.planLevel == nil),
+                ("duration", product.duration == nil), ("creditsAmount", product.creditsAmount == nil),
+            ] where missing {
+                problems.append("\(at).\(name) is required")
+            }
+            guard let group = product.subscriptionGroupId, let level = product.planLevel, let duration = product.duration,
+                let creditsAmount = product.creditsAmount
+            else { continue }
+            if !isIdentifier(group) {
                 problems.append("\(at).subscriptionGroupId must be 1 to 255 characters, no spaces")
             }
-            if !isIdentifier(product.planCode) { problems.append("\(at).planCode must be 1 to 255 characters, no spaces") }
-            if !(1...1000).contains(product.planLevel) { problems.append("\(at).planLevel must be from 1 (highest) to 1000") }
-            if !(0...maxCreditsAmount).contains(product.creditsAmount) {
+            if !(1...1000).contains(level) { problems.append("\(at).planLevel must be from 1 (highest) to 1000") }
+            if !(0...maxCreditsAmount).contains(creditsAmount) {
                 problems.append("\(at).creditsAmount must be from 0 to \(maxCreditsAmount) whole credits")
             }
             var freePeriods: [OfferKind: Bool] = [:]
@@ -77,9 +112,8 @@ public struct CatalogueFile: Sendable, Equatable {
             }
             products.append(
                 CatalogueProduct(
-                    productID: product.productId, subscriptionGroupID: product.subscriptionGroupId,
-                    planCode: product.planCode, planLevel: product.planLevel, duration: product.duration,
-                    creditsAmount: product.creditsAmount, enabled: product.enabled ?? true,
+                    productID: product.productId, subscriptionGroupID: group, planCode: product.planCode, planLevel: level,
+                    duration: duration, creditsAmount: creditsAmount, enabled: product.enabled ?? true,
                     trialGrantsCredits: product.trialGrantsCredits ?? true, upgradeGrant: product.upgradeGrant ?? .full,
                     familySharedGrantsCredits: product.familySharedGrantsCredits ?? false, freePeriodGrantsCredits: freePeriods,
                     billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference))
@@ -100,16 +134,19 @@ public struct CatalogueFile: Sendable, Equatable {
 
     private struct RawProduct: Decodable {
         enum CodingKeys: String, CodingKey, CaseIterable {
-            case productId, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, enabled
+            case productId, kind, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, permanentCredits, enabled
             case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
             case refundPreference
         }
         let productId: String
-        let subscriptionGroupId: String
+        /// Nil: AUTO_RENEWABLE.
+        let kind: ProductKind?
+        let subscriptionGroupId: String?
         let planCode: String
-        let planLevel: Int
-        let duration: ProductDuration
-        let creditsAmount: Int64
+        let planLevel: Int?
+        let duration: ProductDuration?
+        let creditsAmount: Int64?
+        let permanentCredits: Int64?
         let enabled: Bool?
         let trialGrantsCredits: Bool?
         let upgradeGrant: UpgradeGrant?
@@ -139,7 +176,7 @@ public struct CatalogueFile: Sendable, Equatable {
         case .typeMismatch(_, let context)?: return "\(path(context)) has the wrong type"
         case .dataCorrupted(let context)? where !context.codingPath.isEmpty:
             return
-                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED)"
+                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED, kind: AUTO_RENEWABLE|CONSUMABLE)"
         default: return "the file is not a JSON object"
         }
     }

@@ -37,7 +37,7 @@ public struct CatalogueStore: Sendable {
                 """
                 SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                     trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, version, deleted
+                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, kind, permanent_credits, version, deleted
                 FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
                 """)
             for row in rows {
@@ -58,13 +58,13 @@ public struct CatalogueStore: Sendable {
                         INSERT INTO payment_product (channel, app_key, product_id, subscription_group_id, plan_code, plan_level,
                             duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits,
                             promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits,
-                            billing_retry_spends_credits, refund_preference)
+                            billing_retry_spends_credits, refund_preference, kind, permanent_credits)
                         VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
                             \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
                             \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits),
                             \(product.freePeriodGrantsCredits[.promotional]), \(product.freePeriodGrantsCredits[.offerCode]),
                             \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits),
-                            \(product.refundPreference?.rawValue))
+                            \(product.refundPreference?.rawValue), \(product.kind.rawValue), \(product.permanentCredits))
                         RETURNING version
                         """
                     )[0].decode("version")
@@ -81,7 +81,8 @@ public struct CatalogueStore: Sendable {
                             offer_code_free_grants_credits = \(product.freePeriodGrantsCredits[.offerCode]),
                             win_back_free_grants_credits = \(product.freePeriodGrantsCredits[.winBack]),
                             billing_retry_spends_credits = \(product.billingRetrySpendsCredits),
-                            refund_preference = \(product.refundPreference?.rawValue), deleted = false,
+                            refund_preference = \(product.refundPreference?.rawValue), kind = \(product.kind.rawValue),
+                            permanent_credits = \(product.permanentCredits), deleted = false,
                             version = version + 1, updated_at = now()
                         WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
                         RETURNING version
@@ -108,7 +109,8 @@ public struct CatalogueStore: Sendable {
             """
             SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                 trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference
+                offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference,
+                kind, permanent_credits
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
             ORDER BY subscription_group_id, plan_level,
@@ -120,8 +122,11 @@ public struct CatalogueStore: Sendable {
     private static func product(_ row: PostgresRow) throws -> CatalogueProduct {
         let duration: String = try row.decode("duration")
         let upgradeGrant: String = try row.decode("upgrade_grant")
-        guard let duration = ProductDuration(rawValue: duration), let upgradeGrant = UpgradeGrant(rawValue: upgradeGrant) else {
-            throw PostgresError.decoding(column: "duration/upgrade_grant", reason: "a value the domain does not know")
+        let kind: String = try row.decode("kind")
+        guard let duration = ProductDuration(rawValue: duration), let upgradeGrant = UpgradeGrant(rawValue: upgradeGrant),
+            let kind = ProductKind(rawValue: kind)
+        else {
+            throw PostgresError.decoding(column: "duration/upgrade_grant/kind", reason: "a value the domain does not know")
         }
         return CatalogueProduct(
             productID: try row.decode("product_id"), subscriptionGroupID: try row.decode("subscription_group_id"),
@@ -135,7 +140,8 @@ public struct CatalogueStore: Sendable {
                 .winBack: try row.decode("win_back_free_grants_credits", as: Bool?.self),
             ].compactMapValues { $0 },
             billingRetrySpendsCredits: try row.decode("billing_retry_spends_credits"),
-            refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)))
+            refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)),
+            kind: kind, permanentCredits: try row.decode("permanent_credits"))
     }
 }
 
@@ -158,6 +164,8 @@ private struct StoredProduct {
             let freePeriodGrantsCredits: [String: Bool]
             let billingRetrySpendsCredits: Bool
             let refundPreference: String?
+            let kind: String
+            let permanentCredits: Int64
             let version: Int
             let deleted: Bool
         }
@@ -173,7 +181,7 @@ private struct StoredProduct {
                 freePeriodGrantsCredits: Dictionary(
                     uniqueKeysWithValues: product.freePeriodGrantsCredits.map { ($0.key.catalogueName, $0.value) }),
                 billingRetrySpendsCredits: product.billingRetrySpendsCredits, refundPreference: product.refundPreference?.rawValue,
-                version: version, deleted: deleted),
+                kind: product.kind.rawValue, permanentCredits: product.permanentCredits, version: version, deleted: deleted),
             encoder: encoder)
     }
 }

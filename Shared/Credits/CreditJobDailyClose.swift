@@ -60,6 +60,7 @@ extension CreditJobs {
         var closes = BillCloses()
         var entries = LedgerEntries()
         var changed: Set<Pair> = []
+        var burns: [(user: String, pool: CreditPool, amount: MicroCredits)] = []
         for row in bills {
             let user: String = try row.decode("user_id")
             let day = UTCDay(index: try row.decode("day"))
@@ -75,6 +76,7 @@ extension CreditJobs {
                     user: user, pool: pool, delta: -amount, after: pools[pool]!, type: "DAILY_SETTLEMENT",
                     reference: "daily:\(user):\(day.text)")
                 changed.insert(Pair(user: user, pool: pool))
+                burns.append((user, pool, amount))
             }
             balances[user] = pools
             closes.append(
@@ -99,7 +101,9 @@ extension CreditJobs {
                               \(PostgresArray(accounts.map { balances[$0.user]![$0.pool]! }))::bigint[]) AS n(user_id, pool, balance)
                  WHERE a.user_id = n.user_id AND a.pool = n.pool
             )
-            SELECT 1
+            SELECT credit_burn_lots(d.user_id, d.pool, d.amount)
+              FROM unnest(\(PostgresArray(burns.map(\.user)))::text[], \(PostgresArray(burns.map(\.pool.rawValue)))::text[],
+                          \(PostgresArray(burns.map(\.amount)))::bigint[]) AS d(user_id, pool, amount)
             """)
         try await entries.insert(on: db)
         return bills.count

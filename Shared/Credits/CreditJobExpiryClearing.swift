@@ -75,6 +75,7 @@ extension CreditJobs {
         var handled = Endings()
         var entries = LedgerEntries()
         var clearedUsers: Set<String> = []
+        var clearedBy: [String: String] = [:]
         for row in endings {
             let user: String = try row.decode("user_id")
             let entitled: Bool = try row.decode("entitled")
@@ -84,6 +85,9 @@ extension CreditJobs {
             var amount: MicroCredits = 0
             if !entitled, !clearedUsers.contains(user), let balance = balances[user], balance > 0 {
                 amount = balance
+                clearedBy[user] = CreditRules.endingKey(
+                    environment: environment, originalTransactionID: original, lastTransactionID: last,
+                    status: try row.decode("status"))
                 entries.append(
                     user: user, pool: .subscription, delta: -balance, after: 0, type: "EXPIRY_CLEARING",
                     reference: "expiry:\(environment):\(original):\(last)")
@@ -94,6 +98,8 @@ extension CreditJobs {
                 user: user, amount: amount)
         }
         let emptied = entries.users
+        // Each lot remembers what the clearing took and why (CreditRules.clear), so a reversed
+        // refund that makes the chain entitled again can give exactly that back.
         try await db.query(
             """
             WITH handled AS (
@@ -107,6 +113,11 @@ extension CreditJobs {
             ), emptied AS (
                 UPDATE credit_account SET balance = 0, updated_at = now()
                  WHERE pool = 'SUBSCRIPTION' AND user_id = ANY(\(PostgresArray(emptied))::text[])
+            ), lots AS (
+                UPDATE credit_grant g SET cleared_amount = g.remaining, cleared_by = c.ending, remaining = 0
+                  FROM unnest(\(PostgresArray(emptied))::text[], \(PostgresArray(emptied.map { clearedBy[$0]! }))::text[])
+                       AS c(user_id, ending)
+                 WHERE g.user_id = c.user_id AND g.pool = 'SUBSCRIPTION' AND g.remaining > 0
             )
             SELECT 1
             """)

@@ -49,8 +49,8 @@ extension CreditJobs {
                     duration: duration),
                 months > 1, existing.count < months
             else { continue }
-            let dates = CreditRules.monthlyGrantDates(
-                purchase: try row.decode("purchase_date"), months: months, expires: try row.decode("expires_date", as: Date?.self))
+            let expires = try row.decode("expires_date", as: Date?.self)
+            let dates = CreditRules.monthlyGrantDates(purchase: try row.decode("purchase_date"), months: months, expires: expires)
             let amount = Credits.micro(try row.decode("credits_amount"))
             let user: String = try row.decode("user_id")
             let original: String = try row.decode("original_transaction_id")
@@ -61,7 +61,8 @@ extension CreditJobs {
                         decision: GrantDecision(
                             grantKey: CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: month.offset),
                             pool: .subscription, amount: amount, reason: "PLAN_MONTH"),
-                        environment: environment, transactionID: transactionID, originalTransactionID: original),
+                        environment: environment, transactionID: transactionID, originalTransactionID: original,
+                        expiresAt: expires),
                     dueAt: month.element
                 )
             }.filter { !existing.contains($0.grant.decision.grantKey) }

@@ -118,5 +118,5 @@ struct JobMetrics: Sendable {
         "subs_credit_yearly_grants_total", help: "Monthly grants of plans longer than a month (yearly and others)")
     let welcomeGrants = MetricsRegistry.shared.counter("subs_credit_welcome_grants_total", help: "Welcome credit grants")
     let ledgerMismatches = MetricsRegistry.shared.gauge(
-        "subs_credit_ledger_mismatches", help: "Accounts whose balance differs from their ledger or is negative (must be 0)")
+        "subs_credit_ledger_mismatches", help: "Accounts whose balance differs from their ledger or their lots, or is negative (must be 0)")
 }

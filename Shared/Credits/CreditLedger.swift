@@ -11,27 +11,19 @@ public struct CreditGrant: Sendable, Hashable {
     public var environment: String?
     public var transactionID: String?
     public var originalTransactionID: String?
+    /// The end of the paid period a SUBSCRIPTION lot came with (nil: never expires).
+    public var expiresAt: Date?
 
     public init(
         userID: String, decision: GrantDecision, environment: String? = nil, transactionID: String? = nil,
-        originalTransactionID: String? = nil
+        originalTransactionID: String? = nil, expiresAt: Date? = nil
     ) {
         self.userID = userID
         self.decision = decision
         self.environment = environment
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
-    }
-}
-
-/// What a revocation took back and what it could not (already spent).
-public struct CreditRevocation: Sendable, Hashable {
-    public var revoked: MicroCredits
-    public var unrecoverable: MicroCredits
-
-    public init(revoked: MicroCredits, unrecoverable: MicroCredits) {
-        self.revoked = revoked
-        self.unrecoverable = unrecoverable
+        self.expiresAt = expiresAt
     }
 }
 
@@ -75,7 +67,9 @@ public enum CreditAdjustmentError: Error, Sendable, Hashable {
 /// Every write to the credit tables. Each function runs on the caller's connection, inside the
 /// caller's transaction, so a grant commits or rolls back with the fulfillment that earned it.
 /// Every balance change is one ledger entry whose `balance_after` is the new balance; balances
-/// never go below zero (the code never asks for it, and a CHECK refuses it anyway).
+/// never go below zero (the code never asks for it, and a CHECK refuses it anyway). Every grant
+/// is a lot (`GrantRecord`) and every change of a balance changes its lots by the same amount;
+/// writers lock the account first, then its lots.
 public enum CreditLedger {
     /// Books the grants whose keys are new; returns how many were.
     @discardableResult
@@ -85,9 +79,10 @@ public enum CreditLedger {
             """
             WITH new_grant AS (
                 INSERT INTO credit_grant (
-                    grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id)
-                SELECT g.key, g.user_id, g.pool, g.amount, g.reason, nullif(g.environment, ''),
-                       nullif(g.transaction_id, ''), nullif(g.original, '')
+                    grant_key, user_id, pool, amount, remaining, reason, environment, transaction_id, original_transaction_id,
+                    expires_at)
+                SELECT g.key, g.user_id, g.pool, g.amount, g.amount, g.reason, nullif(g.environment, ''),
+                       nullif(g.transaction_id, ''), nullif(g.original, ''), g.expires_at
                   FROM unnest(\(PostgresArray(grants.map(\.decision.grantKey)))::text[],
                               \(PostgresArray(grants.map(\.userID)))::text[],
                               \(PostgresArray(grants.map(\.decision.pool.rawValue)))::text[],
@@ -95,8 +90,9 @@ public enum CreditLedger {
                               \(PostgresArray(grants.map(\.decision.reason)))::text[],
                               \(PostgresArray(grants.map { $0.environment ?? "" }))::text[],
                               \(PostgresArray(grants.map { $0.transactionID ?? "" }))::text[],
-                              \(PostgresArray(grants.map { $0.originalTransactionID ?? "" }))::text[])
-                       AS g(key, user_id, pool, amount, reason, environment, transaction_id, original)
+                              \(PostgresArray(grants.map { $0.originalTransactionID ?? "" }))::text[],
+                              \(PostgresArray(grants.map(\.expiresAt)))::timestamptz[])
+                       AS g(key, user_id, pool, amount, reason, environment, transaction_id, original, expires_at)
                  ORDER BY g.user_id, g.pool
                 ON CONFLICT (grant_key) DO NOTHING
                 RETURNING user_id, pool, amount, grant_key
@@ -121,70 +117,110 @@ public enum CreditLedger {
         return try rows[0].decode("granted")
     }
 
-    /// Takes back what remains of a grant, never more than its pool holds now; what cannot be taken
-    /// back (already spent) is recorded on the grant as unrecoverable. A second call takes nothing.
+    /// A refund of the transaction that earned the lot: takes `percentage` (nil: all) of what
+    /// remains of it (`CreditRules.revoke`). A second call takes nothing. Returns what was taken.
     @discardableResult
-    public static func revoke(grantKey: String, on db: PostgresConnection) async throws -> CreditRevocation {
-        // The grant row first, then its account: the order every writer of both follows.
-        let rows = try await db.query(
-            """
-            SELECT g.user_id, g.pool, g.amount, g.revoked_amount + g.unrecoverable_amount AS taken,
-                   (SELECT balance FROM credit_account a WHERE a.user_id = g.user_id AND a.pool = g.pool FOR UPDATE) AS balance
-              FROM (SELECT * FROM credit_grant WHERE grant_key = \(grantKey) FOR UPDATE) g
-            """)
-        guard let row = rows.first else { return CreditRevocation(revoked: 0, unrecoverable: 0) }
-        let user: String = try row.decode("user_id")
-        let pool: String = try row.decode("pool")
-        let taken = CreditRules.revocation(
-            granted: try row.decode("amount"), alreadyRevoked: try row.decode("taken"),
-            poolBalance: try row.decode("balance", as: Int64?.self) ?? 0)
-        guard taken.revoke > 0 || taken.unrecoverable > 0 else { return CreditRevocation(revoked: 0, unrecoverable: 0) }
-        try await db.query(
-            """
-            WITH revoked AS (
-                UPDATE credit_grant
-                   SET revoked_amount = revoked_amount + \(taken.revoke),
-                       unrecoverable_amount = unrecoverable_amount + \(taken.unrecoverable)
-                 WHERE grant_key = \(grantKey)
-            ), account AS (
-                UPDATE credit_account SET balance = balance - \(taken.revoke), updated_at = now()
-                 WHERE user_id = \(user) AND pool = \(pool) AND \(taken.revoke) > 0
-                RETURNING user_id, pool, balance
-            )
-            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-            SELECT user_id, pool, -\(taken.revoke)::bigint, balance, 'REVOCATION', \(grantKey) FROM account
-            """)
-        return CreditRevocation(revoked: taken.revoke, unrecoverable: taken.unrecoverable)
+    public static func revoke(grantKey: String, percentage: Int?, on db: PostgresConnection) async throws -> MicroCredits {
+        -(try await change(lotsWhere: "grant_key = $1", [grantKey], entryType: "REVOCATION", reference: grantKey, on: db) {
+            -CreditRules.revoke(&$0, percentage: percentage)
+        })
     }
 
-    /// A reversed refund gives back what the revocation took; the unrecoverable part was never
-    /// taken, so the grant is simply whole again. Returns the amount given back.
+    /// A reversed refund gives back what the refund took from the lot. Returns the amount given back.
     @discardableResult
     public static func restore(grantKey: String, on db: PostgresConnection) async throws -> MicroCredits {
-        let rows = try await db.query(
-            """
-            SELECT user_id, pool, revoked_amount, unrecoverable_amount FROM credit_grant WHERE grant_key = \(grantKey) FOR UPDATE
-            """)
-        guard let row = rows.first else { return 0 }
-        let revoked: Int64 = try row.decode("revoked_amount")
-        let unrecoverable: Int64 = try row.decode("unrecoverable_amount")
-        guard revoked > 0 || unrecoverable > 0 else { return 0 }
-        let user: String = try row.decode("user_id")
-        let pool: String = try row.decode("pool")
-        try await db.query(
-            """
-            WITH restored AS (
-                UPDATE credit_grant SET revoked_amount = 0, unrecoverable_amount = 0 WHERE grant_key = \(grantKey)
-            ), account AS (
-                INSERT INTO credit_account AS a (user_id, pool, balance)
-                SELECT \(user), \(pool), \(revoked) WHERE \(revoked) > 0
-                ON CONFLICT (user_id, pool) DO UPDATE SET balance = a.balance + EXCLUDED.balance, updated_at = now()
-                RETURNING user_id, pool, balance
-            )
-            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-            SELECT user_id, pool, \(revoked), balance, 'RESTORATION', \(grantKey) FROM account
-            """)
-        return revoked
+        try await change(lotsWhere: "grant_key = $1", [grantKey], entryType: "RESTORATION", reference: grantKey, on: db) {
+            CreditRules.restore(&$0)
+        }
+    }
+
+    /// Undoes the clearing of a chain's ending (`CreditRules.endingKey`) for `userID`: each lot it
+    /// cleared gets back what it took. Returns the amount given back.
+    @discardableResult
+    public static func restoreClearing(ending: String, userID: String, on db: PostgresConnection) async throws -> MicroCredits {
+        try await change(
+            lotsWhere: "user_id = $1 AND pool = 'SUBSCRIPTION' AND cleared_by = $2", [userID, ending], entryType: "RESTORATION",
+            reference: "expiry:\(ending)", on: db
+        ) { CreditRules.restoreClearing(&$0, ending: ending) }
+    }
+
+    /// Changes the lots selected by `condition` with a pure rule returning each lot's balance
+    /// change, then books their sum per pool on the account and the ledger (one entry per pool,
+    /// none when nothing changed); returns the total change. The account is locked first, then
+    /// the lots.
+    private static func change(
+        lotsWhere condition: String, _ binds: [String], entryType: String, reference: String, on db: PostgresConnection,
+        _ rule: (inout GrantRecord) -> MicroCredits
+    ) async throws -> MicroCredits {
+        let binds = binds.map(\.postgresData)
+        let owners = try await db.query(
+            PostgresQuery(unsafeSQL: "SELECT DISTINCT user_id, pool FROM credit_grant WHERE \(condition)", binds: binds))
+        var total: MicroCredits = 0
+        for owner in owners {
+            let user: String = try owner.decode("user_id")
+            let pool: String = try owner.decode("pool")
+            try await db.query("SELECT 1 FROM credit_account WHERE user_id = \(user) AND pool = \(pool) FOR UPDATE")
+            let rows = try await db.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        SELECT id, \(Self.lotColumns) FROM credit_grant
+                         WHERE \(condition) AND user_id = $\(binds.count + 1) AND pool = $\(binds.count + 2) ORDER BY id FOR UPDATE
+                        """,
+                    binds: binds + [user.postgresData, pool.postgresData]))
+            var ids: [Int64] = []
+            var lots: [GrantRecord] = []
+            var delta: MicroCredits = 0
+            for row in rows {
+                var lot = try lot(row)
+                delta += rule(&lot)
+                ids.append(try row.decode("id"))
+                lots.append(lot)
+            }
+            guard !lots.isEmpty else { continue }
+            try await db.query(
+                """
+                WITH lots AS (
+                    UPDATE credit_grant g
+                       SET remaining = l.remaining, revoked = l.revoked, revoked_amount = l.revoked_amount,
+                           unrecoverable_amount = l.unrecoverable_amount, cleared_amount = l.cleared_amount,
+                           cleared_by = nullif(l.cleared_by, '')
+                      FROM unnest(\(PostgresArray(ids))::bigint[], \(PostgresArray(lots.map(\.remaining)))::bigint[],
+                                  \(PostgresArray(lots.map(\.revoked)))::boolean[],
+                                  \(PostgresArray(lots.map(\.revokedAmount)))::bigint[],
+                                  \(PostgresArray(lots.map(\.unrecoverableAmount)))::bigint[],
+                                  \(PostgresArray(lots.map(\.clearedAmount)))::bigint[],
+                                  \(PostgresArray(lots.map { $0.clearedBy ?? "" }))::text[])
+                           AS l(id, remaining, revoked, revoked_amount, unrecoverable_amount, cleared_amount, cleared_by)
+                     WHERE g.id = l.id
+                ), account AS (
+                    UPDATE credit_account SET balance = balance + \(delta), updated_at = now()
+                     WHERE user_id = \(user) AND pool = \(pool) AND \(delta) <> 0
+                    RETURNING user_id, pool, balance
+                )
+                INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
+                SELECT user_id, pool, \(delta)::bigint, balance, \(entryType), \(reference) FROM account
+                """)
+            total += delta
+        }
+        return total
+    }
+
+    /// The columns of a lot, as `lot(_:)` reads them.
+    static let lotColumns = """
+        grant_key, user_id, pool, amount, remaining, revoked, revoked_amount, unrecoverable_amount, cleared_amount, cleared_by
+        """
+
+    /// A lot from a row of `lotColumns`.
+    static func lot(_ row: PostgresRow) throws -> GrantRecord {
+        let poolName: String = try row.decode("pool")
+        guard let pool = CreditPool(rawValue: poolName) else {
+            throw PostgresError.decoding(column: "pool", reason: "not a credit pool: \(poolName)")
+        }
+        return GrantRecord(
+            grantKey: try row.decode("grant_key"), userID: try row.decode("user_id"), pool: pool, amount: try row.decode("amount"),
+            remaining: try row.decode("remaining", as: Int64.self), revoked: try row.decode("revoked"),
+            revokedAmount: try row.decode("revoked_amount"), unrecoverableAmount: try row.decode("unrecoverable_amount"),
+            clearedAmount: try row.decode("cleared_amount"), clearedBy: try row.decode("cleared_by", as: String?.self))
     }
 
     /// A manual adjustment by an operator, credit (`amount` > 0) or debit (< 0), once per adjustment
@@ -227,8 +263,8 @@ public enum CreditLedger {
                 ON CONFLICT (adjustment_no) DO NOTHING
                 RETURNING adjustment_no
             ), new_grant AS (
-                INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason)
-                SELECT \(key), \(userID), \(pool.rawValue), \(amount), 'ADJUSTMENT' FROM adjustment WHERE \(amount) > 0
+                INSERT INTO credit_grant (grant_key, user_id, pool, amount, remaining, reason)
+                SELECT \(key), \(userID), \(pool.rawValue), \(amount), \(amount), 'ADJUSTMENT' FROM adjustment WHERE \(amount) > 0
                 ON CONFLICT (grant_key) DO NOTHING
             ), account AS (
                 UPDATE credit_account SET balance = balance + \(applied), updated_at = now()
@@ -248,7 +284,11 @@ public enum CreditLedger {
             )
             SELECT count(*) AS booked FROM adjustment
             """)
-        guard try rows[0].decode("booked", as: Int.self) == 1 else {
+        let booked = try rows[0].decode("booked", as: Int.self) == 1
+        if booked, applied < 0 {
+            try await db.query("SELECT credit_burn_lots(\(userID), \(pool.rawValue), \(-applied))")
+        }
+        guard booked else {
             // A concurrent booking of the same number got there first: its result is the answer.
             guard let first = try await storedAdjustment(adjustmentNo, matching: request, on: db) else {
                 // Not visible to this transaction's snapshot: a retry of the transaction will see it.
@@ -288,8 +328,9 @@ public enum CreditLedger {
         return first
     }
 
-    /// Accounts whose balance is negative or differs from the sum of their ledger entries (and
-    /// ledger entries without an account): must be zero.
+    /// Accounts whose balance is negative or differs from the sum of their ledger entries or from
+    /// the sum of their lots' remaining amounts (and ledger entries or lots without an account):
+    /// must be zero.
     public static func invariantViolations(on db: PostgresConnection) async throws -> Int {
         let rows = try await db.query(
             """
@@ -297,7 +338,10 @@ public enum CreditLedger {
               FROM credit_account a
               FULL JOIN (SELECT user_id, pool, sum(delta) AS total FROM credit_ledger GROUP BY user_id, pool) l
                      USING (user_id, pool)
-             WHERE coalesce(a.balance, 0) <> coalesce(l.total, 0) OR a.balance < 0
+              FULL JOIN (SELECT user_id, pool, sum(remaining) AS remaining FROM credit_grant GROUP BY user_id, pool) g
+                     USING (user_id, pool)
+             WHERE coalesce(a.balance, 0) <> coalesce(l.total, 0) OR coalesce(a.balance, 0) <> coalesce(g.remaining, 0)
+                OR a.balance < 0
             """)
         return try rows[0].decode("violations")
     }

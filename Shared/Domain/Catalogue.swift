@@ -90,9 +90,22 @@ public enum OfferKind: Int, Sendable, Hashable, Codable, CaseIterable, CodingKey
     }
 }
 
+/// What Apple sells a product as (App Store Connect's in-app purchase types this service handles).
+public enum ProductKind: String, Sendable, Hashable, Codable, CaseIterable {
+    /// A plan of a subscription group, renewing every period; grants SUBSCRIPTION credits.
+    case autoRenewable = "AUTO_RENEWABLE"
+    /// A credit pack, bought as often as wanted; each purchase grants PERMANENT credits once.
+    case consumable = "CONSUMABLE"
+}
+
 /// A product of the catalogue with its per-product credit rules (data, never hard-coded).
+/// A consumable has no group, level or duration: it is stored with an empty group, level 1 and
+/// `P1M`, which nothing reads for it.
 public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var productID: String
+    public var kind: ProductKind
+    /// Whole PERMANENT credits one purchase of a consumable grants (0 for subscriptions).
+    public var permanentCredits: Int64
     public var subscriptionGroupID: String
     public var planCode: String
     /// Apple's level inside the group: 1 is the highest.
@@ -116,9 +129,12 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
         familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
-        billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil
+        billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil, kind: ProductKind = .autoRenewable,
+        permanentCredits: Int64 = 0
     ) {
         self.productID = productID
+        self.kind = kind
+        self.permanentCredits = permanentCredits
         self.subscriptionGroupID = subscriptionGroupID
         self.planCode = planCode
         self.planLevel = planLevel
@@ -131,6 +147,16 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.freePeriodGrantsCredits = freePeriodGrantsCredits
         self.billingRetrySpendsCredits = billingRetrySpendsCredits
         self.refundPreference = refundPreference
+    }
+
+    /// A credit pack: `permanentCredits` per purchase, no group, level or duration.
+    public static func consumable(
+        productID: String, planCode: String, permanentCredits: Int64, enabled: Bool = true,
+        refundPreference: RefundPreference? = nil
+    ) -> CatalogueProduct {
+        CatalogueProduct(
+            productID: productID, subscriptionGroupID: "", planCode: planCode, planLevel: 1, duration: .month, creditsAmount: 0,
+            enabled: enabled, refundPreference: refundPreference, kind: .consumable, permanentCredits: permanentCredits)
     }
 
     /// Whether a free period of this offer kind grants the product's credits.

@@ -10,7 +10,8 @@ public enum Credits {
     public static func whole(_ micro: MicroCredits) -> Int64 { micro / Self.micro }
 }
 
-/// Balance pools, drawn from in this order by usage.
+/// Balance pools, drawn from in this order by usage (within a pool, the lot granted first is
+/// used first: `CreditRules.burn`).
 public enum CreditPool: String, Sendable, Codable, CaseIterable {
     /// Period quota of a subscription; cleared after true expiry.
     case subscription = "SUBSCRIPTION"
@@ -58,6 +59,15 @@ public enum CreditRules {
         for transaction: TransactionFact, product: CatalogueProduct, change: PlanChange? = nil
     ) -> [GrantDecision] {
         guard transaction.revocationDate == nil else { return [] }
+        if product.kind == .consumable {
+            // Once per purchase (its transaction), into the pool that never expires.
+            guard product.permanentCredits > 0, !transaction.isFamilyShared else { return [] }
+            return [
+                GrantDecision(
+                    grantKey: "purchase:\(transaction.environment):\(transaction.transactionID)", pool: .permanent,
+                    amount: Credits.micro(product.permanentCredits), reason: "CONSUMABLE")
+            ]
+        }
         if transaction.isFamilyShared, !product.familySharedGrantsCredits { return [] }
         if transaction.isFreePeriod, let offer = transaction.offer, !product.freePeriodGrants(offer) { return [] }
         var amount = Credits.micro(product.creditsAmount)
@@ -75,9 +85,14 @@ public enum CreditRules {
             }
         }
         guard amount > 0 else { return [] }
+        return [GrantDecision(grantKey: firstGrantKey(transaction, product: product), pool: .subscription, amount: amount, reason: reason)]
+    }
+
+    /// The key of the grant a subscription transaction earns when it is applied (its first month
+    /// for periods granted month by month).
+    public static func firstGrantKey(_ transaction: TransactionFact, product: CatalogueProduct) -> String {
         let months = periodMonths(offerDiscountType: transaction.offerDiscountType, offerPeriod: transaction.offerPeriod, duration: product.duration)
-        let key = periodGrantKey(transaction, monthIndex: (months ?? 0) > 1 ? 0 : nil)
-        return [GrantDecision(grantKey: key, pool: .subscription, amount: amount, reason: reason)]
+        return periodGrantKey(transaction, monthIndex: (months ?? 0) > 1 ? 0 : nil)
     }
 
     /// The months one transaction's period grants over: a pay-up-front or free offer covers its
@@ -132,14 +147,86 @@ public enum CreditRules {
         }
     }
 
-    /// Revoking a grant takes back what remains of it, never more than the pool holds: the balance
-    /// never goes negative; what could not be taken back is recorded as unrecoverable.
-    public static func revocation(granted: MicroCredits, alreadyRevoked: MicroCredits, poolBalance: MicroCredits)
-        -> (revoke: MicroCredits, unrecoverable: MicroCredits)
+    /// Apple's `revocationPercentage` of a full refund, in milliunits.
+    public static let fullRefund = 100_000
+
+    /// A refund takes `percentage` (Apple's milliunits; nil: a full refund) of what remains of the
+    /// lot, rounded down in the user's favour, and records the refunded share the lot no longer
+    /// held (spent or cleared) as unrecoverable; never another lot, never below zero. Once per lot:
+    /// a second refund takes nothing. Returns what was taken.
+    @discardableResult
+    public static func revoke(_ lot: inout GrantRecord, percentage: Int?) -> MicroCredits {
+        guard !lot.revoked else { return 0 }
+        let share = min(max(percentage ?? fullRefund, 0), fullRefund)
+        let taken = part(lot.remaining, milliunits: share)
+        lot.unrecoverableAmount = max(0, part(lot.amount, milliunits: share) - taken)
+        lot.remaining -= taken
+        lot.revokedAmount = taken
+        lot.revoked = true
+        return taken
+    }
+
+    /// A reversed refund gives back exactly what the refund took. Returns it.
+    @discardableResult
+    public static func restore(_ lot: inout GrantRecord) -> MicroCredits {
+        guard lot.revoked else { return 0 }
+        let given = lot.revokedAmount
+        lot.remaining += given
+        lot.revoked = false
+        lot.revokedAmount = 0
+        lot.unrecoverableAmount = 0
+        return given
+    }
+
+    /// A clearing at a chain's true ending takes what remains of a SUBSCRIPTION lot and remembers
+    /// the ending, so that undoing it (a reversed refund) gives exactly that back. Returns it.
+    @discardableResult
+    public static func clear(_ lot: inout GrantRecord, ending: String) -> MicroCredits {
+        let taken = lot.remaining
+        guard taken > 0 else { return 0 }
+        lot.remaining = 0
+        lot.clearedAmount = taken
+        lot.clearedBy = ending
+        return taken
+    }
+
+    /// Gives back what the clearing of `ending` took from the lot (nothing if another ending cleared it).
+    @discardableResult
+    public static func restoreClearing(_ lot: inout GrantRecord, ending: String) -> MicroCredits {
+        guard lot.clearedBy == ending else { return 0 }
+        let given = lot.clearedAmount
+        lot.remaining += given
+        lot.clearedAmount = 0
+        lot.clearedBy = nil
+        return given
+    }
+
+    /// Burns `amount` from one pool's lots, given in the order they were granted: the lot granted
+    /// first is used first. Returns what was burned (less than `amount` only when the lots hold
+    /// less). The SQL function `credit_burn_lots` (migration 0022) is the same rule.
+    @discardableResult
+    public static func burn(_ amount: MicroCredits, from lots: inout [GrantRecord]) -> MicroCredits {
+        var left = max(0, amount)
+        for index in lots.indices where left > 0 {
+            let take = min(left, lots[index].remaining)
+            lots[index].remaining -= take
+            left -= take
+        }
+        return max(0, amount) - left
+    }
+
+    /// A chain's true ending as the expiry clearing records it: `environment:original:last:status`.
+    public static func endingKey(environment: String, originalTransactionID: String, lastTransactionID: String, status: String)
+        -> String
     {
-        let outstanding = max(0, granted - alreadyRevoked)
-        let revoke = min(outstanding, max(0, poolBalance))
-        return (revoke, outstanding - revoke)
+        "\(environment):\(originalTransactionID):\(lastTransactionID):\(status)"
+    }
+
+    /// `value` times `milliunits` / 100,000, rounded down, without overflowing for any balance.
+    static func part(_ value: MicroCredits, milliunits: Int) -> MicroCredits {
+        let scale = Int64(fullRefund)
+        let share = Int64(milliunits)
+        return value / scale * share + value % scale * share / scale
     }
 
     /// Whether the SUBSCRIPTION pool may be spent, from the user's chains (status, and whether the

@@ -11,6 +11,8 @@ public struct TransactionFact: Sendable, Hashable, Codable {
     public var originalPurchaseDate: Date?
     public var expiresDate: Date?
     public var revocationDate: Date?
+    /// Apple's share of a prorated refund in milliunits (50000 = 50%); nil for a full refund.
+    public var revocationPercentage: Int?
     public var isUpgraded: Bool
     /// `PURCHASED` or `FAMILY_SHARED` (kept raw so a new Apple value passes through).
     public var ownershipType: String
@@ -28,7 +30,7 @@ public struct TransactionFact: Sendable, Hashable, Codable {
     public init(
         environment: String, transactionID: String, originalTransactionID: String, productID: String,
         purchaseDate: Date, originalPurchaseDate: Date? = nil, expiresDate: Date?, revocationDate: Date? = nil,
-        isUpgraded: Bool = false, ownershipType: String = "PURCHASED", offerType: Int? = nil,
+        revocationPercentage: Int? = nil, isUpgraded: Bool = false, ownershipType: String = "PURCHASED", offerType: Int? = nil,
         offerDiscountType: String? = nil, offerPeriod: String? = nil, transactionReason: String? = nil,
         appAccountToken: String? = nil, signedDate: Date
     ) {
@@ -40,6 +42,7 @@ public struct TransactionFact: Sendable, Hashable, Codable {
         self.originalPurchaseDate = originalPurchaseDate
         self.expiresDate = expiresDate
         self.revocationDate = revocationDate
+        self.revocationPercentage = revocationPercentage
         self.isUpgraded = isUpgraded
         self.ownershipType = ownershipType
         self.offerType = offerType

@@ -87,29 +87,42 @@ public struct OrderRecord: Sendable, Hashable, Codable {
     }
 }
 
-/// A `credit_grant` row of the transaction being processed.
+/// A `credit_grant` row: a lot. Every grant is one, and usage, refunds and clearings take from
+/// the lots, so what is left of each grant is known (`remaining`); a pool's balance is the sum of
+/// its lots' remaining amounts.
 public struct GrantRecord: Sendable, Hashable, Codable {
     public var grantKey: String
     public var userID: String
     public var pool: CreditPool
     public var amount: MicroCredits
+    /// What usage, refunds and clearings have left of the lot.
+    public var remaining: MicroCredits
+    /// Set by a refund, whatever it could take: a second refund takes nothing, a reversal gives back.
+    public var revoked: Bool
+    /// What the refund took from the lot.
     public var revokedAmount: MicroCredits
+    /// The refunded share of the lot that had been spent already (recorded, never taken).
     public var unrecoverableAmount: MicroCredits
+    /// What an expiry clearing took from the lot, and which ending (`CreditRules.endingKey`).
+    public var clearedAmount: MicroCredits
+    public var clearedBy: String?
 
     public init(
-        grantKey: String, userID: String, pool: CreditPool, amount: MicroCredits, revokedAmount: MicroCredits = 0,
-        unrecoverableAmount: MicroCredits = 0
+        grantKey: String, userID: String, pool: CreditPool, amount: MicroCredits, remaining: MicroCredits? = nil,
+        revoked: Bool = false, revokedAmount: MicroCredits = 0, unrecoverableAmount: MicroCredits = 0,
+        clearedAmount: MicroCredits = 0, clearedBy: String? = nil
     ) {
         self.grantKey = grantKey
         self.userID = userID
         self.pool = pool
         self.amount = amount
+        self.remaining = remaining ?? amount
+        self.revoked = revoked
         self.revokedAmount = revokedAmount
         self.unrecoverableAmount = unrecoverableAmount
+        self.clearedAmount = clearedAmount
+        self.clearedBy = clearedBy
     }
-
-    /// What a revocation may still take back: the unrecoverable part was given up already.
-    public var outstanding: MicroCredits { max(0, amount - revokedAmount - unrecoverableAmount) }
 }
 
 /// The stored `user_subscription` row of a chain.
@@ -152,6 +165,8 @@ public struct FulfillmentInput: Sendable {
     public var openOrders: [OrderRecord]
     /// Grants already written for this transaction.
     public var grants: [GrantRecord]
+    /// Amounts of the period grants already written for the chain's transactions, by grant key.
+    public var chainGrants: [String: MicroCredits]
     /// A Sandbox deployment is an isolated test tenant: everyone counts as a test user there.
     public var everyoneIsTestUser: Bool
     public var now: Date
@@ -161,7 +176,8 @@ public struct FulfillmentInput: Sendable {
         binding: ChainBindingRecord? = nil, submitterUser: UserRecord? = nil, subscription: SubscriptionRecord? = nil,
         catalogue: [String: CatalogueProduct], stored: ChainFacts = ChainFacts(),
         transactionOwner: String? = nil, linkedOrder: OrderRecord? = nil, submittedOrder: OrderRecord? = nil,
-        openOrders: [OrderRecord] = [], grants: [GrantRecord] = [], everyoneIsTestUser: Bool, now: Date
+        openOrders: [OrderRecord] = [], grants: [GrantRecord] = [], chainGrants: [String: MicroCredits] = [:],
+        everyoneIsTestUser: Bool, now: Date
     ) {
         self.source = source
         self.transaction = transaction
@@ -177,6 +193,7 @@ public struct FulfillmentInput: Sendable {
         self.submittedOrder = submittedOrder
         self.openOrders = openOrders
         self.grants = grants
+        self.chainGrants = chainGrants
         self.everyoneIsTestUser = everyoneIsTestUser
         self.now = now
     }
@@ -251,11 +268,16 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// Nil when the row would not change.
     public var subscription: SubscriptionChange?
     public var grants: [GrantDecision] = []
-    /// Grants of a revoked transaction with something left to take back (amounts are decided
-    /// against the pool balance when written).
+    /// Lots of a refunded transaction not revoked yet (`CreditRules.revoke` decides the amounts
+    /// against each lot as it is when written), and the refunded share (Apple's
+    /// `revocationPercentage`; nil: all).
     public var revocations: [GrantRecord] = []
-    /// Grants of a transaction whose revocation was reversed: what was taken back is restored.
+    public var revocationPercentage: Int?
+    /// Lots of a transaction whose refund was reversed: what the refund took is restored.
     public var restorations: [GrantRecord] = []
+    /// A reversed refund of a chain entitled again also undoes the clearing its REVOKED ending
+    /// caused (`CreditRules.endingKey`), if one ran in between.
+    public var restoreClearing: String?
     public var history: [StatusChange] = []
     /// An account conflict on a chain that has a row: freeze it.
     public var freezeChain = false
@@ -266,7 +288,8 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// True for a pure duplicate: every fact stored, every order and grant written before.
     public var writesNothing: Bool {
         storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
-            && revocations.isEmpty && restorations.isEmpty && history.isEmpty && bindFamilyMember == nil
+            && revocations.isEmpty && restorations.isEmpty && restoreClearing == nil && history.isEmpty
+            && bindFamilyMember == nil
     }
 
     init(verdict: FulfillmentVerdict, user: UserRecord? = nil) {
@@ -367,10 +390,11 @@ public enum FulfillmentPlanner {
                 // A restored transaction gets its grant only if it was applied (ordered) before.
                 let applied = plan.order != nil || input.linkedOrder != nil || effective.isFamilyShared
                 if applied {
-                    let change = planChange(effective, chain: chain, catalogue: input.catalogue)
                     let existing = Set(input.grants.map(\.grantKey))
-                    plan.grants = CreditRules.grants(for: effective, product: effectiveProduct, change: change)
-                        .filter { !existing.contains($0.grantKey) }
+                    plan.grants = grants(
+                        for: effective, product: effectiveProduct, chain: chain, catalogue: input.catalogue,
+                        granted: input.chainGrants
+                    ).filter { !existing.contains($0.grantKey) }
                     // An import brings a user's history: only the period in force grants; the
                     // periods already over are kept as facts.
                     if case .notification(NotificationMatrix.historyImport, _) = input.source,
@@ -381,9 +405,18 @@ public enum FulfillmentPlanner {
                 }
             }
             if effective.revocationDate != nil {
-                plan.revocations = input.grants.filter { $0.outstanding > 0 }
+                plan.revocations = input.grants.filter { !$0.revoked }
+                if !plan.revocations.isEmpty { plan.revocationPercentage = effective.revocationPercentage }
             } else {
-                plan.restorations = input.grants.filter { $0.revokedAmount > 0 || $0.unrecoverableAmount > 0 }
+                plan.restorations = input.grants.filter(\.revoked)
+                if !plan.restorations.isEmpty || action == .restoreTransaction,
+                    let status = SubscriptionProjection.project(chain, now: input.now)?.status,
+                    status == .active || status == .grace
+                {
+                    plan.restoreClearing = CreditRules.endingKey(
+                        environment: effective.environment, originalTransactionID: effective.originalTransactionID,
+                        lastTransactionID: effective.transactionID, status: SubscriptionStatus.revoked.rawValue)
+                }
             }
         }
         if let order = plan.order {
@@ -398,7 +431,11 @@ public enum FulfillmentPlanner {
                     current: OrderStatus.fulfilled.rawValue, cause: cause))
         }
 
-        if let state = SubscriptionProjection.project(chain, now: input.now), state != input.subscription?.state {
+        // A consumable's purchase is its own "chain" (Apple gives it its own original transaction
+        // id) and no subscription: nothing to project.
+        if product.kind == .autoRenewable, let state = SubscriptionProjection.project(chain, now: input.now),
+            state != input.subscription?.state
+        {
             let previous = input.subscription?.state.status
             plan.subscription = SubscriptionChange(
                 state: state, userID: user.userID,
@@ -515,6 +552,84 @@ public enum FulfillmentPlanner {
         return "\(prefix)-\(transaction.environment.prefix(1))-\(transaction.transactionID)"
     }
 
+    /// The grant of a transaction: `CreditRules.grants` as in purchase order, except inside a run
+    /// of immediate plan changes in one period (upgrades, same-level switches), where it is what
+    /// the run grants in purchase order less what its other transactions were granted already.
+    /// So the run's total does not depend on the order its facts arrive in: a later switch known
+    /// first was granted as a purchase, and the plans before it then add only what is missing
+    /// (in purchase order this is exactly `CreditRules.grants`).
+    static func grants(
+        for transaction: TransactionFact, product: CatalogueProduct, chain: ChainFacts, catalogue: [String: CatalogueProduct],
+        granted: [String: MicroCredits]
+    ) -> [GrantDecision] {
+        let change = planChange(transaction, chain: chain, catalogue: catalogue)
+        let own = CreditRules.grants(for: transaction, product: product, change: change)
+        let run = changeRun(transaction, chain: chain, catalogue: catalogue)
+        guard product.kind == .autoRenewable, transaction.revocationDate == nil, run.count > 1 else { return own }
+        var total: MicroCredits = 0
+        var others: MicroCredits = 0
+        for member in run {
+            guard let memberProduct = catalogue[member.productID] else { continue }
+            if member.revocationDate == nil {
+                let inOrder = CreditRules.grants(
+                    for: member, product: memberProduct, change: planChange(member, chain: chain, catalogue: catalogue))
+                total += inOrder.first?.amount ?? 0
+            }
+            if member.transactionID != transaction.transactionID {
+                others += granted[CreditRules.firstGrantKey(member, product: memberProduct)] ?? 0
+            }
+        }
+        let amount = max(0, total - others)
+        guard amount > 0, var decision = own.first ?? CreditRules.grants(for: transaction, product: product).first else { return [] }
+        if own.isEmpty, let change { decision.reason = change.relation == .upgrade ? "UPGRADE" : "CROSSGRADE" }
+        decision.amount = amount
+        return [decision]
+    }
+
+    /// The run of immediate plan changes `transaction` belongs to, in purchase order: from the
+    /// purchase the first change replaced to the last change replacing its predecessor at once.
+    static func changeRun(
+        _ transaction: TransactionFact, chain: ChainFacts, catalogue: [String: CatalogueProduct]
+    ) -> [TransactionFact] {
+        var first = transaction
+        var seen: Set<String> = [transaction.transactionID]
+        while let previous = replacedAtOnce(by: first, chain: chain, catalogue: catalogue), seen.insert(previous.transactionID).inserted {
+            first = previous
+        }
+        var run = [first]
+        seen = [first.transactionID]
+        let later = chain.transactions.sorted { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }
+        while let next = later.first(where: {
+            !seen.contains($0.transactionID)
+                && replacedAtOnce(by: $0, chain: chain, catalogue: catalogue)?.transactionID == run.last!.transactionID
+        }) {
+            seen.insert(next.transactionID)
+            run.append(next)
+        }
+        // The walk back may have stopped short of the transaction itself only if the chain is not
+        // a run; the transaction is always one of its members.
+        return run.contains { $0.transactionID == transaction.transactionID } ? run : [transaction]
+    }
+
+    /// The purchase `transaction` replaced at once (an upgrade or a same-level, same-duration
+    /// switch Apple applied immediately), if it is one. A renewal (`transactionReason` RENEWAL)
+    /// replaces nothing at once. A purchase of the same product while its period still runs is a
+    /// switch back whose switch away is not known yet (facts arrive in any order): it links too,
+    /// unless that period was refunded (then it is a new purchase).
+    private static func replacedAtOnce(
+        by transaction: TransactionFact, chain: ChainFacts, catalogue: [String: CatalogueProduct]
+    ) -> TransactionFact? {
+        guard transaction.transactionReason != "RENEWAL", let previous = replacedBy(transaction, chain: chain),
+            let old = catalogue[previous.productID], let later = catalogue[transaction.productID]
+        else { return nil }
+        if previous.productID == transaction.productID {
+            return transaction.transactionReason == "PURCHASE" && previous.revocationDate == nil ? previous : nil
+        }
+        guard ChangeTiming.of(current: old, candidate: later) == .now else { return nil }
+        let step = PlanRelation.between(current: old, candidate: later)
+        return step == .upgrade || step == .crossgrade ? previous : nil
+    }
+
     /// The change of plan a transaction is, when Apple applied it at once: the chain's previous
     /// purchase, of another product of the group that changes `NOW` (a higher level, or the same
     /// level and duration), whose period was still running when this transaction was bought; and
@@ -526,15 +641,14 @@ public enum FulfillmentPlanner {
         var relation: PlanRelation?
         var current = transaction
         var seen: Set<String> = [transaction.transactionID]
-        while let previous = replacedBy(current, chain: chain), !seen.contains(previous.transactionID),
-            let old = catalogue[previous.productID], let later = catalogue[current.productID],
-            ChangeTiming.of(current: old, candidate: later) == .now
+        while let previous = replacedAtOnce(by: current, chain: chain, catalogue: catalogue),
+            seen.insert(previous.transactionID).inserted, let old = catalogue[previous.productID],
+            let later = catalogue[current.productID]
         {
+            // The same product again (a switch back whose switch away is unknown yet) counts as a switch.
             let step = PlanRelation.between(current: old, candidate: later)
-            guard step == .upgrade || step == .crossgrade else { break }
-            relation = relation ?? step
+            relation = relation ?? (step == .current ? .crossgrade : step)
             replaced.append(old)
-            seen.insert(previous.transactionID)
             current = previous
         }
         guard let relation else { return nil }
@@ -542,13 +656,12 @@ public enum FulfillmentPlanner {
     }
 
     /// The chain's purchase just before `transaction`, if its period was still running when
-    /// `transaction` was bought and it was for another product.
+    /// `transaction` was bought.
     private static func replacedBy(_ transaction: TransactionFact, chain: ChainFacts) -> TransactionFact? {
         let earlier = chain.transactions.filter {
             $0.transactionID != transaction.transactionID && $0.purchaseDate < transaction.purchaseDate
         }
         guard let previous = earlier.max(by: { ($0.purchaseDate, $0.transactionID) < ($1.purchaseDate, $1.transactionID) }),
-            previous.productID != transaction.productID,
             (previous.expiresDate ?? .distantFuture) > transaction.purchaseDate
         else { return nil }
         return previous

@@ -27,12 +27,13 @@ public enum NotificationMatrix {
 
     public static func action(type: String, subtype: String?) -> NotificationAction {
         switch (type, subtype) {
-        case ("TEST", _), ("REFUND_DECLINED", _), ("ONE_TIME_CHARGE", _), ("EXTERNAL_PURCHASE_TOKEN", _),
+        case ("TEST", _), ("REFUND_DECLINED", _), ("EXTERNAL_PURCHASE_TOKEN", _),
             ("RESCIND_CONSENT", _), ("METADATA_UPDATE", _), ("MIGRATION", _), ("PRICE_CHANGE", _):
             // External purchase tokens, consent withdrawn for app data, and the Advanced Commerce
             // types concern no In-App Purchase this service fulfils: stored and acknowledged.
             return .recordOnly
-        case ("SUBSCRIBED", "INITIAL_BUY"):
+        case ("SUBSCRIBED", "INITIAL_BUY"), ("ONE_TIME_CHARGE", _):
+            // ONE_TIME_CHARGE: a consumable (credit pack) bought; granted once per transaction.
             return .applyTransaction(.initial)
         case ("SUBSCRIBED", "RESUBSCRIBE"):
             return .applyTransaction(.recovery)

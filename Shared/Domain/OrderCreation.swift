@@ -9,10 +9,12 @@ public enum OrderCreation {
     public struct Product: Sendable, Equatable {
         public var productID: String
         public var subscriptionGroupID: String
+        public var kind: ProductKind
 
-        public init(productID: String, subscriptionGroupID: String) {
+        public init(productID: String, subscriptionGroupID: String, kind: ProductKind = .autoRenewable) {
             self.productID = productID
             self.subscriptionGroupID = subscriptionGroupID
+            self.kind = kind
         }
     }
 
@@ -86,11 +88,14 @@ public enum OrderCreation {
 
     /// Open orders are looked at in the given order: the first that blocks decides the refusal.
     public static func decide(_ inputs: Inputs) -> Decision {
-        guard inputs.product != nil else { return .refuse(.productUnavailable) }
+        guard let product = inputs.product else { return .refuse(.productUnavailable) }
         if let earlier = inputs.sameRequest {
             return earlier.productID == inputs.requestedProductID
                 ? .replay(orderNo: earlier.orderNo) : .refuse(.requestUsedForAnotherProduct)
         }
+        // A credit pack may be bought again and again, also while another purchase is open: each
+        // purchase is its own transaction and grant.
+        if product.kind == .consumable { return .create(.initial, superseding: []) }
         var type = OrderType.initial
         if let current = inputs.currentProductID {
             if current == inputs.requestedProductID { return .refuse(.alreadySubscribed) }

@@ -24,7 +24,8 @@ public struct StoredConsumptionFacts: Sendable {
     public var token: UUID?
     /// Credits granted for the transaction.
     public var granted: Int64?
-    public var poolBalance: Int64?
+    /// What usage burned of the transaction's lots (not what a refund or a clearing took).
+    public var used: Int64?
     public var hadFreeTrial: Bool
     /// The transaction's order is FULFILLED.
     public var fulfilled: Bool
@@ -61,7 +62,8 @@ public struct ConsumptionStore: Sendable {
                    (SELECT app_account_token FROM user_account_token WHERE user_id = who.user_id) AS token,
                    (SELECT sum(amount)::bigint FROM credit_grant
                      WHERE environment = \(environment) AND transaction_id = \(transactionID)) AS granted,
-                   (SELECT balance FROM credit_account WHERE user_id = who.user_id AND pool = 'SUBSCRIPTION') AS pool_balance,
+                   (SELECT sum(greatest(0, amount - remaining - revoked_amount - cleared_amount))::bigint FROM credit_grant
+                     WHERE environment = \(environment) AND transaction_id = \(transactionID)) AS used,
                    EXISTS (SELECT 1 FROM apple_transaction
                             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
                               AND offer_type = 1 AND offer_discount_type = 'FREE_TRIAL') AS had_free_trial,
@@ -80,7 +82,7 @@ public struct ConsumptionStore: Sendable {
                 Date(timeIntervalSince1970: Double($0) / 1000)
             },
             token: try row.decode("token", as: UUID?.self), granted: try row.decode("granted", as: Int64?.self),
-            poolBalance: try row.decode("pool_balance", as: Int64?.self), hadFreeTrial: try row.decode("had_free_trial"),
+            used: try row.decode("used", as: Int64?.self), hadFreeTrial: try row.decode("had_free_trial"),
             fulfilled: try row.decode("fulfilled"),
             refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)))
     }

@@ -103,12 +103,14 @@ public struct OrderStore: Sendable {
         try await pool.transaction(maxAttempts: 3) { db in
             let product = try await db.query(
                 """
-                SELECT product_id, subscription_group_id FROM payment_product
+                SELECT product_id, subscription_group_id, kind FROM payment_product
                  WHERE channel = 'APPLE' AND app_key = \(request.appKey) AND product_id = \(request.productID)
                    AND enabled AND NOT deleted
                 """
             ).first.map {
-                OrderCreation.Product(productID: try $0.decode("product_id"), subscriptionGroupID: try $0.decode("subscription_group_id"))
+                OrderCreation.Product(
+                    productID: try $0.decode("product_id"), subscriptionGroupID: try $0.decode("subscription_group_id"),
+                    kind: ProductKind(rawValue: try $0.decode("kind")) ?? .autoRenewable)
             }
             var inputs = OrderCreation.Inputs(
                 requestedProductID: request.productID, product: product, now: request.now, openOrderWindow: request.openOrderWindow)

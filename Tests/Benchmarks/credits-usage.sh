@@ -54,7 +54,9 @@ sql "INSERT INTO app_user (user_id) SELECT 'bench-user-' || n FROM generate_seri
      INSERT INTO credit_account (user_id, pool, balance) SELECT 'bench-user-' || n, 'PERMANENT', 1000000000000 FROM generate_series(1, $USERS) n;
      INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
          SELECT 'bench-user-' || n, 'PERMANENT', 1000000000000, 1000000000000, 'ADJUSTMENT', 'bench-seed' FROM generate_series(1, $USERS) n;
-     ANALYZE app_user, credit_account, credit_ledger"
+     INSERT INTO credit_grant (grant_key, user_id, pool, amount, remaining, reason)
+         SELECT 'bench-seed:' || user_id, user_id, pool, balance, balance, 'ADJUSTMENT' FROM credit_account WHERE user_id LIKE 'bench-user-%';
+     ANALYZE app_user, credit_account, credit_ledger, credit_grant"
 
 run_wrk() {  # duration prefix output
     SERVICE_TOKEN="$service_token" USERS="$USERS" KEY_PREFIX="$2" \
@@ -107,9 +109,11 @@ sql "INSERT INTO app_user (user_id) SELECT 'close-user-' || n FROM generate_seri
          SELECT 'close-user-' || n, 'SUBSCRIPTION', CASE WHEN n % 3 = 0 THEN 100000 ELSE 50000000 END FROM generate_series(1, $CLOSE_USERS) n;
      INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
          SELECT user_id, pool, balance, balance, 'ADJUSTMENT', 'bench-seed' FROM credit_account WHERE user_id LIKE 'close-user-%';
+     INSERT INTO credit_grant (grant_key, user_id, pool, amount, remaining, reason)
+         SELECT 'bench-seed:' || user_id, user_id, pool, balance, balance, 'ADJUSTMENT' FROM credit_account WHERE user_id LIKE 'close-user-%';
      INSERT INTO credit_daily_bill (user_id, day, total_cost)
          SELECT 'close-user-' || n, '2026-01-01', 1 + (n * 7919) % 9999999 FROM generate_series(1, $CLOSE_USERS) n;
-     ANALYZE app_user, credit_account, credit_ledger, credit_daily_bill"
+     ANALYZE app_user, credit_account, credit_ledger, credit_grant, credit_daily_bill"
 echo "closing the day (subsctl credits run-jobs --now 2026-01-02T00:00:05Z)..."
 DATABASE_URL="$bench_url" "$bin/subsctl" credits run-jobs --now 2026-01-02T00:00:05Z >"$work/close.out"
 read -r closed close_seconds mismatches < <(sed -n 's/.*bills_closed=\([0-9]*\).* seconds=\([0-9.]*\) ledger_mismatches=\([0-9]*\).*/\1 \2 \3/p' "$work/close.out")

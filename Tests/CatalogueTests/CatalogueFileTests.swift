@@ -125,6 +125,35 @@ import Testing
         #expect(problems.contains { $0.hasPrefix(expected) }, "\(problems)")
     }
 
+    /// A credit pack: `kind` CONSUMABLE with its permanent credits and none of a subscription's
+    /// fields; a subscription keeps requiring its own.
+    @Test func consumablesCarryPermanentCreditsOnly() throws {
+        let pack: [String: Any] = [
+            "productId": "com.example.credits.100", "kind": "CONSUMABLE", "planCode": "pack100", "permanentCredits": 100,
+            "refundPreference": "GRANT_PRORATED",
+        ]
+        let file = try Self.parse(["appKey": "a.b", "products": [pack, Self.product()]])
+        #expect(
+            file.products[0]
+                == .consumable(productID: "com.example.credits.100", planCode: "pack100", permanentCredits: 100, refundPreference: .grantProrated))
+        #expect(file.products[1].kind == .autoRenewable && file.products[1].permanentCredits == 0)
+        var withGroup = pack
+        withGroup["subscriptionGroupId"] = "21000000"
+        #expect(
+            Self.problems(["appKey": "a.b", "products": [withGroup]])
+                == ["products[0].subscriptionGroupId is a subscription field; a CONSUMABLE has permanentCredits only"])
+        var empty = pack
+        empty["permanentCredits"] = 0
+        #expect(
+            Self.problems(["appKey": "a.b", "products": [empty]])
+                == ["products[0].permanentCredits must be from 1 to 1000000000000 whole credits for a CONSUMABLE"])
+        #expect(
+            Self.problems(["appKey": "a.b", "products": [Self.product(["permanentCredits": 5])]])
+                == ["products[0].permanentCredits is for a CONSUMABLE only (kind)"])
+        #expect(Self.problems(["appKey": "a.b", "products": [Self.product(removing: ["duration"])]]) == ["products[0].duration is required"])
+        #expect(Self.problems(["appKey": "a.b", "products": [Self.product(["kind": "NON_CONSUMABLE"])]]).count == 1)
+    }
+
     @Test func refusesMissingFieldsDuplicatesAndBadTopLevel() {
         #expect(Self.problems(["appKey": "a.b", "products": [Self.product(removing: ["planCode"])]]) == ["products[0].planCode is required"])
         #expect(Self.problems(["products": [Self.product()]]) == ["appKey is required"])

@@ -7,7 +7,7 @@ import Testing
 
 /// Thousands of mixed operations (grants, usages with retried keys, refunds and reversals,
 /// expiries, daily closes, yearly months) in a seeded random order; after every step no balance
-/// is negative and every balance equals the sum of its ledger.
+/// is negative and every balance equals the sum of its ledger and the sum of its lots.
 @Suite(.timeLimit(.minutes(5)))
 struct CreditLedgerRandomizedTests {
     /// SplitMix64: a reproducible sequence (the seed is in the failure message).
@@ -60,7 +60,8 @@ struct CreditLedgerRandomizedTests {
                     }
                 case 55..<65:
                     guard let key = grantKeys.randomElement(using: &random) else { continue }
-                    try await f.pool.transaction { try await CreditLedger.revoke(grantKey: key, on: $0) }
+                    let percentage = [nil, 50_000, Int.random(in: 0...100_000, using: &random)].randomElement(using: &random)!
+                    try await f.pool.transaction { try await CreditLedger.revoke(grantKey: key, percentage: percentage, on: $0) }
                     counts["refund", default: 0] += 1
                 case 65..<72:
                     guard let key = grantKeys.randomElement(using: &random) else { continue }

@@ -26,23 +26,63 @@ struct CreditLedgerTests {
         }
     }
 
-    @Test func revocationTakesAtMostThePoolAndRestorationGivesItBack() async throws {
+    @Test func revocationTakesWhatRemainsOfItsLotAndRestorationGivesItBack() async throws {
         try await CreditsFixture.with { f in
             try await f.fund("alice", .subscription, micro: 1000 * Self.credit, key: "g")
             try await f.rate("call", micro: 400 * Self.credit)
             _ = try await f.use("alice", units: 1)
 
-            let revoked = try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", on: $0) }
-            #expect(revoked == CreditRevocation(revoked: 600 * Self.credit, unrecoverable: 400 * Self.credit))
+            let revoked = try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", percentage: nil, on: $0) }
+            #expect(revoked == 600 * Self.credit)
             #expect(try await f.total("alice") == 0)
+            #expect(try await f.count("SELECT unrecoverable_amount FROM credit_grant WHERE grant_key = 'g'") == 400 * Int(Self.credit))
             // Again: nothing left to take.
-            #expect(try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", on: $0) }.revoked == 0)
+            #expect(try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", percentage: nil, on: $0) } == 0)
             #expect(try await f.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'REVOCATION'") == 1)
 
             #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 600 * Self.credit)
             #expect(try await f.total("alice") == 600 * Self.credit)
             #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 0)
             #expect(try await f.violations() == 0)
+        }
+    }
+
+    /// Usage burns SUBSCRIPTION, then WELCOME, then PERMANENT, and within a pool the lot granted
+    /// first; a refund takes from its own lot only (prorated: its share of what remains, rounded
+    /// in the user's favour), never from the lots of other grants; the lots always add up to the
+    /// balances (the ledger check).
+    @Test func usageBurnsLotsInOrderAndARefundTakesOnlyItsOwnLot() async throws {
+        try await CreditsFixture.with { f in
+            try await f.fund("bea", .permanent, micro: 50 * Self.credit, key: "pack")
+            try await f.fund("bea", .subscription, micro: 100 * Self.credit, key: "old")
+            try await f.fund("bea", .welcome, micro: 10 * Self.credit, key: "welcome")
+            try await f.fund("bea", .subscription, micro: 100 * Self.credit, key: "new")
+            try await f.rate("call", micro: Self.credit)
+            _ = try await f.use("bea", units: 150)
+            #expect(try await f.remaining() == ["old": 0, "new": 50 * Self.credit, "welcome": 10 * Self.credit, "pack": 50 * Self.credit])
+            _ = try await f.use("bea", units: 55)
+            #expect(try await f.remaining() == ["old": 0, "new": 0, "welcome": 5 * Self.credit, "pack": 50 * Self.credit])
+            // The old grant's refund takes nothing: its lot was used up; the newer lots are untouched.
+            #expect(try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "old", percentage: nil, on: $0) } == 0)
+            #expect(try await f.remaining()["welcome"] == 5 * Self.credit)
+            // A 50% refund of the pack: half of what remains, the rest stays spendable.
+            try await f.fund("bea", .permanent, micro: 7 * Self.credit + 1, key: "pack2")
+            #expect(
+                try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "pack2", percentage: 50_000, on: $0) }
+                    == 3_500_000)
+            #expect(try await f.remaining()["pack2"] == 3_500_001)
+            #expect(try await f.violations() == 0)
+            // A debit by an operator burns the lots too.
+            try await f.pool.transaction {
+                try await CreditLedger.adjust(
+                    userID: "bea", pool: .permanent, amount: -51 * Self.credit, adjustmentNo: "D1", operator: "ops", reason: "test",
+                    on: $0)
+            }
+            #expect(try await f.remaining()["pack"] == 0)
+            #expect(try await f.remaining()["pack2"] == 2_500_001)
+            #expect(try await f.violations() == 0)
+            try await f.pool.query("UPDATE credit_grant SET remaining = remaining - 1 WHERE grant_key = 'pack2'")
+            #expect(try await f.violations() == 1, "the check covers the lots")
         }
     }
 

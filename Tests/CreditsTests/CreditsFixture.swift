@@ -65,6 +65,15 @@ struct CreditsFixture {
             now: now, pool: pool)
     }
 
+    /// What remains of each lot, by grant key.
+    func remaining() async throws -> [String: MicroCredits] {
+        var lots: [String: MicroCredits] = [:]
+        for row in try await pool.query("SELECT grant_key, remaining FROM credit_grant") {
+            lots[try row.decode("grant_key")] = try row.decode("remaining")
+        }
+        return lots
+    }
+
     func violations() async throws -> Int {
         try await pool.withConnection { try await CreditLedger.invariantViolations(on: $0) }
     }

@@ -18,7 +18,9 @@ enum Catalogue {
     static let team = CatalogueProduct(
         productID: "com.example.team.monthly", subscriptionGroupID: group, planCode: "team", planLevel: 2,
         duration: .month, creditsAmount: 1200)
-    static let all = Dictionary(uniqueKeysWithValues: [starter, pro, proYearly, team].map { ($0.productID, $0) })
+    /// A credit pack.
+    static let pack = CatalogueProduct.consumable(productID: "com.example.credits.500", planCode: "pack500", permanentCredits: 500)
+    static let all = Dictionary(uniqueKeysWithValues: [starter, pro, proYearly, team, pack].map { ($0.productID, $0) })
 }
 
 /// Storage in memory, applying plans the way the worker's SQL does, so sequences of events can be
@@ -28,8 +30,8 @@ struct MemoryStore {
     var owners: [String: String] = [:]
     var subscription: SubscriptionRecord?
     var orders: [OrderRecord] = []
-    var grants: [String: (transactionID: String, record: GrantRecord)] = [:]
-    var balance: MicroCredits = 0
+    /// Every grant as a lot, in the order granted, with the transaction that earned it.
+    var lots: [(transactionID: String, record: GrantRecord)] = []
     var users: [String: UserRecord] = [:]
     var tokens: [String: String] = [:]
     var binding: ChainBindingRecord?
@@ -48,7 +50,8 @@ struct MemoryStore {
             transactionOwner: transaction.flatMap { owners[$0.transactionID] },
             linkedOrder: transaction.flatMap { t in orders.first { $0.transactionID == t.transactionID } },
             submittedOrder: submitted, openOrders: orders.filter { $0.status.isOpen },
-            grants: grants.values.filter { $0.transactionID == transaction?.transactionID }.map(\.record),
+            grants: lots.filter { $0.transactionID == transaction?.transactionID }.map(\.record),
+            chainGrants: Dictionary(lots.map { ($0.record.grantKey, $0.record.amount) }) { first, _ in first },
             everyoneIsTestUser: true, now: now)
     }
 
@@ -74,25 +77,52 @@ struct MemoryStore {
             subscription = SubscriptionRecord(owner: user, state: change.state, frozenReason: subscription?.frozenReason)
         }
         for grant in plan.grants where grants[grant.grantKey] == nil {
-            grants[grant.grantKey] = (
-                transaction!.transactionID,
-                GrantRecord(grantKey: grant.grantKey, userID: user.userID, pool: grant.pool, amount: grant.amount)
-            )
-            balance += grant.amount
+            lots.append(
+                (transaction!.transactionID, GrantRecord(grantKey: grant.grantKey, userID: user.userID, pool: grant.pool, amount: grant.amount)))
         }
-        for grant in plan.revocations {
-            let taken = CreditRules.revocation(
-                granted: grant.amount, alreadyRevoked: grant.revokedAmount + grant.unrecoverableAmount, poolBalance: balance)
-            grants[grant.grantKey]!.record.revokedAmount += taken.revoke
-            grants[grant.grantKey]!.record.unrecoverableAmount += taken.unrecoverable
-            balance -= taken.revoke
-        }
-        for grant in plan.restorations {
-            balance += grant.revokedAmount
-            grants[grant.grantKey]!.record.revokedAmount = 0
-            grants[grant.grantKey]!.record.unrecoverableAmount = 0
+        for index in lots.indices {
+            if plan.revocations.contains(where: { $0.grantKey == lots[index].record.grantKey }) {
+                CreditRules.revoke(&lots[index].record, percentage: plan.revocationPercentage)
+            }
+            if plan.restorations.contains(where: { $0.grantKey == lots[index].record.grantKey }) {
+                CreditRules.restore(&lots[index].record)
+            }
+            if let ending = plan.restoreClearing { CreditRules.restoreClearing(&lots[index].record, ending: ending) }
         }
         return plan
+    }
+
+    var grants: [String: (transactionID: String, record: GrantRecord)] {
+        Dictionary(lots.map { ($0.record.grantKey, $0) }) { first, _ in first }
+    }
+    /// The sum of the lots, as the balances are.
+    var balance: MicroCredits { lots.reduce(0) { $0 + $1.record.remaining } }
+    func balance(_ pool: CreditPool) -> MicroCredits {
+        lots.filter { $0.record.pool == pool }.reduce(0) { $0 + $1.record.remaining }
+    }
+
+    /// Metered usage: the pools in order, within each the lot granted first; false (nothing
+    /// changes) when the balance cannot cover it.
+    @discardableResult
+    mutating func use(_ cost: MicroCredits) -> Bool {
+        let balances = Dictionary(CreditPool.allCases.map { ($0, balance($0)) }) { a, _ in a }
+        guard let drawn = CreditRules.draw(cost, from: balances) else { return false }
+        for (pool, amount) in drawn {
+            var pooled = lots.filter { $0.record.pool == pool }.map(\.record)
+            CreditRules.burn(amount, from: &pooled)
+            for lot in pooled {
+                let index = lots.firstIndex { $0.record.grantKey == lot.grantKey }!
+                lots[index].record = lot
+            }
+        }
+        return true
+    }
+
+    /// The midnight clearing of a chain's true ending: every SUBSCRIPTION lot.
+    mutating func clear(ending: String) {
+        for index in lots.indices where lots[index].record.pool == .subscription {
+            CreditRules.clear(&lots[index].record, ending: ending)
+        }
     }
 }
 
@@ -337,7 +367,8 @@ struct MemoryStore {
         var store = store()
         let purchase = tx("1000", purchase: t0)
         store.apply(initialBuy, purchase, now: t0)
-        store.balance -= Credits.micro(400)  // usage
+        let used = store.use(Credits.micro(400))
+        #expect(used)
         var refunded = purchase
         refunded.revocationDate = t0 + 2 * day
         refunded.signedDate = t0 + 2 * day
@@ -357,6 +388,37 @@ struct MemoryStore {
         // The older refund arriving late does not undo the reversal.
         let late = store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 3 * day)
         #expect(late.storeTransaction == nil && late.revocations.isEmpty)
+    }
+
+    /// A credit pack bought twice (`ONE_TIME_CHARGE`, each purchase its own transaction and
+    /// original id): one PERMANENT lot per purchase, once each, no subscription; a refund of one
+    /// takes what remains of its own lot only.
+    @Test func aCreditPackGrantsPermanentCreditsOncePerPurchase() {
+        var store = store()
+        let charge = FactSource.notification(type: "ONE_TIME_CHARGE", subtype: nil)
+        var first = tx("7001", Catalogue.pack, purchase: t0, original: "7001")
+        first.expiresDate = nil
+        var second = tx("7002", Catalogue.pack, purchase: t0 + day, original: "7002")
+        second.expiresDate = nil
+        let bought = store.apply(charge, first, now: t0)
+        #expect(
+            bought.grants == [
+                GrantDecision(grantKey: "purchase:Sandbox:7001", pool: .permanent, amount: Credits.micro(500), reason: "CONSUMABLE")
+            ])
+        #expect(bought.subscription == nil && bought.order?.order.type == .recovery)
+        #expect(store.apply(charge, first, now: t0).grants.isEmpty, "once per transaction")
+        store.apply(charge, second, now: t0 + day)
+        #expect(store.balance(.permanent) == Credits.micro(1000))
+        let used = store.use(Credits.micro(600))
+        #expect(used)
+        var refunded = first
+        refunded.revocationDate = t0 + 2 * day
+        refunded.signedDate = t0 + 2 * day
+        let refund = store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 2 * day)
+        #expect(refund.revocations.map(\.grantKey) == ["purchase:Sandbox:7001"])
+        #expect(refund.subscription == nil)
+        #expect(store.balance(.permanent) == Credits.micro(400), "the first pack was used up; the second keeps its 400")
+        #expect(store.subscription == nil)
     }
 
     @Test func upgradesSwitchAtOnceWithAChangeOrderAndTheDifference() {
@@ -496,6 +558,54 @@ struct MemoryStore {
                 #expect(outcome.2 == Credits.micro(2000))
             }
         }
+    }
+
+    /// Every replay of a chain's facts in any order gives the same balances: plan changes inside
+    /// one period (same-level switches back and forth, an upgrade by difference, an upgrade in
+    /// full) and a renewal, in every arrival order through the planner.
+    static let replayedRuns: [(name: String, plans: [CatalogueProduct], expected: Int64)] = [
+        ("switches", [Catalogue.starter, Catalogue.team, Catalogue.starter, Catalogue.team], 1200 + 1200),
+        ("difference upgrade", [Catalogue.team, Catalogue.starter, Catalogue.pro], 3000 + 3000),
+        ("full upgrade", [Catalogue.starter, Catalogue.proYearly], 1000 + 3000 + 3000),
+    ]
+
+    @Test(arguments: 0..<3)
+    func planChangesGrantTheSameInEveryArrivalOrder(run: Int) {
+        let (name, plans, expected) = Self.replayedRuns[run]
+        let change = FactSource.notification(type: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE")
+        var events: [(FactSource, TransactionFact)] = plans.enumerated().map { index, product in
+            (
+                index == 0 ? initialBuy : change,
+                tx(
+                    "10\(index)", product, purchase: t0 + Double(index) * day, days: product.duration == .year ? 365 : 30,
+                    original: "100")
+            )
+        }
+        let last = plans.last!
+        events.append(
+            (didRenew, tx("109", last, purchase: t0 + (last.duration == .year ? 365 : 30) * day, reason: "RENEWAL", original: "100")))
+        var balances: Set<MicroCredits> = []
+        for permutation in permutations(Array(events.indices)) {
+            var store = store()
+            for index in permutation { store.apply(events[index].0, events[index].1, now: t0 + 2 * day) }
+            balances.insert(store.balance)
+            #expect(store.balance == Credits.micro(expected), "\(name): order \(permutation)")
+        }
+        #expect(balances.count == 1, "\(name)")
+    }
+
+    /// A purchase of the same plan after its period was refunded is a new purchase, in full.
+    @Test func aPurchaseAfterARefundOfTheSamePlanGrantsInFull() {
+        var store = store()
+        let purchase = tx("1000", purchase: t0)
+        store.apply(initialBuy, purchase, now: t0)
+        var refunded = purchase
+        refunded.revocationDate = t0 + day
+        refunded.signedDate = t0 + day
+        store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + day)
+        let again = store.apply(initialBuy, tx("1001", purchase: t0 + 2 * day, original: "1000"), now: t0 + 2 * day)
+        #expect(again.grants.map(\.amount) == [Credits.micro(1000)])
+        #expect(store.balance == Credits.micro(1000))
     }
 
     func permutations<T>(_ items: [T]) -> [[T]] {

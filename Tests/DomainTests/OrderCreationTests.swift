@@ -26,6 +26,14 @@ import Testing
         #expect(OrderCreation.decide(inputs()) == .create(.initial, superseding: []))
     }
 
+    /// A credit pack is bought as often as wanted, also while another purchase is open; a
+    /// retried click still answers its first order.
+    @Test func aCreditPackIsAlwaysANewInitialOrder() {
+        let pack = OrderCreation.Product(productID: "starter", subscriptionGroupID: "", kind: .consumable)
+        #expect(OrderCreation.decide(inputs(product: pack, open: [order("o1", .pending, age: 10)])) == .create(.initial, superseding: []))
+        #expect(OrderCreation.decide(inputs(product: pack, sameRequest: order("o2", age: 10))) == .replay(orderNo: "o2"))
+    }
+
     @Test func aProductNotOnSaleIsRefusedBeforeAnythingElse() {
         let decision = OrderCreation.decide(inputs(product: nil, sameRequest: order("o1", age: 10)))
         #expect(decision == .refuse(.productUnavailable))

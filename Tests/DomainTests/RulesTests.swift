@@ -30,6 +30,7 @@ import Testing
         #expect(NotificationMatrix.action(type: "REFUND_REVERSED", subtype: nil) == .restoreTransaction)
         #expect(NotificationMatrix.action(type: "REFUND_DECLINED", subtype: nil) == .recordOnly)
         #expect(NotificationMatrix.action(type: "TEST", subtype: nil) == .recordOnly)
+        #expect(NotificationMatrix.action(type: "ONE_TIME_CHARGE", subtype: nil) == .applyTransaction(.initial), "a credit pack")
         #expect(NotificationMatrix.action(type: "SOMETHING_NEW", subtype: "X") == .unknown)
         #expect(NotificationMatrix.alerts(type: "EXPIRED", subtype: "PRODUCT_NOT_FOR_SALE"))
         #expect(NotificationMatrix.action(type: "OFFER_REDEEMED", subtype: "INITIAL_BUY") == .applyTransaction(.initial))
@@ -162,10 +163,47 @@ import Testing
         #expect(CreditRules.draw(350, from: balances) == [.subscription: 350])
     }
 
-    @Test func revocationNeverDrivesABalanceNegative() {
-        #expect(CreditRules.revocation(granted: 1000, alreadyRevoked: 0, poolBalance: 400) == (400, 600))
-        #expect(CreditRules.revocation(granted: 1000, alreadyRevoked: 400, poolBalance: 5000) == (600, 0))
-        #expect(CreditRules.revocation(granted: 1000, alreadyRevoked: 0, poolBalance: -3) == (0, 1000))
+    /// A refund takes from its own lot only: what remains of it (times the prorated share, rounded
+    /// in the user's favour), once; a reversal gives exactly that back.
+    @Test func aRefundTakesWhatRemainsOfItsLotAndAReversalGivesItBack() {
+        var lot = GrantRecord(grantKey: "g", userID: "u", pool: .subscription, amount: 1000, remaining: 400)
+        #expect(CreditRules.revoke(&lot, percentage: nil) == 400)
+        #expect(lot.remaining == 0 && lot.revoked && lot.unrecoverableAmount == 600)
+        #expect(CreditRules.revoke(&lot, percentage: nil) == 0, "once")
+        #expect(CreditRules.restore(&lot) == 400)
+        #expect(lot.remaining == 400 && !lot.revoked && lot.unrecoverableAmount == 0)
+        #expect(CreditRules.restore(&lot) == 0, "once")
+
+        var prorated = GrantRecord(grantKey: "h", userID: "u", pool: .subscription, amount: 1001, remaining: 1001)
+        #expect(CreditRules.revoke(&prorated, percentage: 50_000) == 500, "half, rounded down: the user keeps the odd micro-credit")
+        #expect(prorated.remaining == 501 && prorated.unrecoverableAmount == 0)
+        var spent = GrantRecord(grantKey: "i", userID: "u", pool: .subscription, amount: 1000, remaining: 100)
+        #expect(CreditRules.revoke(&spent, percentage: 50_000) == 50)
+        #expect(spent.unrecoverableAmount == 450, "half of the lot was refunded; 50 could be taken")
+        #expect(CreditRules.revoke(&spent, percentage: nil) == 0)
+        // Out-of-range percentages are clamped; huge lots do not overflow.
+        var huge = GrantRecord(grantKey: "j", userID: "u", pool: .permanent, amount: .max, remaining: .max)
+        #expect(CreditRules.revoke(&huge, percentage: 250_000) == .max)
+    }
+
+    @Test func usageBurnsTheLotGrantedFirstAndClearingsAreUndoneOnlyForTheirEnding() {
+        var lots = [
+            GrantRecord(grantKey: "a", userID: "u", pool: .subscription, amount: 300),
+            GrantRecord(grantKey: "b", userID: "u", pool: .subscription, amount: 500),
+            GrantRecord(grantKey: "c", userID: "u", pool: .subscription, amount: 200),
+        ]
+        #expect(CreditRules.burn(450, from: &lots) == 450)
+        #expect(lots.map(\.remaining) == [0, 350, 200])
+        #expect(CreditRules.burn(1000, from: &lots) == 550, "at most what the lots hold")
+        #expect(lots.map(\.remaining) == [0, 0, 0])
+
+        var lot = GrantRecord(grantKey: "d", userID: "u", pool: .subscription, amount: 300, remaining: 120)
+        #expect(CreditRules.clear(&lot, ending: "Sandbox:1:2:REVOKED") == 120)
+        #expect(lot.remaining == 0)
+        #expect(CreditRules.restoreClearing(&lot, ending: "Sandbox:1:3:REVOKED") == 0, "another ending")
+        #expect(CreditRules.restoreClearing(&lot, ending: "Sandbox:1:2:REVOKED") == 120)
+        #expect(lot.remaining == 120 && lot.clearedBy == nil)
+        #expect(CreditRules.restoreClearing(&lot, ending: "Sandbox:1:2:REVOKED") == 0, "once")
     }
 
     @Test func dailyChargeRoundsUp() {

@@ -128,13 +128,13 @@ struct FulfillmentBatchTests {
 }
 
 /// What a test reads of an applied event.
-private struct Applied {
+struct Applied {
     var verdict: FulfillmentVerdict
     var granted: Int
 }
 
 /// A fact to store as a notification and hand over verified.
-private struct Fact {
+struct Fact {
     var type: String
     var subtype: String?
     var transaction: TransactionRecord
@@ -148,26 +148,53 @@ private struct Fact {
         fact("DID_RENEW", nil, original: original, transaction: transaction, token: token, daysAgo: daysAgo)
     }
 
-    private static func fact(
-        _ type: String, _ subtype: String?, original: String, transaction: String, token: UUID, daysAgo: Double
+    static func fact(
+        _ type: String, _ subtype: String?, original: String, transaction: String, token: UUID, daysAgo: Double,
+        product: String = FulfillmentBatchTests.product
     ) -> Fact {
         let purchased = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - daysAgo * 86_400).rounded())
         let fact = TransactionFact(
             environment: "Sandbox", transactionID: transaction, originalTransactionID: original,
-            productID: FulfillmentBatchTests.product, purchaseDate: purchased, originalPurchaseDate: purchased,
+            productID: product, purchaseDate: purchased, originalPurchaseDate: purchased,
             expiresDate: purchased + 30 * 86_400, transactionReason: subtype == nil ? "RENEWAL" : "PURCHASE",
             appAccountToken: token.uuidString.lowercased(), signedDate: purchased)
         return Fact(
             type: type, subtype: subtype,
             transaction: TransactionRecord(fact: fact, payloadHash: "hash-" + transaction, appAccountTokenUUID: token),
             renewal: RenewalFact(
-                environment: "Sandbox", originalTransactionID: original, productID: FulfillmentBatchTests.product,
-                autoRenewProductID: FulfillmentBatchTests.product, autoRenewEnabled: true, signedDate: purchased))
+                environment: "Sandbox", originalTransactionID: original, productID: product,
+                autoRenewProductID: product, autoRenewEnabled: true, signedDate: purchased))
+    }
+
+    /// Apple's REFUND of this fact's transaction (`percentage`: a prorated share in milliunits), signed `signed`.
+    func refund(percentage: Int? = nil, signed: Date = Date() - 60) -> Fact {
+        var refund = self
+        refund.type = "REFUND"
+        refund.subtype = nil
+        refund.transaction.fact.revocationDate = signed
+        refund.transaction.fact.revocationPercentage = percentage
+        refund.transaction.fact.signedDate = signed
+        refund.transaction.revocationType = percentage == nil ? "REFUND_FULL" : "REFUND_PRORATED"
+        refund.renewal.signedDate = signed
+        return refund
+    }
+
+    /// Apple's REFUND_REVERSED: the transaction signed again, without its revocation.
+    func reversal(signed: Date = Date() - 30) -> Fact {
+        var reversal = self
+        reversal.type = "REFUND_REVERSED"
+        reversal.subtype = nil
+        reversal.transaction.fact.revocationDate = nil
+        reversal.transaction.fact.revocationPercentage = nil
+        reversal.transaction.fact.signedDate = signed
+        reversal.transaction.revocationType = nil
+        reversal.renewal.signedDate = signed
+        return reversal
     }
 }
 
 /// A migrated database with the catalogue, and the store a worker would use on it.
-private struct Fixture {
+struct Fixture {
     let database: TestDatabase
     let events: EventIntakeStore
     let leases: EventLeaseStore

@@ -174,6 +174,7 @@ struct FulfillmentNotificationTests {
             INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
             SELECT 'alice', 'SUBSCRIPTION', -400000000, balance, 'USAGE', 'test-usage' FROM used
             """)
+        try await harness.pool.query("SELECT credit_burn_lots('alice', 'SUBSCRIPTION', 400000000)")
 
         var refunded = purchase
         refunded.revocationDate = TestPayloads.wholeMilliseconds(now - 3600)

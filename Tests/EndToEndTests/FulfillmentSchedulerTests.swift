@@ -141,7 +141,7 @@ struct FulfillmentSchedulerTests {
         #expect(alice.customerConsented == true)
         #expect(alice.deliveryStatus == "DELIVERED")
         #expect(alice.sampleContentProvided == false)
-        #expect(alice.consumptionPercentage == nil, "Apple reads none for auto-renewable subscriptions")
+        #expect(alice.consumptionPercentage == 0, "none of the purchase's credits were used (its lot is whole)")
         #expect(alice.refundPreference == "GRANT_PRORATED", "the catalogue's preference for the product")
         #expect(harness.mock.consumptionData(for: purchases["bob"]!.transactionId!) == nil)
         #expect(harness.mock.consumptionData(for: purchases["carol"]!.transactionId!) == nil)
@@ -384,23 +384,33 @@ struct FulfillmentSchedulerTests {
 @Suite struct ConsumptionReportTests {
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 
-    func facts(granted: Int64?, trial: Bool = false, preference: RefundPreference? = nil) -> ConsumptionFacts {
+    func facts(granted: Int64?, used: Int64 = 0, trial: Bool = false, preference: RefundPreference? = nil) -> ConsumptionFacts {
         ConsumptionFacts(
-            granted: granted.map { $0 * 1_000_000 }, poolBalance: 0, hadFreeTrial: trial, delivered: granted != nil,
+            granted: granted.map { $0 * 1_000_000 }, used: used * 1_000_000, hadFreeTrial: trial, delivered: granted != nil,
             accountCreated: now, appAccountToken: nil, refundPreference: preference)
     }
 
-    /// Send Consumption Information's request: consent true, delivery, the trial as a sample,
-    /// the catalogue's refund preference, and no percentage for an auto-renewable subscription.
+    /// Send Consumption Information's request: consent true, how much of the transaction's credits
+    /// its lots used (milliunits), delivery, the trial as a sample, the catalogue's refund preference.
     @Test func theAnswerCarriesApplesFieldsOnly() {
-        let delivered = ConsumptionReport.request(facts(granted: 1000, trial: true, preference: .grantProrated))
+        let delivered = ConsumptionReport.request(facts(granted: 1000, used: 250, trial: true, preference: .grantProrated))
         #expect(
             delivered
                 == ConsumptionRequest(
-                    customerConsented: true, deliveryStatus: "DELIVERED", refundPreference: "GRANT_PRORATED", sampleContentProvided: true))
+                    customerConsented: true, consumptionPercentage: 25_000, deliveryStatus: "DELIVERED",
+                    refundPreference: "GRANT_PRORATED", sampleContentProvided: true))
         let nothing = ConsumptionReport.request(facts(granted: nil))
         #expect(
             nothing == ConsumptionRequest(customerConsented: true, deliveryStatus: "UNDELIVERED_OTHER", sampleContentProvided: false))
         #expect(RefundPreference.allCases.map(\.rawValue) == ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"])
+    }
+
+    @Test func theConsumptionPercentageIsTheUsedShareInMilliunitsRoundedDown() {
+        #expect(ConsumptionReport.consumptionPercentage(used: 0, granted: 1000) == 0)
+        #expect(ConsumptionReport.consumptionPercentage(used: 1000, granted: 1000) == 100_000)
+        #expect(ConsumptionReport.consumptionPercentage(used: 1, granted: 3) == 33_333)
+        #expect(ConsumptionReport.consumptionPercentage(used: 5000, granted: 1000) == 100_000, "never above 100%")
+        #expect(ConsumptionReport.consumptionPercentage(used: 10, granted: nil) == nil)
+        #expect(ConsumptionReport.consumptionPercentage(used: 0, granted: 0) == nil)
     }
 }

@@ -82,6 +82,13 @@ struct ReadRouteTests {
                        ('com.example.subscriptions', 'com.example.addon.lite', '22000000', 'lite', 2, 'P1M', 50, true),
                        ('com.other.app', 'com.other.monthly', '23000000', 'other', 1, 'P1M', 100, true)
                 """)
+            // A credit pack: no group, level, duration or timing; always a new purchase.
+            try await harness.pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount,
+                                             kind, permanent_credits)
+                VALUES ('com.example.subscriptions', 'com.example.credits.pack100', '', 'pack100', 1, 'P1M', 0, 'CONSUMABLE', 100)
+                """)
             try await harness.rows.addSubscription(
                 user: "starter", product: "com.example.starter.monthly", status: "ACTIVE", expiresAt: wholeSeconds(86_400))
             try await harness.rows.addSubscription(
@@ -104,6 +111,7 @@ struct ReadRouteTests {
             func expected(_ values: [String], addon: String = "NEW") -> [String: String] {
                 let addons = ["com.example.addon.monthly", "com.example.addon2.monthly", "com.example.addon2.weekly", "com.example.addon.lite"]
                 return Dictionary(uniqueKeysWithValues: zip(main, values)).merging(addons.map { ($0, addon) }) { a, _ in a }
+                    .merging(["com.example.credits.pack100": "NEW"]) { a, _ in a }
             }
             #expect(try await relations("starter") == expected(["CURRENT", "UPGRADE", "UPGRADE"]))
             #expect(try await relations("yearly") == expected(["DOWNGRADE", "CROSSGRADE", "CURRENT"]))
@@ -134,14 +142,23 @@ struct ReadRouteTests {
             #expect(
                 try await timings("yearly").filter { main.contains($0.key) }
                     == Dictionary(uniqueKeysWithValues: zip(main, ["NEXT_RENEWAL", "NEXT_RENEWAL", "null"])))
-            #expect(try await timings("lapsed").values.allSatisfy { $0 == "NOW" }, "a first purchase takes effect at once")
+            let lapsed = try await timings("lapsed")
+            #expect(
+                lapsed.filter { $0.key != "com.example.credits.pack100" }.values.allSatisfy { $0 == "NOW" },
+                "a first purchase takes effect at once")
+            #expect(lapsed["com.example.credits.pack100"] == "null", "a credit pack changes no plan")
 
             let products = try #require(try await harness.read("/api/v1/subscriptions/products", as: "starter")["products"] as? [[String: Any]])
             let yearly = try #require(products.first { $0["productId"] as? String == "com.example.pro.yearly" })
             #expect(
                 Set(yearly.keys) == [
-                    "productId", "planCode", "planLevel", "duration", "creditsAmount", "subscriptionGroupId", "relation", "changeTiming",
+                    "productId", "kind", "planCode", "planLevel", "duration", "creditsAmount", "permanentCredits", "subscriptionGroupId",
+                    "relation", "changeTiming",
                 ])
+            #expect(yearly["kind"] as? String == "AUTO_RENEWABLE" && yearly["permanentCredits"] as? Int == 0)
+            let pack = try #require(products.first { $0["productId"] as? String == "com.example.credits.pack100" })
+            #expect(pack["kind"] as? String == "CONSUMABLE" && pack["permanentCredits"] as? Int == 100)
+            #expect(pack["planLevel"] is NSNull && pack["duration"] is NSNull && pack["subscriptionGroupId"] is NSNull)
             #expect(yearly["planCode"] as? String == "pro")
             #expect(yearly["planLevel"] as? Int == 1)
             #expect(yearly["duration"] as? String == "P1Y")

@@ -112,7 +112,8 @@ struct EventReader: Sendable {
         let fact = TransactionFact(
             environment: environment, transactionID: id, originalTransactionID: original, productID: product,
             purchaseDate: purchase, originalPurchaseDate: decoded.originalPurchaseDate, expiresDate: decoded.expiresDate,
-            revocationDate: decoded.revocationDate, isUpgraded: decoded.isUpgraded ?? false,
+            revocationDate: decoded.revocationDate, revocationPercentage: decoded.revocationPercentage.map(Int.init),
+            isUpgraded: decoded.isUpgraded ?? false,
             ownershipType: decoded.rawInAppOwnershipType ?? "PURCHASED", offerType: decoded.rawOfferType.map(Int.init),
             offerDiscountType: decoded.rawOfferDiscountType, offerPeriod: decoded.offerPeriod,
             transactionReason: decoded.rawTransactionReason,

@@ -20,6 +20,7 @@ extension FulfillmentStore {
             'originalPurchaseDate', (extract(epoch FROM t.original_purchase_date) * 1000)::bigint,
             'expiresDate', (extract(epoch FROM t.expires_date) * 1000)::bigint,
             'revocationDate', (extract(epoch FROM t.revocation_date) * 1000)::bigint,
+            'revocationPercentage', t.revocation_percentage,
             'isUpgraded', t.is_upgraded, 'ownershipType', t.ownership_type, 'offerType', t.offer_type,
             'offerDiscountType', t.offer_discount_type, 'offerPeriod', t.offer_period,
             'transactionReason', t.transaction_reason,
@@ -98,7 +99,8 @@ extension FulfillmentStore {
                               'freePeriodGrantsCredits', json_strip_nulls(json_build_object(
                                   '2', promotional_free_grants_credits, '3', offer_code_free_grants_credits,
                                   '4', win_back_free_grants_credits)),
-                              'billingRetrySpendsCredits', billing_retry_spends_credits))
+                              'billingRetrySpendsCredits', billing_retry_spends_credits,
+                              'kind', kind, 'permanentCredits', permanent_credits))
                               FROM payment_product
                              WHERE channel = 'APPLE' AND app_key = \(appKey) AND NOT deleted
                                AND (product_id IN (e.product_id, e.renewal_product_id, e.auto_renew_product_id)
@@ -117,8 +119,13 @@ extension FulfillmentStore {
                                   FOR UPDATE OF o) AS open),
               'grants', (SELECT json_agg(json_build_object(
                            'grantKey', grant_key, 'userID', user_id, 'pool', pool, 'amount', amount,
-                           'revokedAmount', revoked_amount, 'unrecoverableAmount', unrecoverable_amount))
-                           FROM credit_grant WHERE environment = e.environment AND transaction_id = e.transaction_id)
+                           'remaining', remaining, 'revoked', revoked, 'revokedAmount', revoked_amount,
+                           'unrecoverableAmount', unrecoverable_amount, 'clearedAmount', cleared_amount,
+                           'clearedBy', cleared_by))
+                           FROM credit_grant WHERE environment = e.environment AND transaction_id = e.transaction_id),
+              'chainGrants', (SELECT json_object_agg(grant_key, amount) FROM credit_grant
+                               WHERE environment = e.environment AND original_transaction_id = e.original
+                                 AND grant_key LIKE 'period:%')
             ) AS loaded
               FROM unnest(\(PostgresArray(chains.map { $0?.0 }))::text[], \(PostgresArray(chains.map { $0?.1 }))::text[],
                           \(PostgresArray(batch.map { $0.verified.transaction?.appAccountTokenUUID }))::uuid[],
@@ -149,7 +156,7 @@ extension FulfillmentStore {
                 catalogue: Dictionary((loaded.catalogue ?? []).map { ($0.productID, $0) }) { first, _ in first },
                 stored: stored, transactionOwner: loaded.transactionOwner, linkedOrder: loaded.linkedOrder,
                 submittedOrder: loaded.submittedOrder, openOrders: loaded.openOrders ?? [], grants: loaded.grants ?? [],
-                everyoneIsTestUser: everyoneIsTestUser, now: pending.now)
+                chainGrants: loaded.chainGrants ?? [:], everyoneIsTestUser: everyoneIsTestUser, now: pending.now)
         }
     }
 
@@ -166,6 +173,7 @@ extension FulfillmentStore {
         var submittedOrder: OrderRecord?
         var openOrders: [OrderRecord]?
         var grants: [GrantRecord]?
+        var chainGrants: [String: MicroCredits]?
     }
 
     /// Every stored chain (or those of `environment`) with its facts, for `ChainReplay`: one query,

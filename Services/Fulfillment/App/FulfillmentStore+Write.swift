@@ -70,14 +70,20 @@ extension FulfillmentStore {
                 entry.plan.user.map {
                     CreditGrant(
                         userID: $0.userID, decision: decision, environment: fact?.environment,
-                        transactionID: fact?.transactionID, originalTransactionID: fact?.originalTransactionID)
+                        transactionID: fact?.transactionID, originalTransactionID: fact?.originalTransactionID,
+                        expiresAt: decision.pool == .subscription ? fact?.expiresDate : nil)
                 }
             }
         }
         let booked = try await CreditLedger.grant(grants.flatMap { $0 }, on: db)
         for (_, plan) in batch {
-            for grant in plan.revocations { try await CreditLedger.revoke(grantKey: grant.grantKey, on: db) }
+            for grant in plan.revocations {
+                try await CreditLedger.revoke(grantKey: grant.grantKey, percentage: plan.revocationPercentage, on: db)
+            }
             for grant in plan.restorations { try await CreditLedger.restore(grantKey: grant.grantKey, on: db) }
+            if let ending = plan.restoreClearing, let user = plan.user {
+                try await CreditLedger.restoreClearing(ending: ending, userID: user.userID, on: db)
+            }
         }
         // The ledger counts the batch; each event's share is what it planned (grant keys are unique
         // and the plans skip keys already booked), unless a key was booked meanwhile: then only a
@@ -109,6 +115,7 @@ extension FulfillmentStore {
                 .init("revocation_date", "timestamptz[]", t.map(\.fact.revocationDate)),
                 .init("revocation_type", "text[]", t.map(\.record?.revocationType)),
                 .init("revocation_reason", "integer[]", t.map(\.record?.revocationReason)),
+                .init("revocation_percentage", "integer[]", t.map(\.fact.revocationPercentage)),
                 .init("ownership_type", "text[]", t.map(\.fact.ownershipType)),
                 .init("offer_type", "integer[]", t.map(\.fact.offerType)),
                 .init("offer_identifier", "text[]", t.map(\.record?.offerIdentifier)),

@@ -47,7 +47,7 @@ struct ConsumptionResponder: Sendable {
         }
         let request = ConsumptionReport.request(
             ConsumptionFacts(
-                granted: loaded.granted, poolBalance: loaded.poolBalance ?? 0, hadFreeTrial: loaded.hadFreeTrial,
+                granted: loaded.granted, used: loaded.used ?? 0, hadFreeTrial: loaded.hadFreeTrial,
                 delivered: (loaded.granted ?? 0) > 0 || loaded.fulfilled, accountCreated: loaded.accountCreated,
                 appAccountToken: transaction.appAccountTokenUUID ?? loaded.token, refundPreference: loaded.refundPreference))
         let body = String(decoding: try AppStoreJSON.encoder().encode(request), as: UTF8.self)

@@ -21,13 +21,16 @@ struct CatalogueRoutes: Sendable {
         api.get("subscriptions/products") { _, context in try await products(user: try context.requireUser()) }
     }
 
+    /// A product; a credit pack (CONSUMABLE) has no level, duration, group or change timing.
     struct ProductView: Encodable, Sendable {
         let productId: String
+        let kind: ProductKind
         let planCode: String
-        let planLevel: Int
-        let duration: ProductDuration
+        @ExplicitNull var planLevel: Int?
+        @ExplicitNull var duration: ProductDuration?
         let creditsAmount: Int64
-        let subscriptionGroupId: String
+        let permanentCredits: Int64
+        @ExplicitNull var subscriptionGroupId: String?
         let relation: PlanRelation
         @ExplicitNull var changeTiming: ChangeTiming?
     }
@@ -49,10 +52,16 @@ struct CatalogueRoutes: Sendable {
             current[product.subscriptionGroupID] = product
         }
         let offered = products.filter(\.enabled).map { product in
+            guard product.kind == .autoRenewable else {
+                return ProductView(
+                    productId: product.productID, kind: product.kind, planCode: product.planCode, planLevel: nil, duration: nil,
+                    creditsAmount: 0, permanentCredits: product.permanentCredits, subscriptionGroupId: nil, relation: .new,
+                    changeTiming: nil)
+            }
             let plan = current[product.subscriptionGroupID]
             return ProductView(
-                productId: product.productID, planCode: product.planCode, planLevel: product.planLevel,
-                duration: product.duration, creditsAmount: product.creditsAmount,
+                productId: product.productID, kind: product.kind, planCode: product.planCode, planLevel: product.planLevel,
+                duration: product.duration, creditsAmount: product.creditsAmount, permanentCredits: 0,
                 subscriptionGroupId: product.subscriptionGroupID,
                 relation: PlanRelation.between(current: plan, candidate: product),
                 changeTiming: ChangeTiming.of(current: plan, candidate: product))
