@@ -30,7 +30,7 @@ struct IngressProcessTests {
         #expect(missing.status == 404)
         #expect(try missing.json()["code"] as? String == "NOT_FOUND")
 
-        #expect(ingress.terminate(timeout: 30) == 0, "\(ingress.output.suffix(2000))")
+        #expect(await ingress.terminate(timeout: 30) == 0, "\(ingress.output.suffix(2000))")
         #expect(ingress.output.contains("\"level\":\"info\",\"logger\":\"ingress\",\"message\":\"schema ready\""))
     }
 
@@ -43,7 +43,7 @@ struct IngressProcessTests {
             ])
         let exited = await eventually(timeout: 30) { !ingress.isRunning }
         #expect(exited)
-        #expect(ingress.terminate() == 2)
+        #expect(await ingress.terminate() == 2)
         let output = ingress.output
         #expect(output.contains("DATABASE_URL: invalid value"))
         #expect(output.contains("KAFKA_BROKERS: invalid value 'nohost'; expected host:port"))

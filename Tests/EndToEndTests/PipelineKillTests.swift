@@ -40,7 +40,7 @@ struct PipelineKillTests {
         if signal == SIGKILL {
             first.kill()
         } else {
-            #expect(first.terminate(timeout: 30) == 0, "\(first.output.suffix(2000))")
+            #expect(await first.terminate(timeout: 30) == 0, "\(first.output.suffix(2000))")
         }
         #expect(try await stream.count("SELECT count(*) FROM processed_event") < stream.total, "the stop must land mid-stream")
         if signal == SIGTERM {
@@ -55,7 +55,7 @@ struct PipelineKillTests {
         try await stream.expectEveryEventAppliedOnce(timeout: 120, survivors: [second])
         #expect(try await stream.count("SELECT count(*) FROM processed_event WHERE worker_id = 'worker-b'") > 0)
         // A graceful stop of an idle worker leaves the group and exits cleanly too.
-        #expect(second.terminate(timeout: 30) == 0, "\(second.output.suffix(2000))")
+        #expect(await second.terminate(timeout: 30) == 0, "\(second.output.suffix(2000))")
         await stream.shutdown()
     }
 

@@ -13,14 +13,15 @@ struct CatalogAndTokenCommandTests {
     @Test func catalogApplyUpsertsAndReportsWhatChanged() async throws {
         try await withTestDatabase("subsctl") { database in
             let environment = ["DATABASE_URL": database.url]
-            let first = try Subsctl.run(["catalog", "apply", "--operator", "ops-alice", "--reason", "demo", Self.demoPath], environment: environment)
+            let first = try await Subsctl.run(
+                ["catalog", "apply", "--operator", "ops-alice", "--reason", "demo", Self.demoPath], environment: environment)
             #expect(first.status == 0, "\(first.stderr)")
             #expect(first.stdout.split(separator: "\n").last == "inserted=3 updated=0 unchanged=0")
             #expect(first.stdout.contains("inserted com.example.pro.yearly"))
             #expect(try await database.count("SELECT count(*) FROM payment_product WHERE version = 1") == 3)
             #expect(try await database.count("SELECT count(*) FROM audit_log WHERE operator = 'ops-alice' AND reason = 'demo'") == 3)
 
-            let again = try Subsctl.run(["catalog", "apply", Self.demoPath], environment: environment)
+            let again = try await Subsctl.run(["catalog", "apply", Self.demoPath], environment: environment)
             #expect(again.status == 0, "\(again.stderr)")
             #expect(again.stdout.split(separator: "\n").last == "inserted=0 updated=0 unchanged=3")
             #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
@@ -31,7 +32,7 @@ struct CatalogAndTokenCommandTests {
             defer { try? FileManager.default.removeItem(at: changed) }
             try text.replacingOccurrences(of: "\"creditsAmount\": 1000", with: "\"creditsAmount\": 1200").write(
                 to: changed, atomically: true, encoding: .utf8)
-            let third = try Subsctl.run(["catalog", "apply", changed.path], environment: environment)
+            let third = try await Subsctl.run(["catalog", "apply", changed.path], environment: environment)
             #expect(third.status == 0, "\(third.stderr)")
             #expect(third.stdout.contains("updated com.example.starter.monthly"))
             #expect(
@@ -45,7 +46,7 @@ struct CatalogAndTokenCommandTests {
             let broken = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")
             defer { try? FileManager.default.removeItem(at: broken) }
             try text.replacingOccurrences(of: "\"planLevel\": 2", with: "\"planLevel\": 0").write(to: broken, atomically: true, encoding: .utf8)
-            let refused = try Subsctl.run(["catalog", "apply", broken.path], environment: environment)
+            let refused = try await Subsctl.run(["catalog", "apply", broken.path], environment: environment)
             #expect(refused.status == 1)
             #expect(refused.stderr.contains("products[0].planLevel must be from 1"))
             #expect(try await database.count("SELECT count(*) FROM audit_log") == 4)
@@ -53,10 +54,10 @@ struct CatalogAndTokenCommandTests {
     }
 
     @Test func catalogApplyExplainsWhatIsMissing() async throws {
-        #expect(try Subsctl.run(["catalog", "apply", Self.demoPath], environment: [:]).status == 78, "DATABASE_URL unset")
-        #expect(try Subsctl.run(["catalog", "apply", "/nonexistent.json"], environment: [:]).status == 66)
-        #expect(try Subsctl.run(["catalog", "apply"], environment: [:]).status == 64)
-        #expect(try Subsctl.run(["catalog", "apply", "--dry", "x", Self.demoPath], environment: [:]).status == 64)
+        #expect(try await Subsctl.run(["catalog", "apply", Self.demoPath], environment: [:]).status == 78, "DATABASE_URL unset")
+        #expect(try await Subsctl.run(["catalog", "apply", "/nonexistent.json"], environment: [:]).status == 66)
+        #expect(try await Subsctl.run(["catalog", "apply"], environment: [:]).status == 64)
+        #expect(try await Subsctl.run(["catalog", "apply", "--dry", "x", Self.demoPath], environment: [:]).status == 64)
         // A database nobody migrated yet.
         let serverURL = try TestEnvironment.databaseURL()
         let name = TestEnvironment.uniqueName("bare")
@@ -67,7 +68,7 @@ struct CatalogAndTokenCommandTests {
         ) { _ in
             var components = try #require(URLComponents(string: serverURL))
             components.path = "/" + name
-            return try Subsctl.run(["catalog", "apply", Self.demoPath], environment: ["DATABASE_URL": try #require(components.string)])
+            return try await Subsctl.run(["catalog", "apply", Self.demoPath], environment: ["DATABASE_URL": try #require(components.string)])
         }
         #expect(bare.status == 78)
         #expect(bare.error.contains("start the ingress or a worker once"), "\(bare.stderr)")
@@ -80,10 +81,10 @@ struct CatalogAndTokenCommandTests {
         return try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
     }
 
-    @Test func devTokenIsAnHS256TokenTheIngressAccepts() throws {
+    @Test func devTokenIsAnHS256TokenTheIngressAccepts() async throws {
         let secret = Base64URL.encode(SecureRandom.bytes(32))
         let before = Int(Date().timeIntervalSince1970)
-        let run = try Subsctl.run(["dev-token", "--user", "user-\"42\"", "--ttl", "600"], environment: ["USER_TOKEN_HS256_SECRET": secret])
+        let run = try await Subsctl.run(["dev-token", "--user", "user-\"42\"", "--ttl", "600"], environment: ["USER_TOKEN_HS256_SECRET": secret])
         #expect(run.status == 0, "\(run.stderr)")
         let token = run.stdout.trimmingCharacters(in: .newlines)
         #expect(run.stdout == token + "\n", "only the token is printed")
@@ -98,14 +99,14 @@ struct CatalogAndTokenCommandTests {
         let exp = try #require(claims["exp"] as? Int)
         #expect((before + 600...Int(Date().timeIntervalSince1970) + 600).contains(exp))
 
-        let defaultTTL = try Subsctl.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": secret])
+        let defaultTTL = try await Subsctl.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": secret])
         let defaultClaims = try Self.segment(defaultTTL.stdout.trimmingCharacters(in: .newlines), 1)
         #expect((defaultClaims["exp"] as? Int ?? 0) - (defaultClaims["iat"] as? Int ?? 0) == 3600)
 
-        #expect(try Subsctl.run(["dev-token", "--user", "u"], environment: [:]).status == 78, "no secret")
-        #expect(try Subsctl.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": "short"]).status == 78)
-        #expect(try Subsctl.run(["dev-token"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64, "no user")
-        #expect(try Subsctl.run(["dev-token", "--user", "u", "--ttl", "0"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
-        #expect(try Subsctl.run(["dev-token", "--user", "u", "--ttl", "abc"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
+        #expect(try await Subsctl.run(["dev-token", "--user", "u"], environment: [:]).status == 78, "no secret")
+        #expect(try await Subsctl.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": "short"]).status == 78)
+        #expect(try await Subsctl.run(["dev-token"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64, "no user")
+        #expect(try await Subsctl.run(["dev-token", "--user", "u", "--ttl", "0"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
+        #expect(try await Subsctl.run(["dev-token", "--user", "u", "--ttl", "abc"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
     }
 }

@@ -8,42 +8,42 @@ import Testing
 @Suite struct DemoSignerCommandTests {
     let root = FileManager.default.temporaryDirectory.appendingPathComponent("demo-signer-tests-\(UUID().uuidString)")
 
-    @Test func initCreatesOnceAndPrintsTheRootPath() throws {
+    @Test func initCreatesOnceAndPrintsTheRootPath() async throws {
         defer { try? FileManager.default.removeItem(at: root) }
         let directory = root.appendingPathComponent("secrets/signer")
-        let first = try Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        let first = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
         #expect(first.status == 0, "\(first.stderr)")
         let rootPath = first.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(rootPath == TestAppleSigner.rootCertificatePath(in: directory))
         let created = try TestAppleSigner(loadingFrom: directory)
 
-        let second = try Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        let second = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
         #expect(second.status == 0 && second.stdout == first.stdout, "\(second.stderr)")
         #expect(try TestAppleSigner(loadingFrom: directory).x5c == created.x5c, "an existing signer is kept")
     }
 
-    @Test func initRefusesASharedDirectoryAndBadUsage() throws {
+    @Test func initRefusesASharedDirectoryAndBadUsage() async throws {
         defer { try? FileManager.default.removeItem(at: root) }
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
-        let shared = try Subsctl.run(["demo-signer", "init", "--dir", root.path], environment: [:])
+        let shared = try await Subsctl.run(["demo-signer", "init", "--dir", root.path], environment: [:])
         #expect(shared.status == 78 && shared.stderr.contains("accessible to others"), "\(shared.stderr)")
         for arguments in [
             ["demo-signer", "init"], ["demo-signer", "init", "--dir", root.path, "extra"],
             ["bench", "sign-notifications", "--signer-dir", root.path, "--count", "0", "--out", "/dev/null"],
         ] {
-            #expect(try Subsctl.run(arguments, environment: [:]).status == 64, "\(arguments)")
+            #expect(try await Subsctl.run(arguments, environment: [:]).status == 64, "\(arguments)")
         }
-        let help = try Subsctl.run(["help"], environment: [:])
+        let help = try await Subsctl.run(["help"], environment: [:])
         #expect(help.stdout.contains("trusted only with APPLE_IAP_ALLOW_TEST_ROOTS=true"))
     }
 
-    @Test func signNotificationsWritesDistinctBodiesTheDemoRootVerifies() throws {
+    @Test func signNotificationsWritesDistinctBodiesTheDemoRootVerifies() async throws {
         defer { try? FileManager.default.removeItem(at: root) }
         let directory = root.appendingPathComponent("signer")
-        let rootPath = try Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        let rootPath = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let out = root.appendingPathComponent("bodies.jsonl")
-        let run = try Subsctl.run(
+        let run = try await Subsctl.run(
             ["bench", "sign-notifications", "--signer-dir", directory.path, "--count", "1203", "--out", out.path], environment: [:])
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.stdout.contains("bodies=1203"))
@@ -64,7 +64,7 @@ import Testing
             "APPLE_IAP_BUNDLE_ID": "com.example.subscriptions", "APPLE_IAP_ENV": "Sandbox", "APPLE_IAP_ROOT_CERTS": rootPath,
             "APPLE_IAP_ALLOW_TEST_ROOTS": "true",
         ]
-        let verified = try Subsctl.run(["verify", "--kind", "notification", "-"], environment: environment, stdin: String(lines[1202]))
+        let verified = try await Subsctl.run(["verify", "--kind", "notification", "-"], environment: environment, stdin: String(lines[1202]))
         #expect(verified.status == 0, "\(verified.stderr)")
         #expect(verified.stdout.contains("\"notificationType\" : \"DID_RENEW\"") && verified.stdout.contains("signedRenewalInfo"))
     }

@@ -21,20 +21,20 @@ import Testing
         (["replay"], "--error-code must be an error code"),
         (["requery", "--original-transaction-id", "1000", "--env", "Sandbox", "--typo", "x"], "unknown option --typo"),
     ])
-    func badInputIsAUsageError(arguments: [String], complaint: String) throws {
-        let run = try Subsctl.run(arguments, environment: [:])
+    func badInputIsAUsageError(arguments: [String], complaint: String) async throws {
+        let run = try await Subsctl.run(arguments, environment: [:])
         #expect(run.status == 64, "\(run.stderr)")
         #expect(run.stderr.contains(complaint), "\(run.stderr)")
     }
 
-    @Test func withoutADatabaseNothingIsRequested() throws {
-        let run = try Subsctl.run(["requery", "--original-transaction-id", "1000", "--env", "Sandbox"], environment: [:])
+    @Test func withoutADatabaseNothingIsRequested() async throws {
+        let run = try await Subsctl.run(["requery", "--original-transaction-id", "1000", "--env", "Sandbox"], environment: [:])
         #expect(run.status == 78)
         #expect(run.error.contains("DATABASE_URL is not set"))
     }
 
-    @Test func theCommandsAreListed() throws {
-        let run = try Subsctl.run(["help"], environment: [:])
+    @Test func theCommandsAreListed() async throws {
+        let run = try await Subsctl.run(["help"], environment: [:])
         for usage in [
             "subsctl requery --original-transaction-id", "subsctl recover --from", "subsctl consent --user-id", "subsctl test-user --user-id",
             "subsctl replay --error-code",

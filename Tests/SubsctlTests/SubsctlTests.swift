@@ -20,7 +20,17 @@ struct Subsctl {
         var error: String { String(stderr.split(separator: "\n").last ?? "") }
     }
 
-    static func run(_ arguments: [String], environment: [String: String], stdin: String? = nil) throws -> Run {
+    /// Runs subsctl and waits for it on a thread of its own: waiting on a cooperative thread (two,
+    /// on two cores) stalled every other test of the process meanwhile, and their deadlines ran out.
+    static func run(_ arguments: [String], environment: [String: String], stdin: String? = nil) async throws -> Run {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                continuation.resume(with: Result { try runWaiting(arguments, environment: environment, stdin: stdin) })
+            }
+        }
+    }
+
+    private static func runWaiting(_ arguments: [String], environment: [String: String], stdin: String?) throws -> Run {
         let binary = ServiceProcess.binaryDirectory.appendingPathComponent("subsctl")
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw MissingBinary(path: binary.path)
@@ -90,8 +100,8 @@ enum Vectors {
         try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
     }
 
-    @Test func aNotificationPrintsItselfAndItsNestedData() throws {
-        let run = try Subsctl.run(["verify", "--kind", "notification", try file(notification)], environment: environment)
+    @Test func aNotificationPrintsItselfAndItsNestedData() async throws {
+        let run = try await Subsctl.run(["verify", "--kind", "notification", try file(notification)], environment: environment)
         #expect(run.status == 0, "\(run.stderr)")
         let output = try json(run.stdout)
         #expect(output["kind"] as? String == "notification")
@@ -103,64 +113,64 @@ enum Vectors {
         #expect(renewal["originalTransactionId"] as? String == transaction.originalTransactionId)
     }
 
-    @Test func aRequestBodyOnStdinIsAccepted() throws {
+    @Test func aRequestBodyOnStdinIsAccepted() async throws {
         let body = "{\"signedPayload\":\"\(notification)\"}\n"
-        let run = try Subsctl.run(["verify", "--kind", "notification", "--expect-env", "Sandbox", "-"], environment: environment, stdin: body)
+        let run = try await Subsctl.run(["verify", "--kind", "notification", "--expect-env", "Sandbox", "-"], environment: environment, stdin: body)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(try json(run.stdout)["payload"] != nil)
     }
 
-    @Test func eachKindVerifies() throws {
+    @Test func eachKindVerifies() async throws {
         let renewal = TestPayloads.renewalInfo(environment: .sandbox, originalTransactionId: "7")
         for (kind, token) in [("transaction", try signer.sign(transaction)), ("renewal", try signer.sign(renewal))] {
-            let run = try Subsctl.run(["verify", "--kind", kind, try file(token)], environment: environment)
+            let run = try await Subsctl.run(["verify", "--kind", kind, try file(token)], environment: environment)
             #expect(run.status == 0, "\(kind): \(run.stderr)")
             #expect(try json(run.stdout)["kind"] as? String == kind)
         }
     }
 
-    @Test func refusalsPrintTheCodeAndReasonAndFail() throws {
+    @Test func refusalsPrintTheCodeAndReasonAndFail() async throws {
         var tampered = Array(notification.utf8)
         let index = notification.split(separator: ".")[0].utf8.count + 40
         tampered[index] = tampered[index] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-        let bad = try Subsctl.run(
+        let bad = try await Subsctl.run(
             ["verify", "--kind", "notification", try file(String(decoding: tampered, as: UTF8.self))], environment: environment)
         #expect(bad.status == 1)
         #expect(bad.error.hasPrefix("INVALID_SIGNATURE: ") || bad.error.hasPrefix("MALFORMED: "), "\(bad.stderr)")
         #expect(bad.stdout.isEmpty)
 
-        let production = try Subsctl.run(
+        let production = try await Subsctl.run(
             ["verify", "--kind", "notification", "--expect-env", "Production", try file(notification)], environment: environment)
         #expect(production.status == 1 && production.error.hasPrefix("INVALID_ENVIRONMENT: "), "\(production.stderr)")
 
         let otherApp = try signer.verifierEnvironment(bundleId: "com.example.other")
-        let foreign = try Subsctl.run(["verify", "--kind", "notification", try file(notification)], environment: otherApp)
+        let foreign = try await Subsctl.run(["verify", "--kind", "notification", try file(notification)], environment: otherApp)
         #expect(foreign.status == 1 && foreign.error.hasPrefix("INVALID_APP: "), "\(foreign.stderr)")
 
-        let garbage = try Subsctl.run(["verify", "--kind", "transaction", try file("not a token")], environment: environment)
+        let garbage = try await Subsctl.run(["verify", "--kind", "transaction", try file("not a token")], environment: environment)
         #expect(garbage.status == 1 && garbage.error.hasPrefix("MALFORMED: "), "\(garbage.stderr)")
     }
 
-    @Test func badUsageAndConfigurationAreReported() throws {
+    @Test func badUsageAndConfigurationAreReported() async throws {
         let token = try file(notification)
         for arguments in [
             ["verify", token], ["verify", "--kind", "receipt", token], ["verify", "--kind", "notification"],
             ["verify", "--kind", "notification", "--expect-env", "Xcode", token],
             ["verify", "--kind", "notification", "--bogus", "1", token], ["frobnicate"], [],
         ] {
-            let run = try Subsctl.run(arguments, environment: environment)
+            let run = try await Subsctl.run(arguments, environment: environment)
             #expect(run.status == 64, "\(arguments): \(run.stderr)")
             #expect(run.stderr.contains("usage:"))
         }
-        let unconfigured = try Subsctl.run(["verify", "--kind", "notification", token], environment: [:])
+        let unconfigured = try await Subsctl.run(["verify", "--kind", "notification", token], environment: [:])
         #expect(unconfigured.status == 78)
         #expect(unconfigured.stderr.contains("APPLE_IAP_BUNDLE_ID") && unconfigured.stderr.contains("APPLE_IAP_ROOT_CERTS"))
-        let missing = try Subsctl.run(["verify", "--kind", "notification", "/nonexistent/file"], environment: environment)
+        let missing = try await Subsctl.run(["verify", "--kind", "notification", "/nonexistent/file"], environment: environment)
         #expect(missing.status == 66)
     }
 
-    @Test func benchPrintsVerificationsPerSecondLast() throws {
-        let run = try Subsctl.run(
+    @Test func benchPrintsVerificationsPerSecondLast() async throws {
+        let run = try await Subsctl.run(
             ["bench", "verify", "--kind", "notification", "--seconds", "0.3", try file(notification), try file(notification)],
             environment: environment)
         #expect(run.status == 0, "\(run.stderr)")
@@ -168,19 +178,19 @@ enum Vectors {
         #expect(last.hasPrefix("verifications_per_second="))
         #expect((Int(last.dropFirst("verifications_per_second=".count)) ?? 0) > 0)
         // A payload that does not verify is refused before anything is timed.
-        let refused = try Subsctl.run(
+        let refused = try await Subsctl.run(
             ["bench", "verify", "--kind", "notification", "--seconds", "0.3", try file("x.y.z")], environment: environment)
         #expect(refused.status == 1 && !refused.stdout.contains("verifications_per_second"))
     }
 
     @Test(.enabled(if: Vectors.directory != nil, "SKIPPED: ../shared/appstore-vectors (Apple's signed samples) is absent"))
-    func aGenuineAppleNotificationVerifiesAgainstAppleRootG3() throws {
+    func aGenuineAppleNotificationVerifiesAgainstAppleRootG3() async throws {
         let directory = try #require(Vectors.directory)
         let environment = [
             "APPLE_IAP_BUNDLE_ID": "com.loki-project.loki-messenger", "APPLE_IAP_ENV": "Sandbox",
             "APPLE_IAP_ROOT_CERTS": directory.appendingPathComponent("roots/AppleRootCA-G3.cer").path,
         ]
-        let run = try Subsctl.run(
+        let run = try await Subsctl.run(
             ["verify", "--kind", "notification", directory.appendingPathComponent("notifications/notif-DID_RENEW-none-Sandbox-2.json").path],
             environment: environment)
         #expect(run.status == 0, "\(run.stderr)")

@@ -60,16 +60,10 @@ public final class ServiceProcess: @unchecked Sendable {
 
     /// SIGTERM, then waits for the exit; returns the exit status (nil if it had to be killed).
     @discardableResult
-    public func terminate(timeout: TimeInterval = 30) -> Int32? {
+    public func terminate(timeout: TimeInterval = 30) async -> Int32? {
         guard process.isRunning else { return process.terminationStatus }
         Foundation.kill(process.processIdentifier, SIGTERM)
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning, Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            kill()
-            return nil
-        }
-        return process.terminationStatus
+        return await waitForExit(timeout: timeout)
     }
 
     /// Waits for the process to end by itself; its exit status, or nil (and killed) after `timeout`.
