@@ -142,7 +142,7 @@ BEGIN
 END;
 $$;
 
--- Every month of the existing rows, this one and the next three.
+-- Every month of the existing rows, this one and the next (EVENT_PARTITIONS_AHEAD's default).
 DO $$
 DECLARE
     month date;
@@ -150,7 +150,7 @@ BEGIN
     FOR month IN
         SELECT generate_series(
             date_trunc('month', least(coalesce((SELECT min(received_at) FROM inbound_event_unpartitioned), now()), now()) AT TIME ZONE 'UTC'),
-            date_trunc('month', now() AT TIME ZONE 'UTC') + interval '3 months', interval '1 month')::date
+            date_trunc('month', now() AT TIME ZONE 'UTC') + interval '1 month', interval '1 month')::date
     LOOP
         PERFORM create_inbound_event_partition(month);
     END LOOP;

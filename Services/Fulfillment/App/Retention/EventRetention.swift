@@ -7,7 +7,8 @@ import Storage
 public struct EventRetentionConfiguration: Sendable {
     /// `EVENT_RETENTION_INTERVAL_SECONDS`: how often the job runs (nil: 0, never in this process). Default 3600.
     public var interval: Duration?
-    /// `EVENT_PARTITIONS_AHEAD`: months after the current one whose partitions exist. Default 3.
+    /// `EVENT_PARTITIONS_AHEAD`: months after the current one whose partitions exist. Default 1:
+    /// every partition, empty ones too, costs each statement on the table some planning.
     public var partitionsAhead: Int
     /// `PAYLOAD_RETENTION_DAYS`: sealed payloads of applied events received longer ago are
     /// redacted (nil: 0, kept forever). Default 400: Apple's history reaches back 180 days.
@@ -19,7 +20,7 @@ public struct EventRetentionConfiguration: Sendable {
     /// Payloads redacted per transaction.
     public var batchSize = 1000
 
-    public init(interval: Duration? = .seconds(3600), partitionsAhead: Int = 3, payloadRetentionDays: Int? = 400, eventRetentionMonths: Int? = nil) {
+    public init(interval: Duration? = .seconds(3600), partitionsAhead: Int = 1, payloadRetentionDays: Int? = 400, eventRetentionMonths: Int? = nil) {
         self.interval = interval
         self.partitionsAhead = partitionsAhead
         self.payloadRetentionDays = payloadRetentionDays
@@ -29,7 +30,7 @@ public struct EventRetentionConfiguration: Sendable {
     public init(reader: ConfigurationReader) {
         let interval = reader.int("EVENT_RETENTION_INTERVAL_SECONDS", default: 3600, range: 0...86_400)
         self.interval = interval == 0 ? nil : .seconds(interval)
-        partitionsAhead = reader.int("EVENT_PARTITIONS_AHEAD", default: 3, range: 1...24)
+        partitionsAhead = reader.int("EVENT_PARTITIONS_AHEAD", default: 1, range: 1...24)
         let days = reader.int("PAYLOAD_RETENTION_DAYS", default: 400, range: 0...36_500)
         payloadRetentionDays = days == 0 ? nil : days
         let months = reader.int("EVENT_RETENTION_MONTHS", default: 0, range: 0...1200)
