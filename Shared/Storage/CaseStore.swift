@@ -223,6 +223,8 @@ public struct EventSummary: Sendable, Codable {
     public var nextRetryAt: Date?
     public var errorCode: String?
     public var errorMessage: String?
+    /// When the retention job redacted its signed payload (`PAYLOAD_RETENTION_DAYS`).
+    public var payloadRedactedAt: Date?
     /// The worker holding its lease, while one does.
     public var worker: String?
 }
@@ -259,7 +261,7 @@ public struct CaseStore: Sendable {
                     (4, 'originalTransactionId', EXISTS (SELECT 1 FROM apple_transaction WHERE original_transaction_id = \(q))
                         OR EXISTS (SELECT 1 FROM inbound_event WHERE original_transaction_id = \(q))
                         OR EXISTS (SELECT 1 FROM user_subscription WHERE original_transaction_id = \(q))),
-                    (5, 'notificationUUID', EXISTS (SELECT 1 FROM inbound_event WHERE notification_uuid = \(q))),
+                    (5, 'notificationUUID', EXISTS (SELECT 1 FROM inbound_event_key WHERE notification_uuid = \(q))),
                     (6, 'appAccountToken', EXISTS (SELECT 1 FROM user_account_token WHERE app_account_token = \(token)::uuid))
                 ) AS m(rank, kind, found) WHERE found ORDER BY rank
                 """
@@ -276,7 +278,8 @@ public struct CaseStore: Sendable {
                     UNION ALL SELECT 5, s.user_id FROM user_subscription s
                      WHERE s.original_transaction_id IN (
                         SELECT original_transaction_id FROM inbound_event
-                         WHERE (transaction_id = \(q) OR notification_uuid = \(q)) AND original_transaction_id IS NOT NULL
+                         WHERE (transaction_id = \(q) OR id = (SELECT id FROM inbound_event_key WHERE notification_uuid = \(q)))
+                           AND original_transaction_id IS NOT NULL
                         UNION SELECT \(q))
                     UNION ALL SELECT 6, user_id FROM chain_binding WHERE original_transaction_id = \(q)
                     UNION ALL SELECT 7, user_id FROM inbound_event WHERE transaction_id = \(q) AND user_id IS NOT NULL
@@ -298,7 +301,8 @@ public struct CaseStore: Sendable {
             SELECT environment, original_transaction_id FROM apple_transaction
              WHERE transaction_id = \(q) OR original_transaction_id = \(q)
             UNION SELECT environment, original_transaction_id FROM inbound_event
-             WHERE (transaction_id = \(q) OR original_transaction_id = \(q) OR notification_uuid = \(q))
+             WHERE (transaction_id = \(q) OR original_transaction_id = \(q)
+                    OR id = (SELECT id FROM inbound_event_key WHERE notification_uuid = \(q)))
                AND original_transaction_id IS NOT NULL
             UNION SELECT environment, original_transaction_id FROM payment_order
              WHERE order_no = \(q) AND original_transaction_id IS NOT NULL AND environment IS NOT NULL
@@ -435,7 +439,7 @@ public struct CaseStore: Sendable {
              WHERE (original_transaction_id = ANY(\(originals)::text[])
                     AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[]))
                 OR (kind = 'submission' AND user_id = \(userID))
-                OR notification_uuid = \(q)
+                OR id = (SELECT id FROM inbound_event_key WHERE notification_uuid = \(q))
              ORDER BY id LIMIT \(sectionLimit)
             """
         ).map(Self.eventSummary)
@@ -577,7 +581,7 @@ public struct CaseStore: Sendable {
     static let eventColumns: StaticString = """
         id, kind, process_status, environment, notification_uuid, notification_type, subtype, submission_kind, user_id,
         order_no, transaction_id, original_transaction_id, signed_date, received_at, updated_at, retry_count, next_retry_at,
-        error_code, error_message, CASE WHEN process_status = 'PROCESSING' THEN lease_owner END AS worker
+        error_code, error_message, redacted_at, CASE WHEN process_status = 'PROCESSING' THEN lease_owner END AS worker
         """
 
     static func eventSummary(_ row: PostgresRow) throws -> EventSummary {
@@ -591,7 +595,7 @@ public struct CaseStore: Sendable {
             receivedAt: try row.decode("received_at"), updatedAt: try row.decode("updated_at"),
             attempts: Int(try row.decode("retry_count", as: Int32.self)), nextRetryAt: try row.decode("next_retry_at"),
             errorCode: try row.decode("error_code"), errorMessage: try row.decode("error_message"),
-            worker: try row.decode("worker"))
+            payloadRedactedAt: try row.decode("redacted_at"), worker: try row.decode("worker"))
     }
 
     /// Events newest first, optionally of one status and error code, after the event `beforeID`

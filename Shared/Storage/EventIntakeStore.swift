@@ -5,6 +5,10 @@ import ServiceRuntime
 
 /// Intake of inbound events: a notification or a client's submission stored in `inbound_event`
 /// with its outbox row, in one transaction, before the sender is answered.
+///
+/// `inbound_event` is partitioned by month, so its deduplication keys live in `inbound_event_key`
+/// (unpartitioned, unique): every insert writes the key row and the event row in one statement,
+/// and a key already there writes neither.
 public struct EventIntakeStore: Sendable {
     public let pool: PostgresPool
     public let outbox: OutboxStore
@@ -16,7 +20,7 @@ public struct EventIntakeStore: Sendable {
 
     /// The columns of a notification row, in the order of every insert below.
     private static let notificationColumns: StaticString = """
-        kind, notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
+        id, received_at, kind, notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
         original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id, payload_hash
         """
 
@@ -38,19 +42,22 @@ public struct EventIntakeStore: Sendable {
     ) async throws -> StoredEvent {
         let inserted = try await connection.query(
             """
+            WITH key AS (
+                INSERT INTO inbound_event_key (received_at, notification_uuid) VALUES (now(), \(event.notificationUUID))
+                ON CONFLICT (notification_uuid) DO NOTHING
+                RETURNING id, received_at
+            )
             INSERT INTO inbound_event (\(sql: Self.notificationColumns))
-            VALUES (\(EventKind.notification.rawValue), \(event.notificationUUID), \(event.notificationType),
-                    \(event.subtype), \(event.environment), \(event.signedDate), \(event.transactionID),
-                    \(event.originalTransactionID), \(event.routingKey), \(event.sealedPayload), \(event.payloadKeyID),
-                    \(event.traceID), \(event.payloadHash))
-            ON CONFLICT (notification_uuid) DO NOTHING
+            SELECT id, received_at, \(EventKind.notification.rawValue), \(event.notificationUUID), \(event.notificationType),
+                   \(event.subtype), \(event.environment), \(event.signedDate), \(event.transactionID),
+                   \(event.originalTransactionID), \(event.routingKey), \(event.sealedPayload), \(event.payloadKeyID),
+                   \(event.traceID), \(event.payloadHash)
+              FROM key
             RETURNING id
             """)
         guard let row = inserted.first else {
-            let existing = try await connection.query(
-                "SELECT id, payload_hash FROM inbound_event WHERE notification_uuid = \(event.notificationUUID)")
-            let stored = Stored(id: try existing.first!.decode("id"), hash: try existing.first!.decode("payload_hash"))
-            return try await duplicates([(event, stored)]) { try await connection.query($0) }[0]
+            let stored = try await Self.stored([event.notificationUUID]) { try await connection.query($0) }
+            return try await duplicates([(event, stored[event.notificationUUID]!)]) { try await connection.query($0) }[0]
         }
         let id = try row.decode("id", as: Int64.self)
         let entry = try await outbox.enqueue(
@@ -80,13 +87,21 @@ public struct EventIntakeStore: Sendable {
                 ) WITH ORDINALITY AS i(notification_uuid, notification_type, subtype, environment, signed_date,
                                        transaction_id, original_transaction_id, routing_key, signed_payload,
                                        payload_key_id, trace_id, payload_hash, position)
-            ), inserted AS (
-                INSERT INTO inbound_event (\(sql: Self.notificationColumns))
-                SELECT \(EventKind.notification.rawValue), notification_uuid, notification_type, subtype, environment,
-                       signed_date, transaction_id, original_transaction_id, routing_key, signed_payload,
-                       payload_key_id, trace_id, payload_hash
-                  FROM input ORDER BY position
+            ), key AS (
+                INSERT INTO inbound_event_key (received_at, notification_uuid)
+                SELECT now(), notification_uuid FROM input ORDER BY position
                 ON CONFLICT (notification_uuid) DO NOTHING
+                RETURNING id, received_at, notification_uuid
+            ), inserted AS (
+                -- A UUID repeated within the batch has one key row: its first occurrence is stored.
+                INSERT INTO inbound_event (\(sql: Self.notificationColumns))
+                SELECT k.id, k.received_at, \(EventKind.notification.rawValue), i.notification_uuid, i.notification_type,
+                       i.subtype, i.environment, i.signed_date, i.transaction_id, i.original_transaction_id, i.routing_key,
+                       i.signed_payload, i.payload_key_id, i.trace_id, i.payload_hash
+                  FROM key k
+                  JOIN (SELECT DISTINCT ON (notification_uuid) * FROM input ORDER BY notification_uuid, position) AS i
+                       USING (notification_uuid)
+                 ORDER BY k.id
                 RETURNING id, notification_uuid, routing_key, trace_id
             ), queued AS (
                 INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, trace_id, next_attempt_at)
@@ -103,18 +118,8 @@ public struct EventIntakeStore: Sendable {
             new[try row.decode("notification_uuid")] = (try row.decode("event_id"), try row.decode("outbox_id"))
         }
         // Duplicates: read after the insert committed, so rows another batch committed meanwhile show.
-        var existing: [String: Stored] = [:]
         let missing = Set(events.map(\.notificationUUID)).subtracting(new.keys)
-        if !missing.isEmpty {
-            for row in try await pool.query(
-                """
-                SELECT id, notification_uuid, payload_hash FROM inbound_event
-                 WHERE notification_uuid = ANY(\(PostgresArray(Array(missing)))::text[])
-                """)
-            {
-                existing[try row.decode("notification_uuid")] = Stored(id: try row.decode("id"), hash: try row.decode("payload_hash"))
-            }
-        }
+        var existing: [String: Stored] = missing.isEmpty ? [:] : try await Self.stored(Array(missing)) { try await pool.query($0) }
         var results: [StoredEvent?] = []
         var repeated: [(position: Int, event: NewNotificationEvent, stored: Stored)] = []
         for (position, event) in events.enumerated() {
@@ -145,6 +150,24 @@ public struct EventIntakeStore: Sendable {
     private struct Stored {
         var id: Int64
         var hash: String?
+    }
+
+    /// The stored notifications with these UUIDs, found through their keys (so in their own
+    /// month's partition only). A key whose month was detached has no row: its id alone.
+    private static func stored(_ uuids: [String], run: (PostgresQuery) async throws -> PostgresRows) async throws
+        -> [String: Stored]
+    {
+        var stored: [String: Stored] = [:]
+        for row in try await run(
+            """
+            SELECT k.notification_uuid, k.id, e.payload_hash
+              FROM inbound_event_key k LEFT JOIN inbound_event e ON e.id = k.id AND e.received_at = k.received_at
+             WHERE k.notification_uuid = ANY(\(PostgresArray(uuids))::text[])
+            """)
+        {
+            stored[try row.decode("notification_uuid")] = Stored(id: try row.decode("id"), hash: try row.decode("payload_hash"))
+        }
+        return stored
     }
 
     /// The answers for notifications whose UUID was already stored; one whose signed content
@@ -189,22 +212,28 @@ public struct EventIntakeStore: Sendable {
         try await pool.transaction { connection in
             let inserted = try await connection.query(
                 """
+                WITH key AS (
+                    INSERT INTO inbound_event_key (received_at, submission_kind, user_id, order_no, payload_hash)
+                    VALUES (now(), \(submission.kind), \(submission.userID), \(submission.orderNo), \(submission.payloadHash))
+                    ON CONFLICT (submission_kind, user_id, coalesce(order_no, ''), payload_hash) WHERE submission_kind IS NOT NULL
+                    DO NOTHING
+                    RETURNING id, received_at
+                )
                 INSERT INTO inbound_event
-                    (kind, submission_kind, user_id, order_no, environment, transaction_id, original_transaction_id,
-                     payload_hash, routing_key, signed_payload, payload_key_id, trace_id)
-                VALUES (\(EventKind.submission.rawValue), \(submission.kind), \(submission.userID), \(submission.orderNo),
-                        \(submission.environment), \(submission.transactionID), \(submission.originalTransactionID),
-                        \(submission.payloadHash), \(submission.originalTransactionID), \(submission.sealedPayload),
-                        \(submission.payloadKeyID), \(submission.traceID))
-                ON CONFLICT (submission_kind, user_id, coalesce(order_no, ''), payload_hash) WHERE kind = 'submission'
-                DO NOTHING
+                    (id, received_at, kind, submission_kind, user_id, order_no, environment, transaction_id,
+                     original_transaction_id, payload_hash, routing_key, signed_payload, payload_key_id, trace_id)
+                SELECT id, received_at, \(EventKind.submission.rawValue), \(submission.kind), \(submission.userID),
+                       \(submission.orderNo), \(submission.environment), \(submission.transactionID),
+                       \(submission.originalTransactionID), \(submission.payloadHash), \(submission.originalTransactionID),
+                       \(submission.sealedPayload), \(submission.payloadKeyID), \(submission.traceID)
+                  FROM key
                 RETURNING id
                 """)
             guard let row = inserted.first else {
                 let existing = try await connection.query(
                     """
-                    SELECT id FROM inbound_event
-                     WHERE kind = 'submission' AND submission_kind = \(submission.kind) AND user_id = \(submission.userID)
+                    SELECT id FROM inbound_event_key
+                     WHERE submission_kind = \(submission.kind) AND user_id = \(submission.userID)
                        AND coalesce(order_no, '') = coalesce(\(submission.orderNo)::text, '')
                        AND payload_hash = \(submission.payloadHash)
                     """)
@@ -221,7 +250,11 @@ public struct EventIntakeStore: Sendable {
     /// Where a stored event stands: its status and error code; nil when no event of that kind has the id.
     public func status(of kind: EventKind, id: Int64) async throws -> (status: String, errorCode: String?)? {
         let rows = try await pool.query(
-            "SELECT process_status, error_code FROM inbound_event WHERE id = \(id) AND kind = \(kind.rawValue)")
+            """
+            SELECT e.process_status, e.error_code FROM inbound_event_key k
+              JOIN inbound_event e ON e.id = k.id AND e.received_at = k.received_at
+             WHERE k.id = \(id) AND e.kind = \(kind.rawValue)
+            """)
         guard let row = rows.first else { return nil }
         return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
     }
@@ -229,7 +262,11 @@ public struct EventIntakeStore: Sendable {
     /// Where the notification with this UUID stands; nil when it was never stored.
     public func status(ofNotification uuid: String) async throws -> (status: String, errorCode: String?)? {
         let rows = try await pool.query(
-            "SELECT process_status, error_code FROM inbound_event WHERE notification_uuid = \(uuid)")
+            """
+            SELECT e.process_status, e.error_code FROM inbound_event_key k
+              JOIN inbound_event e ON e.id = k.id AND e.received_at = k.received_at
+             WHERE k.notification_uuid = \(uuid)
+            """)
         guard let row = rows.first else { return nil }
         return (try row.decode("process_status"), try row.decode("error_code", as: String?.self))
     }

@@ -28,25 +28,29 @@ public struct EventLeaseStore: Sendable {
     /// The status test is a CASE, not an OR of the partial indexes' predicates, and the kind is
     /// tested on an expression, so the primary key is the only way in: with the OR, a plan made
     /// while few events waited read the whole RECEIVED index and its heap pages at every claim, so
-    /// each claim cost grew with the backlog.
+    /// each claim cost grew with the backlog. The rows are found through their keys, whose
+    /// received_at names their month: each is read in its own partition only, however many months
+    /// the table holds.
     public func claim(_ envelopes: [EventEnvelope], owner: String, lease: Duration) async throws -> [ClaimedEvent?] {
         guard !envelopes.isEmpty else { return [] }
         let rows = try await pool.query(
             """
-            UPDATE inbound_event
+            UPDATE inbound_event e
                SET process_status = \(sql: EventStatus.processing.literal), lease_owner = \(owner),
                    lease_expires_at = now() + make_interval(secs => \(lease.inSeconds)), updated_at = now()
-              FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
-             WHERE id = ANY(\(PostgresArray(envelopes.map(\.eventID)))::bigint[])
-               AND kind || ':' || id = ANY(\(PostgresArray(envelopes.map(Self.key)))::text[])
-               AND CASE process_status
+              FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit, inbound_event_key k
+             WHERE k.id = ANY(\(PostgresArray(envelopes.map(\.eventID)))::bigint[])
+               AND e.id = k.id AND e.received_at = k.received_at
+               AND e.kind || ':' || e.id = ANY(\(PostgresArray(envelopes.map(Self.key)))::text[])
+               AND CASE e.process_status
                        WHEN \(sql: EventStatus.received.literal) THEN true
-                       WHEN \(sql: EventStatus.retryWait.literal) THEN next_retry_at <= now()
-                       WHEN \(sql: EventStatus.processing.literal) THEN lease_expires_at < now()
+                       WHEN \(sql: EventStatus.retryWait.literal) THEN e.next_retry_at <= now()
+                       WHEN \(sql: EventStatus.processing.literal) THEN e.lease_expires_at < now()
                        ELSE false
                    END
-            RETURNING kind, id, retry_count, routing_key, trace_id, signed_payload, payload_key_id, environment,
-                      notification_uuid, notification_type, subtype, submission_kind, user_id, order_no, payload_hash
+            RETURNING e.kind, e.id, e.retry_count, e.routing_key, e.trace_id, e.signed_payload, e.payload_key_id,
+                      e.redacted_at IS NOT NULL AS redacted, e.environment, e.notification_uuid, e.notification_type,
+                      e.subtype, e.submission_kind, e.user_id, e.order_no, e.payload_hash
             """)
         var claimed: [Int64: ClaimedEvent] = [:]
         for row in rows {
@@ -79,7 +83,8 @@ public struct EventLeaseStore: Sendable {
             routingKey: try row.decode("routing_key"), traceID: try row.decode("trace_id", as: String?.self),
             payload: EventPayload(
                 sealed: try row.decode("signed_payload", as: [UInt8]?.self),
-                keyID: try row.decode("payload_key_id", as: String?.self), environment: try row.decode("environment"),
+                keyID: try row.decode("payload_key_id", as: String?.self), redacted: try row.decode("redacted"),
+                environment: try row.decode("environment"),
                 origin: origin))
     }
 
@@ -101,14 +106,15 @@ public struct EventLeaseStore: Sendable {
         let status: EventStatus = delay == nil ? .dead : .retryWait
         try await connection.query(
             """
-            UPDATE inbound_event
-               SET process_status = \(status), retry_count = retry_count + 1,
+            UPDATE inbound_event e
+               SET process_status = \(status), retry_count = e.retry_count + 1,
                    next_retry_at = CASE WHEN \(delay?.inSeconds)::float8 IS NULL THEN NULL
                                         ELSE now() + make_interval(secs => \(delay?.inSeconds)::float8) END,
                    error_code = \(code), error_message = \(message), lease_owner = NULL, lease_expires_at = NULL,
                    updated_at = now()
-             WHERE id = \(event.id) AND process_status = \(sql: EventStatus.processing.literal)
-               AND lease_owner = \(owner)
+              FROM inbound_event_key k
+             WHERE k.id = \(event.id) AND e.id = k.id AND e.received_at = k.received_at
+               AND e.process_status = \(sql: EventStatus.processing.literal) AND e.lease_owner = \(owner)
             """)
     }
 

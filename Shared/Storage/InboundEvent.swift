@@ -121,10 +121,12 @@ public struct ClaimedEvent: Sendable {
 
 /// What an event row holds for the worker: the sealed signed payload and where it came from.
 public struct EventPayload: Sendable {
-    /// AES-256-GCM ciphertext of the JWS; nil once a retention job redacted it.
+    /// AES-256-GCM ciphertext of the JWS; nil once the retention job redacted it.
     public var sealed: [UInt8]?
     /// The key that sealed it (`PAYLOAD_ENCRYPTION_KEYS`).
     public var keyID: String?
+    /// True once the retention job redacted the payload (`PAYLOAD_RETENTION_DAYS`).
+    public var redacted = false
     /// The App Store environment the ingress verified.
     public var environment: String
     public var origin: EventOrigin

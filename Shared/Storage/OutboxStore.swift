@@ -79,7 +79,7 @@ public struct OutboxStore: Sendable {
         try await pool.query(
             """
             WITH due AS (
-                SELECT id FROM inbound_event
+                SELECT id, received_at FROM inbound_event
                  WHERE ((process_status = \(sql: EventStatus.retryWait.literal) AND next_retry_at <= now())
                      OR (process_status = \(sql: EventStatus.processing.literal) AND lease_expires_at < now())
                      OR (process_status = \(sql: EventStatus.received.literal)
@@ -87,7 +87,7 @@ public struct OutboxStore: Sendable {
                    AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => \(republishGrace.inSeconds)))
                  ORDER BY id LIMIT \(limit) FOR UPDATE SKIP LOCKED
             ), marked AS (
-                UPDATE inbound_event e SET republished_at = now() FROM due WHERE e.id = due.id
+                UPDATE inbound_event e SET republished_at = now() FROM due WHERE e.id = due.id AND e.received_at = due.received_at
                 RETURNING e.kind, e.id, e.routing_key, e.trace_id
             )
             INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, trace_id)

@@ -61,12 +61,15 @@ INSERT INTO apple_transaction (environment, transaction_id, original_transaction
     SELECT 'Sandbox', (t::bigint * 1000000000 + n)::text, (1000000000 + n)::text, 'bench-user-' || n, 'com.example.starter.monthly',
            now() - (t || ' days')::interval, now() + interval '20 days', 'PURCHASED', now(), md5(n::text || t)
       FROM generate_series(1, $USERS) n, (VALUES (3), (4)) AS k(t);
-INSERT INTO inbound_event (kind, notification_uuid, notification_type, environment, signed_date, transaction_id,
-        original_transaction_id, routing_key, process_status, received_at, processed_at)
-    SELECT 'notification', 'bench-notification-' || i, 'DID_RENEW', 'Sandbox', now(), (3000000000 + (i % $USERS) + 1)::text,
+INSERT INTO inbound_event_key (id, received_at, notification_uuid)
+    SELECT i, now() - (i || ' seconds')::interval, 'bench-notification-' || i FROM generate_series(1, $EVENTS) i;
+SELECT setval('inbound_event_id_seq', $EVENTS);
+INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment, signed_date, transaction_id,
+        original_transaction_id, routing_key, process_status, processed_at)
+    SELECT i, k.received_at, 'notification', k.notification_uuid, 'DID_RENEW', 'Sandbox', now(), (3000000000 + (i % $USERS) + 1)::text,
            (1000000000 + (i % $USERS) + 1)::text, (1000000000 + (i % $USERS) + 1)::text,
-           CASE WHEN i % 1000 = 0 THEN 'DEAD' ELSE 'SUCCEEDED' END, now() - (i || ' seconds')::interval, now()
-      FROM generate_series(1, $EVENTS) i;
+           CASE WHEN i % 1000 = 0 THEN 'DEAD' ELSE 'SUCCEEDED' END, now()
+      FROM generate_series(1, $EVENTS) i JOIN inbound_event_key k ON k.id = i;
 UPDATE inbound_event SET error_code = 'UNMATCHED_PRODUCT' WHERE process_status = 'DEAD';
 INSERT INTO credit_account (user_id, pool, balance) SELECT 'bench-user-' || n, 'SUBSCRIPTION', 1000000000 FROM generate_series(1, $USERS) n;
 INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id)

@@ -80,8 +80,9 @@ struct IngressTestApp: Sendable {
         let readiness = ReadinessMonitor(
             interval: .milliseconds(500), postgres: { probes.increment("ok") }, kafka: { probes.increment("ok") })
         let context = try IngressContext(
-            configuration: configuration, pool: database.pool, publisher: OutboxOnly(), readiness: readiness,
-            clock: SystemClock(), logger: logger)
+            configuration: configuration, pool: database.pool,
+            readPool: configuration.readPostgres.map { PostgresPool(configuration: $0, logger: logger) }, publisher: OutboxOnly(),
+            readiness: readiness, clock: SystemClock(), logger: logger)
         var router = try buildRouter(context)
         router.logger = logger
         return IngressTestApp(

@@ -397,6 +397,43 @@ struct ReadRouteTests {
         }
     }
 
+    /// With `DATABASE_READ_URL` the lists (grants, daily bills) are read from that database and the
+    /// rest (the balance) still from `DATABASE_URL`: here two databases that disagree on purpose.
+    @Test func listsReadFromTheReplicaWhenOneIsConfigured() async throws {
+        let replica = try await TestDatabase.make("replica")
+        do {
+            try await IngressTestApp.with(extra: ["DATABASE_READ_URL": replica.url]) { harness in
+                for pool in [harness.pool, replica.pool] {
+                    try await pool.query("INSERT INTO app_user (user_id) VALUES ('u1')")
+                }
+                try await harness.pool.query(
+                    """
+                    WITH grant_row AS (
+                        INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason) VALUES ('on-primary', 'u1', 'PERMANENT', 1000000, 'PURCHASE')
+                    ), bill AS (INSERT INTO credit_daily_bill (user_id, day) VALUES ('u1', date '2026-01-01'))
+                    INSERT INTO credit_account (user_id, pool, balance) VALUES ('u1', 'PERMANENT', 7000000)
+                    """)
+                try await replica.pool.query(
+                    """
+                    WITH grant_row AS (
+                        INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason)
+                        VALUES ('on-replica-1', 'u1', 'PERMANENT', 1000000, 'PURCHASE'), ('on-replica-2', 'u1', 'PERMANENT', 1000000, 'PURCHASE')
+                    )
+                    INSERT INTO credit_daily_bill (user_id, day) VALUES ('u1', date '2026-02-01'), ('u1', date '2026-02-02')
+                    """)
+                let grants = try await Self.pages(harness, "/api/v1/credits/grants", user: "u1", limit: nil).flatMap { $0 }
+                #expect(Set(grants.map { $0["grantKey"] as? String ?? "" }) == ["on-replica-1", "on-replica-2"])
+                let bills = try await Self.pages(harness, "/api/v1/credits/daily-bills", user: "u1", limit: nil).flatMap { $0 }
+                #expect(bills.map { $0["day"] as? String ?? "" } == ["2026-02-02", "2026-02-01"])
+                #expect(try await harness.read("/api/v1/credits/balance", as: "u1")["creditsBalance"] as? Int == 7)
+            }
+            await replica.drop()
+        } catch {
+            await replica.drop()
+            throw error
+        }
+    }
+
     @Test func cursorsAreTamperEvidentAndBoundToTheirListAndUser() async throws {
         try await IngressTestApp.with { harness in
             try await harness.rows.addUser("u1")

@@ -36,17 +36,25 @@ import Testing
             try await database.pool.query(
                 PostgresQuery(
                     unsafeSQL: """
-                        INSERT INTO inbound_event (kind, notification_uuid, notification_type, environment, routing_key,
+                        WITH e (id, notification_uuid, environment, routing_key, process_status, error_code, received_at) AS (
+                            VALUES (1, 'n1', 'Sandbox', 'o1', 'RECEIVED', NULL, now() - interval '10 minutes'),
+                                   (2, 'n2', 'Sandbox', 'o2', 'RECEIVED', NULL, now() - interval '1 minute'),
+                                   (3, 'n3', 'Production', 'o3', 'RETRY_WAIT', NULL, now() - interval '2 hours'),
+                                   (4, 'n4', 'Production', 'o4', 'SUCCEEDED', NULL, now() - interval '30 minutes'),
+                                   (5, 'n5', 'Sandbox', 'o5', 'SUCCEEDED', NULL, now() - interval '1 second'),
+                                   (6, 'n6', 'Sandbox', 'o6', 'DEAD', 'UNMATCHED_PRODUCT', now()),
+                                   (7, 'n7', 'Sandbox', 'o7', 'DEAD', 'UNMATCHED_PRODUCT', now()),
+                                   (8, 'n8', 'Sandbox', 'o8', 'DEAD', 'SANDBOX_REFUSED', now()),
+                                   (9, 'n9', 'Sandbox', 'o9', 'PROCESSING', NULL, now())
+                        ), key AS (
+                            INSERT INTO inbound_event_key (id, received_at, notification_uuid)
+                            SELECT id, received_at, notification_uuid FROM e
+                        )
+                        INSERT INTO inbound_event (id, kind, notification_uuid, notification_type, environment, routing_key,
                                                    process_status, error_code, received_at)
-                        VALUES ('notification', 'n1', 'DID_RENEW', 'Sandbox', 'o1', 'RECEIVED', NULL, now() - interval '10 minutes'),
-                               ('notification', 'n2', 'DID_RENEW', 'Sandbox', 'o2', 'RECEIVED', NULL, now() - interval '1 minute'),
-                               ('notification', 'n3', 'DID_RENEW', 'Production', 'o3', 'RETRY_WAIT', NULL, now() - interval '2 hours'),
-                               ('notification', 'n4', 'DID_RENEW', 'Production', 'o4', 'SUCCEEDED', NULL, now() - interval '30 minutes'),
-                               ('notification', 'n5', 'DID_RENEW', 'Sandbox', 'o5', 'SUCCEEDED', NULL, now() - interval '1 second'),
-                               ('notification', 'n6', 'DID_RENEW', 'Sandbox', 'o6', 'DEAD', 'UNMATCHED_PRODUCT', now()),
-                               ('notification', 'n7', 'DID_RENEW', 'Sandbox', 'o7', 'DEAD', 'UNMATCHED_PRODUCT', now()),
-                               ('notification', 'n8', 'DID_RENEW', 'Sandbox', 'o8', 'DEAD', 'SANDBOX_REFUSED', now()),
-                               ('notification', 'n9', 'DID_RENEW', 'Sandbox', 'o9', 'PROCESSING', NULL, now());
+                        SELECT id, 'notification', notification_uuid, 'DID_RENEW', environment, routing_key, process_status,
+                               error_code, received_at
+                          FROM e;
                         INSERT INTO event_outbox (event_kind, event_id, topic, routing_key, created_at)
                         VALUES ('notification', 1, 't', 'o1', now() - interval '5 minutes'), ('notification', 2, 't', 'o2', now());
                         INSERT INTO unmatched_fact (event_kind, event_id, reason, environment, replayed_at)

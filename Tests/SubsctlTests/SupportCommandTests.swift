@@ -68,11 +68,19 @@ struct SupportCommandTests {
                 """)
             try await database.pool.query(
                 """
-                INSERT INTO inbound_event (kind, notification_uuid, notification_type, environment, transaction_id,
+                WITH e AS (
+                    SELECT nextval('inbound_event_id_seq') AS id, now() AS received_at, v.*
+                      FROM (VALUES ('uuid-dead', 'DID_RENEW', '7000002', 'DEAD', 'UNMATCHED_PRODUCT', 8),
+                                   ('uuid-ok', 'SUBSCRIBED', '7000001', 'SUCCEEDED', NULL, 0))
+                           AS v(notification_uuid, notification_type, transaction_id, process_status, error_code, retry_count)
+                ), key AS (
+                    INSERT INTO inbound_event_key (id, received_at, notification_uuid) SELECT id, received_at, notification_uuid FROM e
+                )
+                INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment, transaction_id,
                     original_transaction_id, routing_key, process_status, error_code, retry_count)
-                VALUES ('notification', 'uuid-dead', 'DID_RENEW', 'Sandbox', '7000002', '7000001', '7000001', 'DEAD',
-                        'UNMATCHED_PRODUCT', 8),
-                       ('notification', 'uuid-ok', 'SUBSCRIBED', 'Sandbox', '7000001', '7000001', '7000001', 'SUCCEEDED', NULL, 0)
+                SELECT id, received_at, 'notification', notification_uuid, notification_type, 'Sandbox', transaction_id, '7000001',
+                       '7000001', process_status, error_code, retry_count
+                  FROM e
                 """)
             let text = try await Subsctl.run(["lookup", "7000002"], environment: environment)
             #expect(text.status == 0, "\(text.stderr)")

@@ -69,6 +69,10 @@ struct EventReader: Sendable {
     }
 
     private func open(_ payload: EventPayload) throws(ProcessingFailure) -> String {
+        if payload.redacted {
+            // Only applied events are redacted and none is claimed again; a clear refusal if one is.
+            throw .permanent(code: "PAYLOAD_REDACTED", message: "the event's payload was redacted after PAYLOAD_RETENTION_DAYS")
+        }
         guard let sealed = payload.sealed, let keyID = payload.keyID else {
             throw .permanent(code: "PAYLOAD_MISSING", message: "the event has no stored payload")
         }

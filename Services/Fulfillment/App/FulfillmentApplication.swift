@@ -22,6 +22,8 @@ public struct FulfillmentApplication: Sendable {
     public let operations: HTTPServer
     /// The backlog gauges, in one worker at a time.
     let sampler: BacklogSampler
+    /// The event table's months: partitions ahead, payload redaction, old months detached.
+    let retention: EventRetention
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -88,10 +90,13 @@ public struct FulfillmentApplication: Sendable {
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         credits = CreditsScheduler(
             jobs: jobs, clock: clock)
+        retention = EventRetention(
+            store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
+            clock: clock, logger: logger)
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
-    public var services: [any Service] { [pool, producer, sweeper, scheduler, credits, sampler, operations, consumer] }
+    public var services: [any Service] { [pool, producer, sweeper, scheduler, credits, retention, sampler, operations, consumer] }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.
     static func answer(_ verdict: KafkaConsumerHealth.Verdict) -> HTTPResponse {

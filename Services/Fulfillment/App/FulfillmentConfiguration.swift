@@ -50,6 +50,9 @@ public struct FulfillmentConfiguration: Sendable {
     public var schedulers: SchedulerConfiguration
     /// `WELCOME_CREDITS`, `CREDITS_SCHEDULER_*`: the credit jobs this worker runs (see `CreditsConfiguration`).
     public var credits: CreditsConfiguration
+    /// `EVENT_RETENTION_*`, `EVENT_PARTITIONS_AHEAD`, `PAYLOAD_RETENTION_DAYS`: the event table's
+    /// months (see `EventRetentionConfiguration`).
+    public var retention: EventRetentionConfiguration
     /// Test-only fault injection (`FULFILLMENT_CRASH_POINT`, `FULFILLMENT_CRASH_MARKER`): see `CrashPoint`.
     public var crashPoint: CrashPoint?
 
@@ -72,6 +75,7 @@ public struct FulfillmentConfiguration: Sendable {
         metricsSample = .seconds(reader.int("METRICS_SAMPLE_SECONDS", default: 15, range: 1...3600))
         schedulers = SchedulerConfiguration(reader: reader)
         credits = CreditsConfiguration(reader: reader)
+        retention = EventRetentionConfiguration(reader: reader)
         crashPoint = CrashPoint.read(from: reader)
     }
 

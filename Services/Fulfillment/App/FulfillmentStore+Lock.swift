@@ -7,15 +7,16 @@ extension FulfillmentStore {
     /// covers a chain with no row yet. Event rows are locked before any chain, and chains in sorted
     /// order, so two workers never hold one lock each while waiting for the other's. It is its own
     /// statement so the next statement's snapshot sees everything the previous holders committed.
-    /// Ids are one space across kinds and the claim checked the kind, so the id alone names the row.
+    /// Ids are one space across kinds and the claim checked the kind, so the id alone names the row;
+    /// its key row names its month's partition.
     func lock(_ batch: [PendingEvent], owner: String, on db: PostgresConnection) async throws -> Set<Int> {
         let rows = try await db.query(
             """
             WITH leased AS MATERIALIZED (
-                SELECT id FROM inbound_event
-                 WHERE id = ANY(\(PostgresArray(batch.map(\.event.id)))::bigint[])
-                   AND process_status = \(sql: EventStatus.processing.literal) AND lease_owner = \(owner)
-                   FOR UPDATE
+                SELECT e.id FROM inbound_event_key k JOIN inbound_event e ON e.id = k.id AND e.received_at = k.received_at
+                 WHERE k.id = ANY(\(PostgresArray(batch.map(\.event.id)))::bigint[])
+                   AND e.process_status = \(sql: EventStatus.processing.literal) AND e.lease_owner = \(owner)
+                   FOR UPDATE OF e
             ), held AS MATERIALIZED (
                 SELECT e.position, e.chain
                   FROM unnest(\(PostgresArray(batch.map(\.event.id)))::bigint[],

@@ -44,11 +44,13 @@ extension FulfillmentStore {
             ), subscription AS (\(Self.subscriptions(rows.subscriptions))
             ), history AS (\(Self.history(rows.history))
             ), done AS (
-                UPDATE inbound_event
+                UPDATE inbound_event e
                    SET process_status = \(sql: EventStatus.succeeded.literal), processed_at = now(), lease_owner = NULL,
                        lease_expires_at = NULL, error_code = NULL, error_message = NULL, updated_at = now()
-                 WHERE id = ANY(\(PostgresArray(batch.map(\.pending.event.id)))::bigint[])
-                RETURNING kind, id
+                  FROM inbound_event_key k
+                 WHERE k.id = ANY(\(PostgresArray(batch.map(\.pending.event.id)))::bigint[])
+                   AND e.id = k.id AND e.received_at = k.received_at
+                RETURNING e.kind, e.id
             ), proof AS (
                 INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
                 SELECT p.kind, p.id, \(owner), p.attempt

@@ -11,6 +11,8 @@ import Storage
 public struct IngressApplication: Sendable {
     public let configuration: IngressConfiguration
     public let pool: PostgresPool
+    /// The replica's pool of the list endpoints, when `DATABASE_READ_URL` is set.
+    public let readPool: PostgresPool?
     public let producer: KafkaProducer
     public let intake: NotificationIntake
     public let sweeper: PipelineSweeper
@@ -29,6 +31,7 @@ public struct IngressApplication: Sendable {
         self.configuration = configuration
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
+        readPool = configuration.readPostgres.map { PostgresPool(configuration: $0, logger: logger) }
         producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
         let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
@@ -38,7 +41,7 @@ public struct IngressApplication: Sendable {
             ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         readiness = ReadinessMonitor(pool: pool, producer: producer, topic: configuration.pipeline.eventTopic)
         let context = try IngressContext(
-            configuration: configuration, pool: pool, publisher: publisher, readiness: readiness, clock: clock,
+            configuration: configuration, pool: pool, readPool: readPool, publisher: publisher, readiness: readiness, clock: clock,
             logger: logger)
         intake = context.intake
         waiter = context.waiter
@@ -65,7 +68,10 @@ public struct IngressApplication: Sendable {
     }
 
     /// Dependencies first: the group stops them in reverse order (HTTP, then sweeper, producer, pool).
-    public var services: [any Service] { [pool, producer, readiness, sweeper, waiter, internalServer, server] + (adminServer.map { [$0] } ?? []) }
+    public var services: [any Service] {
+        [pool] + (readPool.map { [$0] } ?? []) + [producer, readiness, sweeper, waiter, internalServer, server]
+            + (adminServer.map { [$0] } ?? [])
+    }
 
     /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
     public func run() async throws {

@@ -2,11 +2,15 @@ import AppStore
 import Foundation
 import HTTPServer
 import Pipeline
+import Postgres
 import ServiceRuntime
 
 /// Everything the ingress reads from its environment, validated at start-up.
 public struct IngressConfiguration: Sendable {
     public var pipeline: PipelineConfiguration
+    /// `DATABASE_READ_URL`: libpq URI of a replica the REST list endpoints read from (a pool of
+    /// `DATABASE_MAX_CONNECTIONS` of its own); nil (unset) reads them from `DATABASE_URL`.
+    public var readDatabaseURL: String?
     /// `APPLE_IAP_*`: who may sign the data we accept.
     public var appStore: AppStoreVerifierConfiguration
     /// `PAYLOAD_ENCRYPTION_KEYS`: seals signed payloads at rest. Required.
@@ -59,6 +63,10 @@ public struct IngressConfiguration: Sendable {
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
+        readDatabaseURL = reader.optionalString("DATABASE_READ_URL")
+        if let url = readDatabaseURL, !(url.hasPrefix("postgresql://") || url.hasPrefix("postgres://")) {
+            reader.report("DATABASE_READ_URL", url, "a libpq URI, postgresql://user:pass@host:port/db")
+        }
         appStore = AppStoreVerifierConfiguration.read(from: reader)
         payloadCipher = PayloadCipher(reader: reader)
         httpPort = reader.int("INGRESS_HTTP_PORT", default: 8080, range: 0...65_535)
@@ -85,6 +93,11 @@ public struct IngressConfiguration: Sendable {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")
         }
+    }
+
+    /// The replica's pool settings, when `DATABASE_READ_URL` is set.
+    public var readPostgres: PostgresConfiguration? {
+        readDatabaseURL.map { PostgresConfiguration(url: $0, maximumConnections: pipeline.databaseMaxConnections) }
     }
 
     /// A secret given as base64 (or as raw text of at least 32 bytes).

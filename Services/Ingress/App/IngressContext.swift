@@ -9,6 +9,10 @@ import Storage
 struct IngressContext: Sendable {
     let configuration: IngressConfiguration
     let pool: PostgresPool
+    /// Where the list endpoints read: the replica's pool (`DATABASE_READ_URL`), else `pool`. A
+    /// replica lags a little, so nothing read right after a write (a balance, an order, the state
+    /// an action left) comes from it.
+    let readPool: PostgresPool
     let store: EventIntakeStore
     let intake: NotificationIntake
     let verifier: SignedDataVerifier
@@ -23,6 +27,8 @@ struct IngressContext: Sendable {
     let users: UserStore
     let subscriptions: SubscriptionStore
     let credits: CreditStatementStore
+    /// The credit statements (grants, daily bills), on `readPool`.
+    let statements: CreditStatementStore
     let imports: ImportStore
     /// The Apple endpoints' budgets per source.
     let notificationLimits: NotificationLimits
@@ -31,13 +37,15 @@ struct IngressContext: Sendable {
     let clock: any WallClock
     let logger: Logger
 
-    /// The ingress's dependencies on `pool`, handing what it commits to the outbox to `publisher`.
+    /// The ingress's dependencies on `pool` (and on `readPool`, when the lists have a replica of
+    /// their own), handing what it commits to the outbox to `publisher`.
     init(
-        configuration: IngressConfiguration, pool: PostgresPool, publisher: any OutboxPublishing,
+        configuration: IngressConfiguration, pool: PostgresPool, readPool: PostgresPool? = nil, publisher: any OutboxPublishing,
         readiness: ReadinessMonitor, clock: any WallClock, logger: Logger
     ) throws {
         self.configuration = configuration
         self.pool = pool
+        self.readPool = readPool ?? pool
         self.readiness = readiness
         notificationLimits = NotificationLimits(configuration: configuration)
         self.clock = clock
@@ -56,6 +64,7 @@ struct IngressContext: Sendable {
         users = UserStore(pool: pool)
         subscriptions = SubscriptionStore(pool: pool)
         credits = CreditStatementStore(pool: pool)
+        statements = CreditStatementStore(pool: self.readPool)
         imports = ImportStore(pool: pool)
     }
 }

@@ -13,6 +13,8 @@ import Storage
 struct AdminRoutes: Sendable {
     let context: IngressContext
     let cases: CaseStore
+    /// The event queue's lists and counts, on the read pool (`DATABASE_READ_URL`).
+    let queue: CaseStore
     let events: EventLeaseStore
     let chains: ChainBindingStore
     let tasks: TaskStore
@@ -22,6 +24,7 @@ struct AdminRoutes: Sendable {
     init(context: IngressContext) {
         self.context = context
         cases = CaseStore(pool: context.pool)
+        queue = CaseStore(pool: context.readPool)
         events = EventLeaseStore(pool: context.pool)
         chains = ChainBindingStore(pool: context.pool, topic: context.configuration.pipeline.eventTopic)
         tasks = TaskStore(pool: context.pool)
@@ -32,7 +35,7 @@ struct AdminRoutes: Sendable {
     func registerReads(in admin: inout RouterGroup<AdminRequestContext>) {
         admin.get("lookup") { request, _ in try await lookup(request) }
         admin.get("events") { request, _ in try await listEvents(request) }
-        admin.get("events/summary") { _, _ in .json(["items": try await cases.eventSummary(now: context.clock.now())]) }
+        admin.get("events/summary") { _, _ in .json(["items": try await queue.eventSummary(now: context.clock.now())]) }
     }
 
     func registerActions(in admin: inout RouterGroup<AdminRequestContext>) {
@@ -84,7 +87,7 @@ struct AdminRoutes: Sendable {
         // A cursor is only good for the filter it was issued under.
         let scope = "\(status ?? "")|\(errorCode ?? "")"
         let page = try PageRequest(request, list: "admin-events", userID: scope, cursors: cursors)
-        let rows = try await cases.events(status: status, errorCode: errorCode, beforeID: page.after?.id, limit: page.limit + 1)
+        let rows = try await queue.events(status: status, errorCode: errorCode, beforeID: page.after?.id, limit: page.limit + 1)
         return .json(
             Page(
                 rows: rows, limit: page.limit, item: { $0 },

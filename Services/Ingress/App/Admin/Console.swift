@@ -264,7 +264,7 @@ struct Console: Sendable {
     func queuePage(_ context: AdminRequestContext) async throws -> HTTPResponse {
         let e = ConsoleHTML.escape
         let csrf = context.csrf ?? ""
-        let counts = try await routes.cases.eventSummary(now: routes.context.clock.now())
+        let counts = try await routes.queue.eventSummary(now: routes.context.clock.now())
         var html = ""
         let groups: [(String, (EventCount) -> Bool)] = [
             ("Unmatched", { $0.status == "DEAD" && ($0.errorCode ?? "").hasPrefix("UNMATCHED_") }),
@@ -285,7 +285,7 @@ struct Console: Sendable {
                     ]
                 })
         }
-        let recent = try await routes.cases.events(status: "DEAD", errorCode: nil, beforeID: nil, limit: 50)
+        let recent = try await routes.queue.events(status: "DEAD", errorCode: nil, beforeID: nil, limit: 50)
         html += "<h2>Latest dead events</h2>"
         html += ConsoleHTML.table(
             ["event", "error", "chain", "received", "case", "action"],

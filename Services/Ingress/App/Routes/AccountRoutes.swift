@@ -153,7 +153,7 @@ struct AccountRoutes: Sendable {
 
     func grants(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let page = try PageRequest(request, list: "grants", userID: user.userID, cursors: cursors)
-        let grants = try await context.credits.grants(
+        let grants = try await context.statements.grants(
             userID: user.userID, after: page.after.map { (Self.date(micros: $0.position), $0.id) }, limit: page.limit + 1)
         return .json(
             Page(
@@ -187,7 +187,7 @@ struct AccountRoutes: Sendable {
 
     func dailyBills(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let page = try PageRequest(request, list: "daily-bills", userID: user.userID, cursors: cursors)
-        let bills = try await context.credits.dailyBills(
+        let bills = try await context.statements.dailyBills(
             userID: user.userID, after: page.after.map { ($0.position, $0.id) }, limit: page.limit + 1)
         return .json(
             Page(
