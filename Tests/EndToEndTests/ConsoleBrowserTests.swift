@@ -55,7 +55,7 @@ struct ConsoleBrowserTests {
                 ])
             let finished = await eventually(timeout: 180, every: .milliseconds(500)) { !run.isRunning }
             #expect(finished, "the browser test did not finish")
-            let status = run.terminate()
+            let status = await run.terminate()
             #expect(status == 0, "the browser test failed:\n\(run.output.suffix(4000))")
             let state: String = try await harness.pool.query(
                 "SELECT process_status FROM inbound_event WHERE id = \(eventID)"

@@ -30,7 +30,7 @@ struct ContractTests {
                 environment: ["HOME": FileManager.default.temporaryDirectory.path])
             let finished = await eventually(timeout: 240, every: .milliseconds(500)) { !run.isRunning }
             #expect(finished, "schemathesis did not finish")
-            let status = run.terminate()
+            let status = await run.terminate()
             #expect(status == 0, "schemathesis found problems:\n\(run.output.suffix(6000))")
             #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
         }
@@ -65,7 +65,7 @@ struct ContractTests {
                 environment: ["HOME": FileManager.default.temporaryDirectory.path])
             let finished = await eventually(timeout: 240, every: .milliseconds(500)) { !run.isRunning }
             #expect(finished, "schemathesis did not finish")
-            let status = run.terminate()
+            let status = await run.terminate()
             #expect(status == 0, "schemathesis found problems:\n\(run.output.suffix(6000))")
             #expect(harness.leakedSecrets().isEmpty, "the ingress log leaks \(harness.leakedSecrets())")
             #expect(!harness.process.output.contains(token), "the ingress log leaks the admin token")

@@ -153,7 +153,7 @@ struct IngressResilienceTests {
             let midStream = await eventually(timeout: 60) { acknowledged.value.count >= 200 }
             #expect(midStream)
             if signal == SIGTERM {
-                #expect(harness.process.terminate(timeout: 30) == 0, "\(harness.process.output.suffix(8000))")
+                #expect(await harness.process.terminate(timeout: 30) == 0, "\(harness.process.output.suffix(8000))")
             } else {
                 harness.process.kill()
             }

@@ -427,9 +427,9 @@ struct ReadRouteTests {
                 #expect(bills.map { $0["day"] as? String ?? "" } == ["2026-02-02", "2026-02-01"])
                 #expect(try await harness.read("/api/v1/credits/balance", as: "u1")["creditsBalance"] as? Int == 7)
             }
-            await replica.drop()
+            await replica.close()
         } catch {
-            await replica.drop()
+            await replica.close()
             throw error
         }
     }
