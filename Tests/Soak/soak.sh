@@ -111,8 +111,13 @@ sleep "$q"
 echo "$(date +%T) restarting PostgreSQL"
 as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w restart >/dev/null
 sleep "$q"
-echo "$(date +%T) restarting the broker, then the workers"
+echo "$(date +%T) stopping the workers, restarting the broker, starting new workers"
 wait_exit() { for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done; }
+# The workers stop first: workers alive across the restart re-form their group on the new broker,
+# and Tansu's coordinator then hands that group (new members too) a stale empty assignment (a soak
+# run stalled so; a new group id consumed at once). Apache Kafka keeps its groups across restarts.
+for pid in "${worker_pids[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "${worker_pids[@]:1}"; do wait_exit "$pid"; done
 broker_pid=$(cat "$RUN_DIR/tansu.pid")
 kill "$broker_pid"
 # start.sh starts a broker only when the port is closed: a broker still draining its connections
@@ -120,8 +125,6 @@ kill "$broker_pid"
 wait_exit "$broker_pid"
 kill -KILL "$broker_pid" 2>/dev/null || true
 bash deploy/local/start.sh >/dev/null
-for pid in "${worker_pids[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
-for pid in "${worker_pids[@]:1}"; do wait_exit "$pid"; done
 start_worker worker-d
 start_worker worker-e
 wait "$traffic_pid"
