@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import ServiceRuntime
+import TestSupport
 import Testing
 
 /// One source cannot hold every connection, and a request head cannot trickle in for ever.

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import ServiceRuntime
+import TestSupport
 
 /// A socket failure seen by the test client, with the errno that explains it.
 struct SocketError: Error, CustomStringConvertible {
@@ -143,14 +144,6 @@ final class RawConnection {
             if errno == EINTR { continue }
             throw SocketError(operation: "recv", code: errno)
         }
-    }
-}
-
-/// Runs blocking socket code on its own thread, keeping it off the Swift concurrency pool (and
-/// giving each concurrent client a real thread).
-func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
     }
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import ServiceRuntime
+import TestSupport
 import Testing
 
 /// The routes most server tests share.
@@ -281,7 +282,9 @@ struct ServerTests {
                 for connectionIndex in 0..<50 {
                     group.addTask {
                         try await blocking {
-                            let connection = try RawConnection(port: port)
+                            // 50 connections at once beside the other suites on two cores: each
+                            // answer may wait well over the default 10 s receive timeout.
+                            let connection = try RawConnection(port: port, timeoutSeconds: 60)
                             var good = 0
                             for requestIndex in 0..<20 {
                                 let n = "\(connectionIndex)-\(requestIndex)"

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import ServiceRuntime
+import TestSupport
 import Testing
 
 /// What the server refuses before any handler runs: ambiguous requests get one clear answer

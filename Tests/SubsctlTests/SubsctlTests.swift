@@ -20,14 +20,9 @@ struct Subsctl {
         var error: String { String(stderr.split(separator: "\n").last ?? "") }
     }
 
-    /// Runs subsctl and waits for it on a thread of its own: waiting on a cooperative thread (two,
-    /// on two cores) stalled every other test of the process meanwhile, and their deadlines ran out.
+    /// Runs subsctl and waits for it off the concurrency pool (`blocking`).
     static func run(_ arguments: [String], environment: [String: String], stdin: String? = nil) async throws -> Run {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread {
-                continuation.resume(with: Result { try runWaiting(arguments, environment: environment, stdin: stdin) })
-            }
-        }
+        try await blocking { try runWaiting(arguments, environment: environment, stdin: stdin) }
     }
 
     private static func runWaiting(_ arguments: [String], environment: [String: String], stdin: String?) throws -> Run {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Runs `body` with the resource `make` returns, then `cleanUp` on it, awaited, whether `body`
 /// returned or threw: a test's pools, databases and servers never outlive it.
 @discardableResult
@@ -21,4 +23,13 @@ public func withResource<Resource, Result>(
 @discardableResult
 public func withTestDatabase<Result>(_ prefix: String = "test", _ body: (TestDatabase) async throws -> Result) async throws -> Result {
     try await withResource({ try await TestDatabase.make(prefix) }, cleanUp: { await $0.close() }, body)
+}
+
+/// Runs blocking code (sockets, waiting for a child process) on a thread of its own: on two cores
+/// the Swift concurrency pool has two threads, and a test holding them stalls every other test of
+/// the process (their deadlines then run out). Each concurrent caller gets a real thread.
+public func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
 }
