@@ -33,6 +33,10 @@ struct IngressHarness {
             "INTERNAL_HTTP_PORT": "0",
             "CURSOR_SIGNING_KEY": Data(SecureRandom.bytes(32)).base64EncodedString(),
             "USER_TOKEN_HS256_SECRET": secret,
+            // An upload waits for its worker up to 30 s, not the deployment's 3: the end-to-end
+            // phase runs its suites side by side on two cores, and a test that expects the
+            // upload's own answer to say "fulfilled" then got a 202 (seen once in a full run).
+            "INGRESS_FULFILLMENT_WAIT_MS": "30000",
         ]) { _, new in new }
         environment.merge(extra) { _, new in new }
         let process = try await launch(environment)
