@@ -139,7 +139,9 @@ struct PostgresPoolTests {
     }
 
     @Test func waitersAreServedInArrivalOrder() async throws {
-        try await Fixture.withSchema(maximumConnections: 1) { pool, _ in
+        // Queued waiters must outlast the setup of the next ones, which took over 10 s once in a
+        // loaded full run: order, not the acquire timeout, is under test here.
+        try await Fixture.withSchema(maximumConnections: 1, acquireTimeout: .seconds(120)) { pool, _ in
             let log = EventLog()
             let (first, second) = try await pool.withConnection { _ in
                 let first = Task { try await pool.withConnection { _ in log.record("first") } }
@@ -161,7 +163,7 @@ struct PostgresPoolTests {
     }
 
     @Test func shutdownFailsWaitersAndLaterCalls() async throws {
-        try await Fixture.withSchema(maximumConnections: 1) { pool, _ in
+        try await Fixture.withSchema(maximumConnections: 1, acquireTimeout: .seconds(120)) { pool, _ in
             try await pool.withConnection { _ in
                 let waiter = Task { try await pool.query("SELECT 1") }
                 try await Fixture.waitUntil("waiter queued") { pool.statistics.waiting == 1 }
