@@ -225,26 +225,28 @@ final class ServerCore: @unchecked Sendable {
         // handshakes nobody serves; shutting it down makes new connections fail fast instead.
         if listenSocket >= 0 { _ = Foundation.shutdown(listenSocket, Int32(SHUT_RDWR)) }
 
-        if !(await requestsFinished(within: configuration.shutdownGracePeriod)) {
-            // MHD must not be stopped with a suspended connection: answer what is left ourselves.
-            let stragglers = state.withLock { s in
-                s.phase = .closing
-                return Array(s.inFlight.values)
-            }
+        let drained = await requestsFinished(within: configuration.shutdownGracePeriod)
+        // From here on nothing is admitted, in the same lock as the look at what is in flight: a
+        // keep-alive connection may send a request after the drain, and MHD aborts the process
+        // when stopped with a suspended connection (seen once under a stream of notifications).
+        let stragglers = state.withLock { s in
+            s.phase = .closing
+            s.headTimer?.cancel()
+            s.headTimer = nil
+            return Array(s.inFlight.values)
+        }
+        if !stragglers.isEmpty {
             logger.warning(
-                "http handlers still running at the end of the grace period",
+                drained ? "http requests arrived after the drain" : "http handlers still running at the end of the grace period",
                 ["http.requests": .int(Int64(stragglers.count))])
             for context in stragglers {
                 let response = ServerCore.shuttingDown.response(traceID: context.head.traceID)
                 finish(context, response, route: .unmatched, cancel: true)
             }
-            // Give MHD a moment to write those answers before stopping it closes the sockets.
-            _ = await requestsFinished(within: .seconds(1))
-        }
-        state.withLock { s in
-            s.phase = .closing
-            s.headTimer?.cancel()
-            s.headTimer = nil
+            // MHD writes those answers and resumes their connections before it may be stopped.
+            if !(await requestsFinished(within: .seconds(10))) {
+                logger.error("http requests still suspended after their shutdown answers")
+            }
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             // MHD_stop_daemon joins MHD's threads: not on the cooperative pool.
