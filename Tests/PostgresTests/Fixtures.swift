@@ -16,7 +16,7 @@ enum Fixture {
 
     /// Runs `body` with a pool confined to a fresh schema of the test database, dropped afterwards.
     static func withSchema<R: Sendable>(
-        maximumConnections: Int = 4, acquireTimeout: Duration = .seconds(10), statementCacheCapacity: Int = 256,
+        maximumConnections: Int = 4, acquireTimeout: Duration = .seconds(120), statementCacheCapacity: Int = 256,
         _ body: (PostgresPool, _ url: String) async throws -> R
     ) async throws -> R {
         let base = try TestEnvironment.databaseURL()

@@ -22,7 +22,10 @@ public struct TestDatabase: Sendable {
         components.path = "/" + name
         let url = components.string ?? serverURL
         let logger = Logger(label: "test", level: .warning)
-        let pool = PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 8), logger: logger)
+        // Tests check outcomes, not latency: on a loaded two-core CI machine 50 callers serialised on
+        // one row outlasted the 5 s production default.
+        let pool = PostgresPool(
+            configuration: PostgresConfiguration(url: url, maximumConnections: 8, acquireTimeout: .seconds(120)), logger: logger)
         try await Migrator(pool: pool, logger: logger).migrate(Migrator.bundled())
         return TestDatabase(name: name, url: url, pool: pool)
     }
