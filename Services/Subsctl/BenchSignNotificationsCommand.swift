@@ -6,11 +6,14 @@ import Foundation
 /// time so the load generator measures the ingress and not the signing.
 enum BenchSignNotificationsCommand: SubsctlCommand {
     static let path = ["bench", "sign-notifications"]
-    static let usage = "bench sign-notifications --signer-dir DIR --count N --out FILE"
+    static let usage =
+        "bench sign-notifications --signer-dir DIR --count N --out FILE [--product-id ID] [--account-tokens FILE]"
     static let summary = """
         Write N distinct {"signedPayload": …} bodies (one JSON per line): Sandbox DID_RENEW notifications with nested \
         transaction and renewal info, each of its own subscription, signed by the demo signer (local benchmark only; \
-        bundle from APPLE_IAP_BUNDLE_ID, default com.example.subscriptions).
+        bundle from APPLE_IAP_BUNDLE_ID, default com.example.subscriptions). --product-id names the product (default \
+        com.example.monthly); --account-tokens reads appAccountTokens, one UUID per line, and gives them to the \
+        transactions in turn, so the notifications belong to those users (default: none, they end UNMATCHED_ACCOUNT).
         """
     /// Bodies signed per task; tasks run on every core.
     static let chunk = 500
@@ -22,6 +25,18 @@ enum BenchSignNotificationsCommand: SubsctlCommand {
             return usageError("--count must be an integer in 1...10000000")
         }
         guard let out = arguments.option("out") else { return usageError("--out is required") }
+        let productId = arguments.option("product-id") ?? "com.example.monthly"
+        var tokens: [UUID] = []
+        if let path = arguments.option("account-tokens") {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return usageError("cannot read \(path)") }
+            for line in text.split(whereSeparator: \.isNewline) {
+                guard let token = UUID(uuidString: line.trimmingCharacters(in: .whitespaces)) else {
+                    return usageError("\(path): \(line.prefix(64)) is not a UUID")
+                }
+                tokens.append(token)
+            }
+            guard !tokens.isEmpty else { return usageError("\(path) holds no token") }
+        }
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("no positional arguments expected") }
 
@@ -44,7 +59,12 @@ enum BenchSignNotificationsCommand: SubsctlCommand {
             while written < count {
                 let sizes = (0..<parallelism).map { min(chunk, max(0, count - written - $0 * chunk)) }.filter { $0 > 0 }
                 let blocks = try await withThrowingTaskGroup(of: Data.self) { group in
-                    for size in sizes { group.addTask { try bodies(size, signer: signer, bundleId: bundleId) } }
+                    var first = written
+                    for size in sizes {
+                        let shape = Shape(bundleId: bundleId, productId: productId, tokens: tokens, first: first)
+                        group.addTask { try bodies(size, signer: signer, shape: shape) }
+                        first += size
+                    }
                     var blocks: [Data] = []
                     for try await block in group { blocks.append(block) }
                     return blocks
@@ -63,15 +83,26 @@ enum BenchSignNotificationsCommand: SubsctlCommand {
         return ExitStatus.success
     }
 
+    /// What every body shares; body number `first + i` takes token `(first + i) % tokens.count`.
+    struct Shape: Sendable {
+        var bundleId: String
+        var productId: String
+        var tokens: [UUID]
+        var first: Int
+    }
+
     /// `size` bodies, newline-terminated. Every one is a new subscription (new notification UUID
     /// and transaction ids), so each is a new row and the routing keys spread over the partitions.
-    static func bodies(_ size: Int, signer: TestAppleSigner, bundleId: String) throws -> Data {
+    static func bodies(_ size: Int, signer: TestAppleSigner, shape: Shape) throws -> Data {
         var data = Data()
         let now = Date()
-        for _ in 0..<size {
-            let transaction = TestPayloads.transaction(bundleId: bundleId, environment: .sandbox, purchaseDate: now)
+        let bundleId = shape.bundleId
+        for index in 0..<size {
+            let token = shape.tokens.isEmpty ? nil : shape.tokens[(shape.first + index) % shape.tokens.count]
+            let transaction = TestPayloads.transaction(
+                bundleId: bundleId, environment: .sandbox, productId: shape.productId, purchaseDate: now, appAccountToken: token)
             let renewal = TestPayloads.renewalInfo(
-                environment: .sandbox, originalTransactionId: transaction.originalTransactionId!,
+                environment: .sandbox, productId: shape.productId, originalTransactionId: transaction.originalTransactionId!,
                 renewalDate: transaction.expiresDate!)
             let signed = try signer.signNotification(
                 type: .didRenew, bundleId: bundleId, environment: .sandbox, transaction: transaction, renewalInfo: renewal)

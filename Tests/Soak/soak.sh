@@ -5,7 +5,8 @@
 # README asks), once each. Prints figures; asserts nothing and is not a CI test:
 #   - p50/p99 per phase, connection errors and statuses (503 is expected while a dependency is down);
 #   - every notification answered 200 stored once and, once the backlog drained, terminal: each
-#     SUCCEEDED one with its processed_event row (one per applied event, by its primary key);
+#     SUCCEEDED one with its processed_event row (one per applied event, by its primary key) and
+#     its chain's first-period grant exactly once (the notifications belong to 2,000 known users);
 #   - RSS, descriptors and threads of the ingress and of the surviving worker after the warm-up
 #     and at the end.
 # It restarts the checkout's local PostgreSQL and Tansu: never run it beside the test suite.
@@ -84,15 +85,27 @@ traffic() {  # duration rate phases accepted-file
         --phases "$3" --accepted "$4"
 }
 
+# The notifications belong to 2,000 users (the first 50 also read and meter), so each is applied:
+# credits granted, once, which is what the exactly-once count below checks.
+python3 -c 'import uuid
+for i in range(2000): print("soak-user-%d\t%s" % (i, uuid.uuid4()))' >"$work/users.tsv"
+cut -f2 "$work/users.tsv" >"$work/tokens.txt"
+psql "$bench_url" -qc "CREATE TEMP TABLE soak_user (user_id text, token uuid)" -c "\\copy soak_user FROM '$work/users.tsv'" \
+    -c "INSERT INTO app_user (user_id) SELECT user_id FROM soak_user" \
+    -c "INSERT INTO user_account_token (user_id, app_account_token) SELECT user_id, token FROM soak_user"
+sign() {  # count
+    "$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count "$1" --out "$work/bodies.jsonl" \
+        --product-id com.example.starter.monthly --account-tokens "$work/tokens.txt" >/dev/null
+}
 echo "signing notifications..."
-"$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count 20000 --out "$work/bodies.jsonl" >/dev/null
+sign 20000
 echo "measuring capacity (20 s, as fast as 16 connections go)..."
 capacity=$(traffic 20 0 "capacity:0" /dev/null | tee "$work/capacity.out" | sed -n 's/.*(\([0-9]*\)\/s).*/\1/p')
 cat "$work/capacity.out"
 rate=$((capacity / 2))
 needed=$((rate * duration * 45 / 100 + 1000))
 echo "signing $needed notifications for $MINUTES minutes at $rate requests/s (half of $capacity)..."
-"$bin/subsctl" bench sign-notifications --signer-dir "$work/signer" --count "$needed" --out "$work/bodies.jsonl" >/dev/null
+sign "$needed"
 
 q=$((duration / 4))
 phases="warm-up:0,steady:$((duration / 10)),worker-killed:$q,postgres-restart:$((2 * q)),broker-restart:$((3 * q))"
@@ -150,9 +163,12 @@ psql "$bench_url" -qc "CREATE TEMP TABLE accepted (uuid text)" -c "\\copy accept
                count(*) FILTER (WHERE status = 'SUCCEEDED') AS succeeded,
                count(*) FILTER (WHERE status = 'DEAD') AS dead,
                count(*) FILTER (WHERE status NOT IN ('SUCCEEDED', 'DEAD')) AS pending,
-               count(*) FILTER (WHERE status = 'SUCCEEDED' AND processed <> 1) AS succeeded_without_one_proof
+               count(*) FILTER (WHERE status = 'SUCCEEDED' AND processed <> 1) AS succeeded_without_one_proof,
+               count(*) FILTER (WHERE status = 'SUCCEEDED' AND grants = 1) AS granted_once,
+               count(*) FILTER (WHERE status = 'SUCCEEDED' AND grants <> 1) AS not_granted_once
           FROM (SELECT a.uuid, count(e.id) AS rows, min(e.process_status) AS status,
-                       (SELECT count(*) FROM processed_event p WHERE p.event_kind = 'notification' AND p.event_id = min(e.id)) AS processed
+                       (SELECT count(*) FROM processed_event p WHERE p.event_kind = 'notification' AND p.event_id = min(e.id)) AS processed,
+                       (SELECT count(*) FROM credit_grant g WHERE g.environment = 'Sandbox' AND g.transaction_id = min(e.transaction_id)) AS grants
                   FROM accepted a LEFT JOIN inbound_event e ON e.notification_uuid = a.uuid GROUP BY a.uuid) s"
 sql "SELECT 'dead by code: ' || coalesce(string_agg(error_code || '=' || n, ' '), 'none')
        FROM (SELECT error_code, count(*) n FROM inbound_event WHERE process_status = 'DEAD' GROUP BY 1) d"

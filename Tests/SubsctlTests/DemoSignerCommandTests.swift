@@ -68,4 +68,44 @@ import Testing
         #expect(verified.status == 0, "\(verified.stderr)")
         #expect(verified.stdout.contains("\"notificationType\" : \"DID_RENEW\"") && verified.stdout.contains("signedRenewalInfo"))
     }
+
+    @Test func signNotificationsGivesTheAccountTokensInTurnAndTheProduct() async throws {
+        defer { try? FileManager.default.removeItem(at: root) }
+        let directory = root.appendingPathComponent("signer")
+        _ = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        let tokens = (0..<3).map { _ in UUID() }
+        let tokenFile = root.appendingPathComponent("tokens.txt")
+        try (tokens.map(\.uuidString).joined(separator: "\n") + "\n").write(to: tokenFile, atomically: true, encoding: .utf8)
+        let out = root.appendingPathComponent("bodies.jsonl")
+        let run = try await Subsctl.run(
+            [
+                "bench", "sign-notifications", "--signer-dir", directory.path, "--count", "1100", "--out", out.path,
+                "--product-id", "com.example.pro.monthly", "--account-tokens", tokenFile.path,
+            ], environment: [:])
+        #expect(run.status == 0, "\(run.stderr)")
+        var seen: [String: Int] = [:]
+        for line in try String(contentsOf: out, encoding: .utf8).split(separator: "\n") {
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: String])
+            let signed = try #require(body["signedPayload"])
+            let data = try #require(Self.claims(signed)["data"] as? [String: Any])
+            let signedTransaction = try #require(data["signedTransactionInfo"] as? String)
+            let transaction = Self.claims(signedTransaction)
+            #expect(transaction["productId"] as? String == "com.example.pro.monthly")
+            seen[try #require(transaction["appAccountToken"] as? String).uppercased(), default: 0] += 1
+        }
+        #expect(seen == Dictionary(uniqueKeysWithValues: tokens.enumerated().map { ($1.uuidString, $0 == 2 ? 366 : 367) }))
+
+        try "not-a-uuid\n".write(to: tokenFile, atomically: true, encoding: .utf8)
+        let refused = try await Subsctl.run(
+            ["bench", "sign-notifications", "--signer-dir", directory.path, "--count", "1", "--out", out.path, "--account-tokens", tokenFile.path],
+            environment: [:])
+        #expect(refused.status == 64 && refused.stderr.contains("is not a UUID"), "\(refused.stderr)")
+    }
+
+    /// The claims of a compact JWS, unverified (the test above verifies a body end to end).
+    static func claims(_ jws: String) -> [String: Any] {
+        let segments = jws.split(separator: ".")
+        guard segments.count == 3, let bytes = Base64URL.decode(segments[1]) else { return [:] }
+        return (try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]) ?? [:]
+    }
 }

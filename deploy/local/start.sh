@@ -13,7 +13,8 @@ as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$
 detached() {
     for fd in /proc/$BASHPID/fd/*; do
         n=${fd##*/}
-        [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null  # the listing's own descriptor is gone by now
+        # The listing's own descriptor is gone by now: closing it would print "Bad file descriptor".
+        [ "$n" -gt 2 ] && [ -e "$fd" ] && eval "exec $n>&-"
     done
     "$@"
 }
