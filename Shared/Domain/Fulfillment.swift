@@ -240,6 +240,12 @@ public struct SubscriptionChange: Sendable, Hashable {
     public var previousStatus: SubscriptionStatus?
 }
 
+/// A grant for another transaction of the chain than the event's own (`FulfillmentPlan.freedGrants`).
+public struct FreedGrant: Sendable, Hashable {
+    public var transaction: TransactionFact
+    public var decision: GrantDecision
+}
+
 /// One row of `status_history`.
 public struct StatusChange: Sendable, Hashable {
     /// What changed status (`status_history.entity_type`).
@@ -273,6 +279,10 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// `revocationPercentage`; nil: all).
     public var revocations: [GrantRecord] = []
     public var revocationPercentage: Int?
+    /// What a refund frees for a later purchase of the same plan that arrived before it: taken then
+    /// for a switch back, it was granted only what its run lacked; with the earlier period refunded
+    /// it is a new purchase, granted as if the refund had come first.
+    public var freedGrants: [FreedGrant] = []
     /// Lots of a transaction whose refund was reversed: what the refund took is restored.
     public var restorations: [GrantRecord] = []
     /// A reversed refund of a chain entitled again also undoes the clearing its REVOKED ending
@@ -288,7 +298,7 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// True for a pure duplicate: every fact stored, every order and grant written before.
     public var writesNothing: Bool {
         storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
-            && revocations.isEmpty && restorations.isEmpty && restoreClearing == nil && history.isEmpty
+            && revocations.isEmpty && freedGrants.isEmpty && restorations.isEmpty && restoreClearing == nil && history.isEmpty
             && bindFamilyMember == nil
     }
 
@@ -407,6 +417,7 @@ public enum FulfillmentPlanner {
             if effective.revocationDate != nil {
                 plan.revocations = input.grants.filter { !$0.revoked }
                 if !plan.revocations.isEmpty { plan.revocationPercentage = effective.revocationPercentage }
+                plan.freedGrants = freedGrants(by: effective, chain: chain, catalogue: input.catalogue, granted: input.chainGrants)
             } else {
                 plan.restorations = input.grants.filter(\.revoked)
                 if !plan.restorations.isEmpty || action == .restoreTransaction,
@@ -584,6 +595,23 @@ public enum FulfillmentPlanner {
         if own.isEmpty, let change { decision.reason = change.relation == .upgrade ? "UPGRADE" : "CROSSGRADE" }
         decision.amount = amount
         return [decision]
+    }
+
+    /// The grant a refund of `refunded` frees: the chain's next purchase of the same plan inside
+    /// the refunded period (not refunded itself) is a new purchase now, and gets what it lacks of
+    /// that under its own grant key (nothing when it was granted already).
+    static func freedGrants(
+        by refunded: TransactionFact, chain: ChainFacts, catalogue: [String: CatalogueProduct], granted: [String: MicroCredits]
+    ) -> [FreedGrant] {
+        guard
+            let next = chain.transactions.first(where: {
+                $0.productID == refunded.productID && $0.revocationDate == nil && $0.transactionReason == "PURCHASE"
+                    && replacedBy($0, chain: chain)?.transactionID == refunded.transactionID
+            }), let product = catalogue[next.productID]
+        else { return [] }
+        return grants(for: next, product: product, chain: chain, catalogue: catalogue, granted: granted)
+            .filter { granted[$0.grantKey] == nil }
+            .map { FreedGrant(transaction: next, decision: $0) }
     }
 
     /// The run of immediate plan changes `transaction` belongs to, in purchase order: from the

@@ -76,9 +76,9 @@ struct MemoryStore {
         if let change = plan.subscription {
             subscription = SubscriptionRecord(owner: user, state: change.state, frozenReason: subscription?.frozenReason)
         }
-        for grant in plan.grants where grants[grant.grantKey] == nil {
-            lots.append(
-                (transaction!.transactionID, GrantRecord(grantKey: grant.grantKey, userID: user.userID, pool: grant.pool, amount: grant.amount)))
+        let sourced = plan.grants.map { (transaction!.transactionID, $0) } + plan.freedGrants.map { ($0.transaction.transactionID, $0.decision) }
+        for (transactionID, grant) in sourced where grants[grant.grantKey] == nil {
+            lots.append((transactionID, GrantRecord(grantKey: grant.grantKey, userID: user.userID, pool: grant.pool, amount: grant.amount)))
         }
         for index in lots.indices {
             if plan.revocations.contains(where: { $0.grantKey == lots[index].record.grantKey }) {
@@ -606,6 +606,26 @@ struct MemoryStore {
         let again = store.apply(initialBuy, tx("1001", purchase: t0 + 2 * day, original: "1000"), now: t0 + 2 * day)
         #expect(again.grants.map(\.amount) == [Credits.micro(1000)])
         #expect(store.balance == Credits.micro(1000))
+    }
+
+    /// A refund of a period and a purchase of the same plan after it, in every arrival order: one
+    /// paid period, one period's credits (the purchase known first was taken for a switch back and
+    /// granted nothing; the refund then frees its grant).
+    @Test func aRefundAndARepurchaseOfTheSamePlanGrantOnePeriodInEveryArrivalOrder() {
+        let purchase = tx("1000", purchase: t0)
+        var refunded = purchase
+        refunded.revocationDate = t0 + day
+        refunded.signedDate = t0 + day
+        let events: [(FactSource, TransactionFact)] = [
+            (initialBuy, purchase), (.notification(type: "REFUND", subtype: nil), refunded),
+            (initialBuy, tx("1001", purchase: t0 + 2 * day, original: "1000")),
+        ]
+        for permutation in permutations(Array(events.indices)) {
+            var store = store()
+            for index in permutation { store.apply(events[index].0, events[index].1, now: t0 + 3 * day) }
+            #expect(store.balance == Credits.micro(1000), "order \(permutation)")
+            #expect(store.lots.filter { $0.record.remaining > 0 }.map(\.transactionID) == ["1001"], "order \(permutation)")
+        }
     }
 
     func permutations<T>(_ items: [T]) -> [[T]] {

@@ -83,6 +83,25 @@ struct CreditLotsFulfillmentTests {
         }
     }
 
+    /// A purchase of the same plan applied before the refund of the period it fell in was taken
+    /// for a switch back (nothing granted); the refund, when it comes, grants it as a new purchase,
+    /// once, in its own lot.
+    @Test func aRefundArrivingAfterARepurchaseOfTheSamePlanGrantsTheRepurchase() async throws {
+        try await Fixture.with { fixture in
+            try await prepare(fixture)
+            let token = try await fixture.user("ines")
+            let purchase = Fact.purchase(original: "5301", transaction: "5301", token: token, daysAgo: 10)
+            let again = Fact.purchase(original: "5301", transaction: "5302", token: token, daysAgo: 5)
+            try await apply(fixture, purchase, again)
+            #expect(try await remaining(fixture) == ["5301": 1000])
+            try await apply(fixture, purchase.refund())
+            #expect(try await remaining(fixture) == ["5301": 0, "5302": 1000])
+            try await apply(fixture, purchase.refund())
+            #expect(try await balance(fixture, "ines") == 1000)
+            #expect(try await violations(fixture) == 0)
+        }
+    }
+
     /// Apple's `revocationPercentage` 50000: half of what remains of the lot is taken back.
     @Test func aFiftyPercentProratedRefundTakesHalfOfWhatRemains() async throws {
         try await Fixture.with { fixture in

@@ -129,6 +129,7 @@ wait_exit() { for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; slee
 # The workers stop first: workers alive across the restart re-form their group on the new broker,
 # and Tansu's coordinator then hands that group (new members too) a stale empty assignment (a soak
 # run stalled so; a new group id consumed at once). Apache Kafka keeps its groups across restarts.
+before_restart_worker=$(sample worker-b "$survivor")
 for pid in "${worker_pids[@]:1}"; do kill -TERM "$pid" 2>/dev/null || true; done
 for pid in "${worker_pids[@]:1}"; do wait_exit "$pid"; done
 broker_pid=$(cat "$RUN_DIR/tansu.pid")
@@ -149,7 +150,8 @@ echo "ingress after warm-up: $baseline_ingress"
 echo "ingress at the end:    $end_ingress"
 echo "ingress every minute:"
 sed 's/^/  /' "$work/ingress-samples.txt"
-echo "worker-b after warm-up: $baseline_worker (restarted with the broker: its end is not comparable)"
+echo "worker-b after warm-up:            $baseline_worker"
+echo "worker-b before the broker restart: $before_restart_worker (stopped then: Tansu needs new workers)"
 
 echo "waiting for the backlog (at most 10 minutes)..."
 sql() { psql "$bench_url" -qAtc "$1"; }

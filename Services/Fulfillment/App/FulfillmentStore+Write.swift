@@ -68,7 +68,8 @@ extension FulfillmentStore {
         }
         let grants = batch.map { entry in
             let fact = entry.pending.verified.transaction?.fact
-            return entry.plan.grants.compactMap { decision in
+            let sourced = entry.plan.grants.map { (fact, $0) } + entry.plan.freedGrants.map { (Optional($0.transaction), $0.decision) }
+            return sourced.compactMap { fact, decision in
                 entry.plan.user.map {
                     CreditGrant(
                         userID: $0.userID, decision: decision, environment: fact?.environment,
