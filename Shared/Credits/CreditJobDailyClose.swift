@@ -101,10 +101,9 @@ extension CreditJobs {
                               \(PostgresArray(accounts.map { balances[$0.user]![$0.pool]! }))::bigint[]) AS n(user_id, pool, balance)
                  WHERE a.user_id = n.user_id AND a.pool = n.pool
             )
-            SELECT credit_burn_lots(d.user_id, d.pool, d.amount)
-              FROM unnest(\(PostgresArray(burns.map(\.user)))::text[], \(PostgresArray(burns.map(\.pool.rawValue)))::text[],
-                          \(PostgresArray(burns.map(\.amount)))::bigint[]) AS d(user_id, pool, amount)
+            SELECT 1
             """)
+        try await CreditLedger.burnLots(burns, on: db)
         try await entries.insert(on: db)
         return bills.count
     }

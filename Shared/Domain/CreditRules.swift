@@ -203,7 +203,7 @@ public enum CreditRules {
 
     /// Burns `amount` from one pool's lots, given in the order they were granted: the lot granted
     /// first is used first. Returns what was burned (less than `amount` only when the lots hold
-    /// less). The SQL function `credit_burn_lots` (migration 0022) is the same rule.
+    /// less). `CreditLedger.burnLots` and the SQL function `credit_burn_lots` (migration 0022) are the same rule.
     @discardableResult
     public static func burn(_ amount: MicroCredits, from lots: inout [GrantRecord]) -> MicroCredits {
         var left = max(0, amount)

@@ -26,6 +26,45 @@ struct CreditLedgerTests {
         }
     }
 
+    /// The set-based burn (one statement for a batch of users, several burns of a pool adding up)
+    /// leaves every lot as `CreditRules.burn` applied burn by burn does.
+    @Test func burningABatchInOneStatementFollowsTheRule() async throws {
+        try await CreditsFixture.with { f in
+            let users = ["ann", "bob", "cy"]
+            for user in users {
+                for pool in [CreditPool.subscription, .permanent] {
+                    for _ in 0..<Int.random(in: 0...4) { try await f.fund(user, pool, micro: Int64.random(in: 1...9) * Self.credit) }
+                }
+            }
+            func lots() async throws -> [String: [GrantRecord]] {
+                var lots: [String: [GrantRecord]] = [:]
+                for row in try await f.pool.query("SELECT grant_key, user_id, pool, amount, remaining FROM credit_grant ORDER BY id") {
+                    var lot = GrantRecord(
+                        grantKey: try row.decode("grant_key"), userID: try row.decode("user_id"),
+                        pool: CreditPool(rawValue: try row.decode("pool"))!, amount: try row.decode("amount"))
+                    lot.remaining = try row.decode("remaining")
+                    lots[lot.userID + "/" + lot.pool.rawValue, default: []].append(lot)
+                }
+                return lots
+            }
+            var expected = try await lots()
+            var burns: [(user: String, pool: CreditPool, amount: MicroCredits)] = []
+            for _ in 0..<12 {
+                let burn = (
+                    user: users.randomElement()!, pool: Bool.random() ? CreditPool.subscription : .permanent,
+                    amount: Int64.random(in: 0...12) * Self.credit / 2
+                )
+                burns.append(burn)
+                CreditRules.burn(burn.amount, from: &expected[burn.user + "/" + burn.pool.rawValue, default: []])
+            }
+            try await f.pool.transaction { try await CreditLedger.burnLots(burns, on: $0) }
+            let burned = try await lots()
+            for (key, lots) in expected where !lots.isEmpty {
+                #expect(burned[key]?.map(\.remaining) == lots.map(\.remaining), "\(key) after \(burns)")
+            }
+        }
+    }
+
     @Test func revocationTakesWhatRemainsOfItsLotAndRestorationGivesItBack() async throws {
         try await CreditsFixture.with { f in
             try await f.fund("alice", .subscription, micro: 1000 * Self.credit, key: "g")
