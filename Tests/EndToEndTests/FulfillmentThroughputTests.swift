@@ -33,7 +33,10 @@ struct FulfillmentThroughputTests {
         let producing = Task { try await producer.run() }
         defer { producing.cancel() }
         try await Bootstrap.prepare(configuration: configuration, pool: pool, logger: harness.logger)
-        let store = EventIntakeStore(pool: pool, topic: configuration.eventTopic)
+        // The backlog is stored through a pool of its own, closed before the drain: its backends
+        // then report their row counts, which are not the drain's.
+        let intakePool = PostgresPool(configuration: configuration.postgres, logger: harness.logger)
+        let store = EventIntakeStore(pool: intakePool, topic: configuration.eventTopic)
         let intake = NotificationIntake(
             store: store, publisher: EventPublisher(producer: producer, outbox: store.outbox, logger: harness.logger))
         try await pool.query(
@@ -73,7 +76,15 @@ struct FulfillmentThroughputTests {
             }
         }
 
+        await intakePool.shutdown()
+        _ = try await eventually(timeout: 10, every: .milliseconds(100)) {
+            try await pool.query(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).first!.decode("n", as: Int.self) < pool.statistics.open
+        }
         let commitsBefore = try await Self.commits(pool)
+        let walBefore = try await Self.walPosition(pool)
+        let rowsBefore = try await Self.rowChanges(pool)
         var processes: [ServiceProcess] = []
         for index in 0..<workers {
             processes.append(
@@ -113,13 +124,21 @@ struct FulfillmentThroughputTests {
                 < pool.statistics.open
         }
         let commits = try await Self.commits(pool) - commitsBefore
+        let wal = try await Self.walBytes(since: walBefore, pool)
+        let rows = try await Self.rowChanges(pool).merging(rowsBefore.mapValues { -$0 }, uniquingKeysWith: +).filter { $0.value > 0 }
         print(
             "fulfillment_throughput workers=\(workers) partitions=\(Self.partitions) events=\(total) seconds=\(String(format: "%.2f", seconds))"
                 + " events_per_second=\(Int(Double(total) / seconds))"
                 + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))"
                 + " postgres_cpu_ms_per_event=\(String(format: "%.3f", databaseCPU * 1000 / Double(total)))"
                 + " postgres_commits_per_event=\(String(format: "%.2f", Double(commits) / Double(total)))"
-                + " worker_peak_rss_mib=\(String(format: "%.1f", rss))")
+                + " worker_peak_rss_mib=\(String(format: "%.1f", rss))"
+                + " wal_bytes_per_event=\(wal / total)"
+                + " rows_written_per_event=\(String(format: "%.2f", Double(rows.values.reduce(0, +)) / Double(total)))")
+        print(
+            "fulfillment_rows_per_event workers=\(workers) "
+                + rows.sorted { $0.key < $1.key }.map { "\($0.key)=\(String(format: "%.2f", Double($0.value) / Double(total)))" }
+                .joined(separator: " "))
         #expect(try await count("SELECT count(*) FROM credit_grant") == total)
         #expect(try await ChainReplay.mismatches(pool: pool, now: Date()).isEmpty)
         if workers == 2 {
@@ -127,6 +146,7 @@ struct FulfillmentThroughputTests {
             // Its backends' CPU is sampled while it runs (they exit with it), to compare what one of
             // its transactions costs PostgreSQL with what one event costs it.
             let url = harness.databaseURL
+            let ceilingWALBefore = try await Self.walPosition(pool)
             let bench = Task.detached { try Self.pgbenchFulfillmentShaped(url: url, chains: chains, prefix: "4") }
             var backendCPU: [Int32: Double] = [:]
             while true {
@@ -138,8 +158,10 @@ struct FulfillmentThroughputTests {
                 try await Task.sleep(for: .milliseconds(50))
             }
             let tps = try await bench.value
+            let ceilingWAL = try await Self.walBytes(since: ceilingWALBefore, pool)
             print(
                 "fulfillment_pgbench_ceiling clients=8 tps=\(Int(tps))"
+                    + " wal_bytes_per_transaction=\(ceilingWAL / Self.pgbenchTransactions)"
                     + " postgres_cpu_ms_per_transaction=\(String(format: "%.3f", backendCPU.values.reduce(0, +) * 1000 / Double(Self.pgbenchTransactions)))"
             )
         }
@@ -366,6 +388,28 @@ struct FulfillmentThroughputTests {
         try await pool.query(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         ).first!.decode("xact_commit", as: Int.self)
+    }
+
+    /// The server's WAL insert position (the cluster's: on a quiet machine, this run's writes).
+    static func walPosition(_ pool: PostgresPool) async throws -> String {
+        try await pool.query("SELECT pg_current_wal_lsn()::text AS lsn").first!.decode("lsn", as: String.self)
+    }
+
+    static func walBytes(since position: String, _ pool: PostgresPool) async throws -> Int {
+        try await pool.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), \(position)::pg_lsn)::bigint AS bytes")
+            .first!.decode("bytes", as: Int.self)
+    }
+
+    /// Rows inserted, updated or deleted per table so far (backends report them when their
+    /// transactions end; read after the writers' backends ended).
+    static func rowChanges(_ pool: PostgresPool) async throws -> [String: Int] {
+        var rows: [String: Int] = [:]
+        for row in try await pool.query(
+            "SELECT relname::text AS t, (n_tup_ins + n_tup_upd + n_tup_del)::bigint AS n FROM pg_stat_user_tables")
+        {
+            rows[try row.decode("t"), default: 0] += try row.decode("n", as: Int.self)
+        }
+        return rows
     }
 
     static func seconds(_ duration: Duration) -> Double {
