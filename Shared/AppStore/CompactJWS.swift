@@ -104,9 +104,18 @@ public struct JWSParts: Sendable {
 
     /// Nil unless `token` has exactly three segments (empty ones allowed).
     public init?(_ token: String) {
-        let parts = token.split(separator: ".", maxSplits: 3, omittingEmptySubsequences: false)
-        guard parts.count == 3 else { return nil }
-        (header, payload, signature) = (parts[0], parts[1], parts[2])
+        // Bytes, not Characters: splitting a String walks grapheme clusters, and for Apple's
+        // 12 KB notifications that was over half of the ingress's CPU per notification (perf).
+        // A "." byte is always a whole character, so its index is a valid String index.
+        let bytes = token.utf8
+        let dot = UInt8(ascii: ".")
+        guard let first = bytes.firstIndex(of: dot),
+            let second = bytes[bytes.index(after: first)...].firstIndex(of: dot),
+            !bytes[bytes.index(after: second)...].contains(dot)
+        else { return nil }
+        header = token[..<first]
+        payload = token[bytes.index(after: first)..<second]
+        signature = token[bytes.index(after: second)...]
     }
 
     /// `header.payload` exactly as received: what the signature covers.
