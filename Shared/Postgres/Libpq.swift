@@ -187,10 +187,12 @@ final class LibpqConnection {
         if let sqlState, sqlState.hasPrefix("08") || [.adminShutdown, .crashShutdown, .cannotConnectNow].contains(sqlState) {
             forcedBroken = true
         }
-        if isBroken { return .connectionFailed(message) }
-        guard let sqlState else {
-            // libpq's own errors (no SQLSTATE) on a healthy connection: a misuse, reported as internal.
-            return .server(sqlState: .internalError, message: message, constraint: nil)
+        guard let sqlState, !isBroken else {
+            // No SQLSTATE means libpq itself gave up on the exchange (a failed send, a lost
+            // protocol state) although it may still call the session open: nothing known about
+            // the session can be trusted, so it is dropped and the caller may retry elsewhere.
+            forcedBroken = true
+            return .connectionFailed(message)
         }
         let constraint = field("n")
         if sqlState == .uniqueViolation { return .uniqueViolation(constraint: constraint, detail: field("D") ?? message) }

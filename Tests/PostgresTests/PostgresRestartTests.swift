@@ -27,7 +27,18 @@ struct PostgresRestartTests {
             }
             // The broken connection was dropped on return; the idle one is found dead when lent.
             #expect(pool.statistics.open == 1)
-            let restarted: String = try await pool.query("SELECT pg_postmaster_start_time()::text AS t").first!.decode("t")
+            let startTime: PostgresQuery = "SELECT pg_postmaster_start_time()::text AS t"
+            let restarted: String
+            do {
+                restarted = try await pool.query(startTime).first!.decode("t")
+            } catch let error as PostgresError where error.isConnectionFailure {
+                // Found dead only in use (libpq gave up without the server's goodbye, seen once
+                // on a loaded CI machine): that use fails retryably and the session is dropped.
+                restarted = try await pool.query(startTime).first!.decode("t")
+            } catch {
+                Issue.record("after the restart: \(String(reflecting: error))")
+                throw error
+            }
             #expect(restarted != started)
             #expect(pool.statistics == PostgresPoolStatistics(open: 1, idle: 1, waiting: 0))
             await pool.shutdown()
