@@ -75,17 +75,39 @@ public struct OutboxStore: Sendable {
     /// Queues again the events that need a worker and have no message on the way: retries that are
     /// due, leases that ran out (a crashed worker), and events still RECEIVED after `stuckAfter` (a
     /// broker that lost the message). Returns how many were queued; safe with several sweepers.
+    ///
+    /// Each of the three is read through its own partial index, oldest first, then the oldest
+    /// `limit` of them are locked: one scan over the three conditions ORed, ordered by id, read the
+    /// primary key of every month (8 s a pass on 10,000,000 events) while nothing was due.
     public func requeueStuck(stuckAfter: Duration, republishGrace: Duration, limit: Int = 500) async throws -> Int {
         try await pool.query(
             """
-            WITH due AS (
-                SELECT id, received_at FROM inbound_event
-                 WHERE ((process_status = \(sql: EventStatus.retryWait.literal) AND next_retry_at <= now())
-                     OR (process_status = \(sql: EventStatus.processing.literal) AND lease_expires_at < now())
-                     OR (process_status = \(sql: EventStatus.received.literal)
-                         AND received_at < now() - make_interval(secs => \(stuckAfter.inSeconds))))
-                   AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => \(republishGrace.inSeconds)))
-                 ORDER BY id LIMIT \(limit) FOR UPDATE SKIP LOCKED
+            WITH candidate AS (
+                (SELECT id, received_at FROM inbound_event
+                  WHERE process_status = \(sql: EventStatus.retryWait.literal) AND next_retry_at <= now()
+                    AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => \(republishGrace.inSeconds)))
+                  ORDER BY next_retry_at LIMIT \(limit))
+                UNION ALL
+                (SELECT id, received_at FROM inbound_event
+                  WHERE process_status = \(sql: EventStatus.processing.literal) AND lease_expires_at < now()
+                    AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => \(republishGrace.inSeconds)))
+                  ORDER BY lease_expires_at LIMIT \(limit))
+                UNION ALL
+                (SELECT id, received_at FROM inbound_event
+                  WHERE process_status = \(sql: EventStatus.received.literal)
+                    AND (republished_at IS NULL OR republished_at < now() - make_interval(secs => \(republishGrace.inSeconds)))
+                    AND received_at < now() - make_interval(secs => \(stuckAfter.inSeconds))
+                  ORDER BY received_at LIMIT \(limit))
+            ), due AS (
+                -- Locked rows are checked again as they are now (another sweeper or a worker may
+                -- have moved them meanwhile).
+                SELECT e.id, e.received_at FROM candidate c JOIN inbound_event e ON e.id = c.id AND e.received_at = c.received_at
+                 WHERE ((e.process_status = \(sql: EventStatus.retryWait.literal) AND e.next_retry_at <= now())
+                     OR (e.process_status = \(sql: EventStatus.processing.literal) AND e.lease_expires_at < now())
+                     OR (e.process_status = \(sql: EventStatus.received.literal)
+                         AND e.received_at < now() - make_interval(secs => \(stuckAfter.inSeconds))))
+                   AND (e.republished_at IS NULL OR e.republished_at < now() - make_interval(secs => \(republishGrace.inSeconds)))
+                 ORDER BY e.id LIMIT \(limit) FOR UPDATE OF e SKIP LOCKED
             ), marked AS (
                 UPDATE inbound_event e SET republished_at = now() FROM due WHERE e.id = due.id AND e.received_at = due.received_at
                 RETURNING e.kind, e.id, e.routing_key, e.trace_id
