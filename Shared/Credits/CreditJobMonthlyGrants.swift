@@ -20,14 +20,33 @@ extension CreditJobs {
     /// only for periods whose first month was granted (trials and family sharing follow the
     /// product's configuration through it). Each month once (its grant key).
     /// Read without locks: the grant checks again under them.
+    ///
+    /// Candidates come from the two sides that can have months due, each through its own index
+    /// (never from every paid chain: most are monthly): chains whose current product is a longer
+    /// plan, and transactions of the last 13 months with an offer period (none is longer than a
+    /// year).
     func duePlanMonths(now: Date) async throws -> [DuePlanMonths] {
         let candidates = try await pool.query(
             """
+            WITH candidate AS (
+                SELECT s.environment, s.original_transaction_id, s.last_transaction_id
+                  FROM user_subscription s
+                 WHERE s.status IN ('ACTIVE', 'GRACE') AND s.frozen_reason IS NULL
+                   AND s.active_product_id = ANY(ARRAY(
+                           SELECT product_id FROM payment_product
+                            WHERE channel = 'APPLE' AND app_key = \(appKey) AND duration NOT IN ('P1W', 'P1M')))
+                UNION
+                SELECT t.environment, t.original_transaction_id, t.transaction_id
+                  FROM apple_transaction t
+                 WHERE t.offer_period IS NOT NULL AND t.purchase_date > \(now)::timestamptz - interval '13 months'
+            )
             SELECT s.environment, s.original_transaction_id, s.user_id, t.transaction_id, t.purchase_date, t.expires_date,
                    p.credits_amount, p.duration, t.offer_discount_type, t.offer_period,
                    (SELECT string_agg(g.grant_key, ',') FROM credit_grant g
                      WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) AS granted
-              FROM user_subscription s
+              FROM candidate c
+              JOIN user_subscription s ON s.environment = c.environment AND s.original_transaction_id = c.original_transaction_id
+                                      AND s.last_transaction_id = c.last_transaction_id
               JOIN apple_transaction t ON t.environment = s.environment AND t.transaction_id = s.last_transaction_id
               JOIN payment_product p ON p.channel = 'APPLE' AND p.app_key = \(appKey) AND p.product_id = t.product_id
              WHERE s.status IN ('ACTIVE', 'GRACE') AND s.frozen_reason IS NULL AND (p.duration NOT IN ('P1W', 'P1M') OR t.offer_period IS NOT NULL)
