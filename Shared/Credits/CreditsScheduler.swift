@@ -9,7 +9,8 @@ public struct CreditsConfiguration: Sendable {
     /// `CREDITS_SCHEDULER_INTERVAL_SECONDS`: how often the jobs run (and at each UTC midnight);
     /// nil (0) runs none in this process. Default 60.
     public var schedulerInterval: Duration?
-    /// `CREDITS_INVARIANT_INTERVAL_SECONDS`: how often balances are compared with their ledgers. Default 600.
+    /// `CREDITS_INVARIANT_INTERVAL_SECONDS`: how often balances are compared with their ledgers (by one
+    /// worker per interval across the pool). Default 600.
     public var invariantInterval: Duration
     /// `CREDITS_BATCH_SIZE`: rows per job transaction. Default 1000.
     public var batchSize: Int
@@ -34,7 +35,7 @@ public struct CreditsConfiguration: Sendable {
 
 /// Runs the credit jobs in a worker: every interval and right after each UTC midnight of its
 /// clock, skipping a batch another worker is running (`CreditJobs` explains why that is safe);
-/// and the ledger invariant check.
+/// and the ledger invariant check, once per interval across the workers.
 public final class CreditsScheduler: Service {
     public let name = "credits-scheduler"
     public let jobs: CreditJobs
@@ -50,15 +51,11 @@ public final class CreditsScheduler: Service {
 
     public func run() async throws {
         guard let interval = jobs.configuration.schedulerInterval else { return await stop.wait() }
-        var lastCheck: ContinuousClock.Instant?
         while !stop.isFired {
             let now = clock.now()
             do {
                 try await jobs.runAll(now: now, wait: false)
-                if lastCheck.map({ ContinuousClock.now - $0 >= jobs.configuration.invariantInterval }) ?? true {
-                    try await jobs.checkInvariant()
-                    lastCheck = ContinuousClock.now
-                }
+                try await jobs.checkInvariantIfDue(interval: jobs.configuration.invariantInterval)
             } catch {
                 failures.increment()
                 jobs.logger.warning("credit jobs pass failed", ["error": .string("\(error)")])

@@ -249,6 +249,26 @@ struct CreditJobsTests {
             #expect(try await jobs.checkInvariant() == 1)
         }
     }
+
+    @Test func workersShareOneInvariantCheckPerInterval() async throws {
+        try await CreditsFixture.with { f in
+            try await f.fund("alice", .subscription, micro: 5 * Self.credit)
+            let first = f.jobs()
+            let second = f.jobs()
+            #expect(try await first.checkInvariantIfDue(interval: .seconds(600)) == 0)
+            try await f.pool.query("UPDATE credit_account SET balance = balance + 1")
+            // Within the interval the other worker reports what the check found, without reading
+            // the books again; once it has passed, one of them checks again.
+            #expect(try await second.checkInvariantIfDue(interval: .seconds(600)) == 0)
+            try await f.pool.query("UPDATE credit_invariant_check SET checked_at = now() - interval '601 seconds'")
+            #expect(try await second.checkInvariantIfDue(interval: .seconds(600)) == 1)
+            #expect(try await first.checkInvariantIfDue(interval: .seconds(600)) == 1)
+            // An operator's check runs at once and is what the workers report next.
+            try await f.pool.query("UPDATE credit_account SET balance = balance - 1")
+            #expect(try await first.checkInvariant() == 0)
+            #expect(try await second.checkInvariantIfDue(interval: .seconds(600)) == 0)
+        }
+    }
 }
 
 /// The UTC day arithmetic the bills and the close rely on.
