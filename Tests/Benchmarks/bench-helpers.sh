@@ -22,10 +22,11 @@ wrk_figure() {
 # folder ($work), removed on exit together with the ingress whose pid the script sets in
 # $ingress_pid. Services already running (another checkout's, say) are used as they are: start.sh
 # from a worktree would otherwise set up a second cluster on the same port.
+# BENCH_DATABASE=NAME runs on that existing database instead (the scale run's), kept at the end.
 bench_scratch() {
     work=$(mktemp -d)
     ingress_pid=""
-    database="bench_$1_$(date +%s)_$$"
+    database="${BENCH_DATABASE:-bench_$1_$(date +%s)_$$}"
     topic="bench.events.$database"
     bench_url="${DATABASE_URL%/*}/$database"
     trap bench_cleanup EXIT
@@ -36,7 +37,12 @@ bench_scratch() {
 
 bench_cleanup() {
     if [ -n "$ingress_pid" ]; then kill "$ingress_pid" 2>/dev/null || true; wait "$ingress_pid" 2>/dev/null || true; fi
-    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $database" >/dev/null 2>&1 || true
+    [ -n "${BENCH_DATABASE:-}" ] || psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $database" >/dev/null 2>&1 || true
     "$(tansu_bin)" topic delete --broker "tcp://$KAFKA_BROKERS" "$topic" >/dev/null 2>&1 || true
     rm -rf "$work"
+}
+
+# bench_database: creates this run's database, unless BENCH_DATABASE names one that exists.
+bench_database() {
+    [ -n "${BENCH_DATABASE:-}" ] || psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
 }

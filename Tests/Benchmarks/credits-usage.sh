@@ -32,7 +32,7 @@ for product in ingress subsctl; do
 done
 bin="$(swift build -c release --show-bin-path)"
 
-psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
+bench_database
 # Secrets of this run only: generated here, handed to the ingress and wrk, never printed.
 service_token=$(openssl rand -base64 33 | tr '+/' '-_' | tr -d '=\n')
 "$bin/subsctl" demo-signer init --dir "$work/signer" >/dev/null

@@ -9,6 +9,7 @@
 #   Tests/Benchmarks/scale-load.sh                       # full size into a new database scale_<time>
 #   SCALE=0.01 Tests/Benchmarks/scale-load.sh            # 1/100: 5,000 users, 100,000 events
 #   SCALE_DATABASE=mydb PAYLOAD_BYTES=1024 Tests/Benchmarks/scale-load.sh
+#   SCALE=0.2 SCALE_EVENTS=1000000 Tests/Benchmarks/scale-load.sh   # 100,000 users, 1,000,000 events
 #
 # Disk: the events dominate, about PAYLOAD_BYTES + 1 KB each with their indexes (full size with the
 # default 2 KB payloads: ~30 GB). Real sealed notifications are ~12 KB; use PAYLOAD_BYTES=12288
@@ -24,7 +25,7 @@ database=${SCALE_DATABASE:-scale_$(date +%Y%m%d%H%M%S)}
 count() { python3 -c "import sys; print(max(1, round(float(sys.argv[1]) * float(sys.argv[2]))))" "$1" "$SCALE"; }
 USERS=$(count 500000)
 TRANSACTIONS=$(count 2000000)
-EVENTS=$(count 10000000)
+EVENTS=${SCALE_EVENTS:-$(count 10000000)}
 MONTHS=13
 RENEWALS=$(( (TRANSACTIONS + USERS - 1) / USERS ))
 
@@ -81,17 +82,35 @@ INSERT INTO user_subscription (environment, original_transaction_id, user_id, ac
            (2000000000 + n)::text, now() - interval '10 days'
       FROM generate_series(1, $USERS) n;"
 step "transactions, renewal infos, subscriptions"
-# Credits: a grant and its ledger entry per transaction, the balance per user.
+# Credits, books that balance: a lot and its ledger entry per transaction; a chain that is still
+# paid keeps every lot (nothing was spent); a lapsed one (one user in ten) had its pool cleared
+# once at its ending (one clearing row, one ledger entry, each lot marked with what it lost).
 sql "
-INSERT INTO credit_grant (grant_key, user_id, pool, amount, reason, environment, transaction_id, original_transaction_id, created_at)
+INSERT INTO credit_grant (grant_key, user_id, pool, amount, remaining, expires_at, cleared_amount, cleared_by, reason,
+        environment, transaction_id, original_transaction_id, created_at)
     SELECT 'txn:Production:' || t.transaction_id, t.user_id, 'SUBSCRIPTION', 1000000000,
+           CASE WHEN s.status = 'EXPIRED' THEN 0 ELSE 1000000000 END, t.expires_date,
+           CASE WHEN s.status = 'EXPIRED' THEN 1000000000 ELSE 0 END,
+           CASE WHEN s.status = 'EXPIRED' THEN 'Production:' || s.original_transaction_id || ':' || s.last_transaction_id || ':EXPIRED' END,
            CASE WHEN t.transaction_reason = 'PURCHASE' THEN 'PURCHASE' ELSE 'RENEWAL' END, 'Production', t.transaction_id,
            t.original_transaction_id, t.purchase_date
-      FROM apple_transaction t;
+      FROM apple_transaction t JOIN user_subscription s USING (environment, original_transaction_id);
 INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference, created_at)
-    SELECT user_id, 'SUBSCRIPTION', amount, amount, 'GRANT', grant_key, created_at FROM credit_grant;
+    SELECT user_id, 'SUBSCRIPTION', amount,
+           sum(amount) OVER (PARTITION BY user_id ORDER BY created_at, id), 'GRANT', grant_key, created_at
+      FROM credit_grant;
+INSERT INTO credit_expiry_clearing (environment, original_transaction_id, last_transaction_id, status, user_id, cleared_amount,
+        cleared_at)
+    SELECT s.environment, s.original_transaction_id, s.last_transaction_id, 'EXPIRED', s.user_id, g.total, s.expires_at
+      FROM user_subscription s
+      JOIN (SELECT user_id, sum(amount) AS total FROM credit_grant GROUP BY user_id) g USING (user_id)
+     WHERE s.status = 'EXPIRED';
+INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference, created_at)
+    SELECT user_id, 'SUBSCRIPTION', -cleared_amount, 0, 'EXPIRY_CLEARING',
+           'expiry:' || environment || ':' || original_transaction_id || ':' || last_transaction_id, cleared_at
+      FROM credit_expiry_clearing;
 INSERT INTO credit_account (user_id, pool, balance)
-    SELECT user_id, 'SUBSCRIPTION', 1000000000 FROM app_user;"
+    SELECT user_id, 'SUBSCRIPTION', sum(remaining) FROM credit_grant GROUP BY user_id;"
 step "grants, ledger, balances"
 
 # Events: partitions first (the months of the data and those ahead), then the events month by
@@ -103,7 +122,10 @@ sql "SELECT count(*) FROM generate_series(date_trunc('month', now() AT TIME ZONE
 sql "CREATE UNLOGGED TABLE scale_random AS
          SELECT decode(string_agg(md5(random()::text || g), ''), 'hex') AS block FROM generate_series(1, 4096 + $PAYLOAD_BYTES / 16) g"
 per_month=$(( (EVENTS + MONTHS - 1) / MONTHS ))
-for month in $(seq 0 $((MONTHS - 1))); do
+# One session per core: the months are independent (ids come from the sequence), and one session
+# alone leaves the other core idle while it waits for its WAL writes.
+load_months() {  # first-month stride
+for month in $(seq "$1" "$2" $((MONTHS - 1))); do
     first=$(( month * per_month + 1 )); last=$(( (month + 1) * per_month )); [ "$last" -gt "$EVENTS" ] && last=$EVENTS
     [ "$first" -gt "$last" ] && break
     sql "
@@ -131,6 +153,11 @@ for month in $(seq 0 $((MONTHS - 1))); do
     SELECT 'notification', id, 'scale-load', 1, processed_at FROM event WHERE process_status = 'SUCCEEDED'"
     step "events $first..$last (month -$((MONTHS - month)))"
 done
+}
+sessions=${SCALE_SESSIONS:-$(nproc)}
+pids=()
+for session in $(seq 0 $((sessions - 1))); do load_months "$session" "$sessions" & pids+=($!); done
+for pid in "${pids[@]}"; do wait "$pid"; done
 sql "DROP TABLE scale_random"
 psql "$bench_url" -qc "VACUUM ANALYZE" 2>/dev/null  # the owner cannot vacuum the shared catalogues: a warning each
 step "vacuumed and analyzed"

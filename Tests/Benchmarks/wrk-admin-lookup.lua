@@ -1,19 +1,16 @@
--- GET /admin/v1/lookup?q=ID with an id of a random kind for a random seeded user or chain
--- (lookup-latency.sh seeds them): user, order, transaction, original transaction, notification.
+-- GET /admin/v1/lookup?q=ID with a random id from the file $IDS (one per line: user ids, order
+-- numbers, transaction ids, original transaction ids and notification UUIDs sampled from the
+-- database by lookup-latency.sh).
 local token = os.getenv("ADMIN_TOKEN")
-local users = tonumber(os.getenv("USERS"))
-local events = tonumber(os.getenv("EVENTS"))
 math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
 
+function init(args)
+    ids = {}
+    for line in io.lines(os.getenv("IDS")) do ids[#ids + 1] = line end
+end
+
 request = function()
-    local n = math.random(1, users)
-    local kind = math.random(1, 5)
-    local q
-    if kind == 1 then q = "bench-user-" .. n
-    elseif kind == 2 then q = "bench-order-" .. n
-    elseif kind == 3 then q = tostring(3000000000 + n)
-    elseif kind == 4 then q = tostring(1000000000 + n)
-    else q = "bench-notification-" .. math.random(1, events) end
+    local q = ids[math.random(1, #ids)]
     return wrk.format("GET", "/admin/v1/lookup?q=" .. q, { ["Authorization"] = "Bearer " .. token })
 end
 

@@ -30,16 +30,21 @@ struct PipelineHarness {
     ///   - server: the PostgreSQL server the slice's database is created on (default: the local
     ///     services'; a private one for tests that stop it).
     ///   - brokers: the Kafka brokers of the slice (default: the local services').
+    ///   - existingDatabase: a database on that server to use as it is (the scale run's), instead
+    ///     of a new one.
     static func make(
-        partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox, server: String? = nil, brokers: String? = nil
+        partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox, server: String? = nil, brokers: String? = nil,
+        existingDatabase: String? = nil
     ) async throws -> PipelineHarness {
         let baseURL = try server ?? TestEnvironment.databaseURL()
         let brokers = try brokers ?? TestEnvironment.kafkaBrokers()
-        let database = TestEnvironment.uniqueName("e2e")
-        let admin = PostgresPool(configuration: PostgresConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "e2e"))
-        // The name is generated above, never input: safe to splice into DDL.
-        try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"))
-        await admin.shutdown()
+        let database = existingDatabase ?? TestEnvironment.uniqueName("e2e")
+        if existingDatabase == nil {
+            let admin = PostgresPool(configuration: PostgresConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "e2e"))
+            // The name is generated above, never input: safe to splice into DDL.
+            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"))
+            await admin.shutdown()
+        }
         let signer = try TestAppleSigner()
         var appleSettings = try signer.verifierEnvironment(
             bundleId: IngressHarness.bundleID, environment: appleEnvironment,
