@@ -14,8 +14,9 @@ extension CreditJobs {
         let startOfToday = UTCDay(containing: now).start
         var cleared = 0
         while let result = try await batch(wait: wait, { db in try await clearBatch(startOfToday: startOfToday, now: now, on: db) }),
-            result.handled > 0
+            result.handled.count > 0
         {
+            try await markHandled(result.handled)
             cleared += result.cleared
         }
         metrics.poolsCleared.increment(by: cleared)
@@ -30,11 +31,12 @@ extension CreditJobs {
         ).first!.decode("overdue")
     }
 
-    /// Endings due for clearing and not handled yet.
+    /// Endings due for clearing and not handled yet: found through the chains' marks of their
+    /// handled ending (an index of the unmarked endings only), checked against the clearing rows.
     private static let dueEndings: StaticString = """
         SELECT s.user_id, s.environment, s.original_transaction_id, s.last_transaction_id, s.status
           FROM user_subscription s
-         WHERE s.status IN ('EXPIRED', 'REVOKED')
+         WHERE s.status IN ('EXPIRED', 'REVOKED') AND s.cleared_ending IS DISTINCT FROM s.last_transaction_id || ':' || s.status
            AND greatest(s.expires_at, s.grace_expires_at,
                         coalesce((SELECT max(h.created_at) FROM status_history h
                                    WHERE h.entity_type = 'SUBSCRIPTION'
@@ -45,12 +47,12 @@ extension CreditJobs {
                               AND c.last_transaction_id = s.last_transaction_id AND c.status = s.status)
         """
 
-    private func clearBatch(startOfToday: Date, now: Date, on db: PostgresConnection) async throws -> (handled: Int, cleared: Int) {
+    private func clearBatch(startOfToday: Date, now: Date, on db: PostgresConnection) async throws -> (handled: Endings, cleared: Int) {
         let candidates = try await db.query(
             PostgresQuery(
                 unsafeSQL: "SELECT DISTINCT user_id FROM (\(Self.dueEndings)) d ORDER BY user_id LIMIT $2",
                 binds: [startOfToday.postgresData, configuration.batchSize.postgresData]))
-        guard !candidates.isEmpty else { return (0, 0) }
+        guard !candidates.isEmpty else { return (Endings(), 0) }
         var users: [String] = []
         for row in candidates { users.append(try row.decode("user_id")) }
         // Lock the pools first, then read the subscriptions again: a fulfillment that makes the user
@@ -122,7 +124,23 @@ extension CreditJobs {
             SELECT 1
             """)
         try await entries.insert(on: db)
-        return (handled.users.count, emptied.count)
+        return (handled, emptied.count)
+    }
+
+    /// Marks the chains whose endings a batch handled, after it committed (see `dueEndings`): in
+    /// its own statement, so the batch never holds a chain's row while it locks pools (the
+    /// fulfillment locks them the other way round). A mark that is lost only leaves the ending to
+    /// the clearing rows, which the search still checks.
+    private func markHandled(_ endings: Endings) async throws {
+        try await pool.query(
+            """
+            UPDATE user_subscription s SET cleared_ending = h.last || ':' || h.status
+              FROM unnest(\(PostgresArray(endings.environments))::text[], \(PostgresArray(endings.originals))::text[],
+                          \(PostgresArray(endings.lasts))::text[], \(PostgresArray(endings.statuses))::text[])
+                   AS h(environment, original, last, status)
+             WHERE s.environment = h.environment AND s.original_transaction_id = h.original
+               AND s.last_transaction_id = h.last AND s.status = h.status
+            """)
     }
 }
 
@@ -134,6 +152,8 @@ private struct Endings {
     var statuses: [String] = []
     var users: [String] = []
     var amounts: [Int64] = []
+
+    var count: Int { users.count }
 
     mutating func append(environment: String, original: String, last: String, status: String, user: String, amount: MicroCredits) {
         environments.append(environment)

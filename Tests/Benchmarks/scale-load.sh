@@ -109,6 +109,7 @@ INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, refe
     SELECT user_id, 'SUBSCRIPTION', -cleared_amount, 0, 'EXPIRY_CLEARING',
            'expiry:' || environment || ':' || original_transaction_id || ':' || last_transaction_id, cleared_at
       FROM credit_expiry_clearing;
+UPDATE user_subscription SET cleared_ending = last_transaction_id || ':' || status WHERE status = 'EXPIRED';
 INSERT INTO credit_account (user_id, pool, balance)
     SELECT user_id, 'SUBSCRIPTION', sum(remaining) FROM credit_grant GROUP BY user_id;"
 step "grants, ledger, balances"

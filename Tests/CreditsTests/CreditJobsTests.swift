@@ -183,6 +183,42 @@ struct CreditJobsTests {
         }
     }
 
+    @Test func aChainRemembersItsHandledEndingAndIsSearchedAgainWhenItEndsAgain() async throws {
+        try await CreditsFixture.with { f in
+            let expired = Date.utc("2026-03-10T15:00:00Z")
+            for user in ["alice", "bob"] { try await f.fund(user, .subscription, micro: 100 * Self.credit) }
+            for (user, original) in [("alice", "a1"), ("bob", "b1")] {
+                try await f.subscription(
+                    user: user, original: original, product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400,
+                    expires: expired, known: expired)
+            }
+            let jobs = f.jobs()
+            let unmarked = """
+                SELECT count(*) FROM user_subscription
+                 WHERE status IN ('EXPIRED', 'REVOKED') AND cleared_ending IS DISTINCT FROM last_transaction_id || ':' || status
+                """
+            #expect(try await f.count(unmarked) == 2)
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-11T00:00:00Z")) == 2)
+            #expect(try await f.count(unmarked) == 0, "handled endings leave the search")
+            // A lost mark only sends the search to the clearing rows: nothing is cleared twice.
+            try await f.pool.query("UPDATE user_subscription SET cleared_ending = NULL WHERE user_id = 'bob'")
+            try await f.fund("bob", .subscription, micro: 3 * Self.credit)
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-12T00:00:00Z")) == 0)
+            #expect(try await f.total("bob") == 3 * Self.credit)
+            // Alice renews and her chain ends again: a new ending, searched and cleared once.
+            let renewed = expired + 30 * 86_400
+            try await f.fund("alice", .subscription, micro: 9 * Self.credit)
+            try await f.subscription(
+                user: "alice", original: "a1", transaction: "a2", product: "p", status: "EXPIRED", purchase: expired,
+                expires: renewed, known: renewed)
+            #expect(try await f.count(unmarked) == 2)
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-04-10T00:00:00Z")) == 1)
+            #expect(try await f.total("alice") == 0)
+            #expect(try await f.count("SELECT count(*) FROM credit_expiry_clearing") == 3)
+            #expect(try await f.violations() == 0)
+        }
+    }
+
     @Test func yearlyPlansGetEachMonthOnTheAnchorDayClampedToTheMonthEndOnce() async throws {
         try await CreditsFixture.with { f in
             try await f.product("yearly", duration: "P1Y", credits: 3000)
