@@ -19,11 +19,13 @@ extension CreditJobs {
     /// later); the others expose the stored result. Returns the violations exposed.
     @discardableResult
     public func checkInvariantIfDue(interval: Duration) async throws -> Int {
+        // An upsert, so that a missing row (deleted by hand) is a claim, not a check that never runs.
         let claimed = try await pool.query(
             """
-            UPDATE credit_invariant_check SET checked_at = now()
-             WHERE checked_at <= now() - make_interval(secs => \(interval.inSeconds))
-            RETURNING violations
+            INSERT INTO credit_invariant_check AS c DEFAULT VALUES
+            ON CONFLICT (singleton) DO UPDATE SET checked_at = now()
+             WHERE c.checked_at <= now() - make_interval(secs => \(interval.inSeconds))
+            RETURNING c.violations
             """)
         if !claimed.isEmpty { return try await checkInvariant() }
         let stored: Int = try await pool.query("SELECT violations FROM credit_invariant_check")[0].decode("violations")

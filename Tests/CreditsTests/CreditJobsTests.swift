@@ -303,6 +303,10 @@ struct CreditJobsTests {
             try await f.pool.query("UPDATE credit_account SET balance = balance - 1")
             #expect(try await first.checkInvariant() == 0)
             #expect(try await second.checkInvariantIfDue(interval: .seconds(600)) == 0)
+            // A row deleted by hand is claimed again, not a check that never runs.
+            try await f.pool.query("DELETE FROM credit_invariant_check")
+            try await f.pool.query("UPDATE credit_account SET balance = balance + 1")
+            #expect(try await second.checkInvariantIfDue(interval: .seconds(600)) == 1)
         }
     }
 }
