@@ -13,6 +13,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 BASE = os.environ["CONSOLE_URL"].rstrip("/")
 TOKEN = os.environ["ADMIN_TOKEN"]
@@ -39,18 +41,24 @@ def main():
     driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(30)
     shot = lambda name: driver.save_screenshot(os.path.join(SHOTS, name + ".png"))
+
+    def after_click(element_id):
+        """The element of the page a click led to, once that page has arrived: a click returns
+        when the navigation starts, and on a loaded machine the server's answer comes later."""
+        return WebDriverWait(driver, 30).until(expected_conditions.presence_of_element_located((By.ID, element_id)))
     try:
         driver.get(BASE + "/admin/")
         check(driver.current_url.endswith("/admin/login"), "an anonymous visit goes to the sign-in page: " + driver.current_url)
         shot("01-sign-in")
         driver.find_element(By.ID, "token").send_keys(TOKEN)
         driver.find_element(By.ID, "sign-in").click()
+        after_click("q")
         check("signed in as browser-operator (operator)" in driver.page_source, "signed in")
         shot("02-search")
 
         driver.find_element(By.ID, "q").send_keys(TRANSACTION)
         driver.find_element(By.ID, "search").click()
-        check("transactionId" in driver.find_element(By.ID, "matches").text, "the id is recognised as a transaction id")
+        check("transactionId" in after_click("matches").text, "the id is recognised as a transaction id")
         timeline = driver.find_element(By.ID, "timeline")
         check("UNMATCHED_PRODUCT" in timeline.text, "the timeline shows the dead event")
         check(len(timeline.find_elements(By.TAG_NAME, "tr")) >= 2, "the timeline has its rows")
@@ -60,18 +68,20 @@ def main():
         form = events.find_element(By.CSS_SELECTOR, "form[action='/admin/actions/replay-event']")
         form.find_element(By.NAME, "reason").send_keys(REASON)
         form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        after_click("confirm")
         check("Confirm: Replay event" in driver.page_source, "a confirmation step comes first")
         check(REASON in driver.page_source, "the confirmation shows the reason")
         shot("04-confirm")
         driver.find_element(By.ID, "confirm").click()
-        check("Done, audited as browser-operator" in driver.find_element(By.ID, "result").text, "the replay is done")
+        check("Done, audited as browser-operator" in after_click("result").text, "the replay is done")
         check('"RECEIVED"' in driver.find_element(By.TAG_NAME, "pre").text, "the event is RECEIVED again")
         shot("05-replayed")
         driver.find_element(By.ID, "back").click()
-        check("DEAD_EVENT_REPLAYED" in driver.find_element(By.ID, "audit").text, "the case shows the audit row")
+        check("DEAD_EVENT_REPLAYED" in after_click("audit").text, "the case shows the audit row")
         shot("06-case-after")
 
         driver.find_element(By.ID, "sign-out").click()
+        after_click("token")
         check(driver.current_url.endswith("/admin/login"), "sign-out leads to the sign-in page")
         driver.get(BASE + "/admin/queue")
         check(driver.current_url.endswith("/admin/login"), "after sign-out the console is closed")
