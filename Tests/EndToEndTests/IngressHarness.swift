@@ -45,7 +45,7 @@ struct IngressHarness {
             throw MissingServiceError(variable: "the ingress port in its log")
         }
         let pool = PostgresPool(
-            configuration: PostgresConfiguration(url: environment["DATABASE_URL"]!, maximumConnections: 4),
+            configuration: TestEnvironment.poolConfiguration(url: environment["DATABASE_URL"]!, maximumConnections: 4),
             logger: Logger(label: "e2e", level: .warning))
         return IngressHarness(
             pipeline: pipeline, signer: signer, process: process, client: TestHTTPClient(port: port),

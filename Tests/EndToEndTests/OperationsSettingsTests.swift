@@ -51,7 +51,7 @@ import Testing
             let lag = [KafkaPartitionLag(topic: "t", partition: 0, committed: 3, highWatermark: 10, lag: 7)]
             func sampler() -> BacklogSampler {
                 BacklogSampler(
-                    configuration: PostgresConfiguration(url: database.url), interval: .milliseconds(100),
+                    configuration: TestEnvironment.poolConfiguration(url: database.url, maximumConnections: 2), interval: .milliseconds(100),
                     logger: Logger(label: "test", level: .warning),
                     lag: { lag })
             }

@@ -40,7 +40,8 @@ struct PipelineHarness {
         let brokers = try brokers ?? TestEnvironment.kafkaBrokers()
         let database = existingDatabase ?? TestEnvironment.uniqueName("e2e")
         if existingDatabase == nil {
-            let admin = PostgresPool(configuration: PostgresConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "e2e"))
+            let admin = PostgresPool(
+                configuration: TestEnvironment.poolConfiguration(url: baseURL, maximumConnections: 1), logger: Logger(label: "e2e"))
             // The name is generated above, never input: safe to splice into DDL.
             try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"))
             await admin.shutdown()

@@ -21,7 +21,7 @@ enum Fixture {
     ) async throws -> R {
         let base = try TestEnvironment.databaseURL()
         let schema = TestEnvironment.uniqueName("pgtest")
-        let admin = PostgresPool(configuration: PostgresConfiguration(url: base, maximumConnections: 1), logger: logger)
+        let admin = PostgresPool(configuration: TestEnvironment.poolConfiguration(url: base, maximumConnections: 1), logger: logger)
         let url = url(base, schema: schema)
         return try await withResource(
             {
@@ -29,7 +29,7 @@ enum Fixture {
                 return PostgresPool(
                     configuration: PostgresConfiguration(
                         url: url, maximumConnections: maximumConnections, acquireTimeout: acquireTimeout,
-                        statementCacheCapacity: statementCacheCapacity),
+                        connectTimeout: .seconds(60), statementCacheCapacity: statementCacheCapacity),
                     logger: logger)
             },
             cleanUp: { pool in

@@ -67,7 +67,7 @@ struct MigratorTests {
             let pools =
                 [pool]
                 + (1..<4).map { _ in
-                    PostgresPool(configuration: PostgresConfiguration(url: url, maximumConnections: 2), logger: Fixture.logger)
+                    PostgresPool(configuration: TestEnvironment.poolConfiguration(url: url, maximumConnections: 2), logger: Fixture.logger)
                 }
             let results = try await withThrowingTaskGroup(of: [Int].self) { group in
                 for pool in pools {

@@ -61,7 +61,8 @@ struct CatalogAndTokenCommandTests {
         // A database nobody migrated yet.
         let serverURL = try TestEnvironment.databaseURL()
         let name = TestEnvironment.uniqueName("bare")
-        let admin = PostgresPool(configuration: PostgresConfiguration(url: serverURL, maximumConnections: 1), logger: .init(label: "test"))
+        let admin = PostgresPool(
+            configuration: TestEnvironment.poolConfiguration(url: serverURL, maximumConnections: 1), logger: .init(label: "test"))
         let bare = try await withResource(
             { try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)")) },
             cleanUp: { _ in await admin.shutdown() }

@@ -14,7 +14,8 @@ public struct TestDatabase: Sendable {
     public static func make(_ prefix: String = "test") async throws -> TestDatabase {
         let serverURL = try TestEnvironment.databaseURL()
         let name = TestEnvironment.uniqueName(prefix)
-        let admin = PostgresPool(configuration: PostgresConfiguration(url: serverURL, maximumConnections: 1), logger: Logger(label: "test"))
+        let admin = PostgresPool(
+            configuration: TestEnvironment.poolConfiguration(url: serverURL, maximumConnections: 1), logger: Logger(label: "test"))
         // The name is generated, never input: safe to splice into DDL.
         try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"))
         await admin.shutdown()
@@ -22,10 +23,7 @@ public struct TestDatabase: Sendable {
         components.path = "/" + name
         let url = components.string ?? serverURL
         let logger = Logger(label: "test", level: .warning)
-        // Tests check outcomes, not latency: on a loaded two-core CI machine 50 callers serialised on
-        // one row outlasted the 5 s production default.
-        let pool = PostgresPool(
-            configuration: PostgresConfiguration(url: url, maximumConnections: 8, acquireTimeout: .seconds(120)), logger: logger)
+        let pool = PostgresPool(configuration: TestEnvironment.poolConfiguration(url: url, maximumConnections: 8), logger: logger)
         try await Migrator(pool: pool, logger: logger).migrate(Migrator.bundled())
         return TestDatabase(name: name, url: url, pool: pool)
     }

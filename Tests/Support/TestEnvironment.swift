@@ -1,5 +1,6 @@
 import Foundation
 import Kafka
+import Postgres
 
 /// Why an integration test could not run: a service the test command should have started is absent.
 public struct MissingServiceError: Error, CustomStringConvertible {
@@ -24,6 +25,17 @@ public enum TestEnvironment {
 
     /// libpq URI of the test database (`DATABASE_URL`).
     public static func databaseURL() throws -> String { try require("DATABASE_URL") }
+
+    /// Pool settings for tests, which check outcomes, not latency: on a loaded two-core CI machine
+    /// the shared cluster once took longer than the 5 s production defaults to accept a
+    /// connection (CI, 2026-12-05) and 50 callers serialised on one row outlasted the acquire wait.
+    public static func poolConfiguration(
+        url: String, maximumConnections: Int, statementCacheCapacity: Int = 256
+    ) -> PostgresConfiguration {
+        PostgresConfiguration(
+            url: url, maximumConnections: maximumConnections, acquireTimeout: .seconds(120), connectTimeout: .seconds(60),
+            statementCacheCapacity: statementCacheCapacity)
+    }
 
     /// Bootstrap servers of the test broker (`KAFKA_BROKERS`).
     public static func kafkaBrokers() throws -> String { try require("KAFKA_BROKERS") }
