@@ -71,16 +71,25 @@ public final class PostgresConnection: @unchecked Sendable {
     ///
     /// Throws 25P02 instead of committing when a statement failed inside `body` and `body`
     /// swallowed the error (PostgreSQL would silently turn that COMMIT into a ROLLBACK).
+    ///
+    /// `readOnly` refuses writes. `genericPlans` plans each prepared statement once per connection
+    /// (`plan_cache_mode = force_generic_plan`, for this transaction only) instead of again at
+    /// every execution: for statements whose parameters are arrays, or that read every monthly
+    /// partition, planning was a large share of PostgreSQL's time. Both travel with the BEGIN.
     @discardableResult
     public func transaction<R: Sendable>(
-        isolation: PostgresIsolation = .readCommitted, _ body: (PostgresConnection) async throws -> R
+        isolation: PostgresIsolation = .readCommitted, readOnly: Bool = false, genericPlans: Bool = false,
+        _ body: (PostgresConnection) async throws -> R
     ) async throws -> R {
+        let begin =
+            "BEGIN ISOLATION LEVEL \(isolation.sql)\(readOnly ? " READ ONLY" : "")"
+            + (genericPlans ? "; SET LOCAL plan_cache_mode = force_generic_plan" : "")
         try await perform { connection in
             if !connection.libpq.isBroken && !connection.libpq.isIdle {
                 throw PostgresError.server(
                     sqlState: .activeSQLTransaction, message: "a transaction is already in progress", constraint: nil)
             }
-            _ = try connection.libpq.exec("BEGIN ISOLATION LEVEL \(isolation.sql)")
+            _ = try connection.libpq.exec(begin)
         }
         let result: R
         do {

@@ -126,16 +126,19 @@ public final class PostgresPool: Service, Sendable {
 
     /// BEGIN ... COMMIT; ROLLBACK when `body` throws. With `maxAttempts > 1`, serialization
     /// failures and deadlocks (40001, 40P01) replay the whole body, so it must have no effects
-    /// outside the transaction.
+    /// outside the transaction. `readOnly` and `genericPlans` as on `PostgresConnection.transaction`.
     @discardableResult
     public func transaction<R: Sendable>(
-        isolation: PostgresIsolation = .readCommitted, maxAttempts: Int = 1,
+        isolation: PostgresIsolation = .readCommitted, readOnly: Bool = false, genericPlans: Bool = false,
+        maxAttempts: Int = 1,
         _ body: (PostgresConnection) async throws -> R
     ) async throws -> R {
         var attempt = 1
         while true {
             do {
-                return try await withConnection { try await $0.transaction(isolation: isolation, body) }
+                return try await withConnection {
+                    try await $0.transaction(isolation: isolation, readOnly: readOnly, genericPlans: genericPlans, body)
+                }
             } catch let error as PostgresError where error.isSerializationFailure && attempt < maxAttempts {
                 logger.debug(
                     "transaction conflict, retrying", ["sql.state": .string(error.sqlState?.rawValue ?? ""), "attempt": .int(Int64(attempt))])

@@ -254,9 +254,7 @@ public struct CaseStore: Sendable {
     /// (PostgreSQL's default once a custom plan looks cheaper) was half of PostgreSQL's time per
     /// lookup.
     public func lookup(_ q: String, now: Date) async throws -> CaseLookup? {
-        try await pool.transaction(isolation: .repeatableRead) { db in
-            try await db.query("SET TRANSACTION READ ONLY")
-            try await db.query("SET LOCAL plan_cache_mode = force_generic_plan")
+        try await pool.transaction(isolation: .repeatableRead, readOnly: true, genericPlans: true) { db in
             let token = UUID(uuidString: q)?.uuidString.lowercased()
             let matches = try await db.query(
                 """

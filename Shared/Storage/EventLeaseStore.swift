@@ -31,27 +31,33 @@ public struct EventLeaseStore: Sendable {
     /// each claim cost grew with the backlog. The rows are found through their keys, whose
     /// received_at names their month: each is read in its own partition only, however many months
     /// the table holds.
+    ///
+    /// Generic plans (hence the transaction around the one statement): planning an UPDATE of the
+    /// partitioned table again for every claim was a quarter of PostgreSQL's CPU per event
+    /// (fulfillment-throughput.sh: 0.80 -> 0.59 ms, 1,391 -> 1,673 events/s with 2 workers).
     public func claim(_ envelopes: [EventEnvelope], owner: String, lease: Duration) async throws -> [ClaimedEvent?] {
         guard !envelopes.isEmpty else { return [] }
-        let rows = try await pool.query(
-            """
-            UPDATE inbound_event e
-               SET process_status = \(sql: EventStatus.processing.literal), lease_owner = \(owner),
-                   lease_expires_at = now() + make_interval(secs => \(lease.inSeconds)), updated_at = now()
-              FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit, inbound_event_key k
-             WHERE k.id = ANY(\(PostgresArray(envelopes.map(\.eventID)))::bigint[])
-               AND e.id = k.id AND e.received_at = k.received_at
-               AND e.kind || ':' || e.id = ANY(\(PostgresArray(envelopes.map(Self.key)))::text[])
-               AND CASE e.process_status
-                       WHEN \(sql: EventStatus.received.literal) THEN true
-                       WHEN \(sql: EventStatus.retryWait.literal) THEN e.next_retry_at <= now()
-                       WHEN \(sql: EventStatus.processing.literal) THEN e.lease_expires_at < now()
-                       ELSE false
-                   END
-            RETURNING e.kind, e.id, e.retry_count, e.routing_key, e.trace_id, e.signed_payload, e.payload_key_id,
-                      e.redacted_at IS NOT NULL AS redacted, e.environment, e.notification_uuid, e.notification_type,
-                      e.subtype, e.submission_kind, e.user_id, e.order_no, e.payload_hash
-            """)
+        let rows = try await pool.transaction(genericPlans: true) { db in
+            try await db.query(
+                """
+                UPDATE inbound_event e
+                   SET process_status = \(sql: EventStatus.processing.literal), lease_owner = \(owner),
+                       lease_expires_at = now() + make_interval(secs => \(lease.inSeconds)), updated_at = now()
+                  FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit, inbound_event_key k
+                 WHERE k.id = ANY(\(PostgresArray(envelopes.map(\.eventID)))::bigint[])
+                   AND e.id = k.id AND e.received_at = k.received_at
+                   AND e.kind || ':' || e.id = ANY(\(PostgresArray(envelopes.map(Self.key)))::text[])
+                   AND CASE e.process_status
+                           WHEN \(sql: EventStatus.received.literal) THEN true
+                           WHEN \(sql: EventStatus.retryWait.literal) THEN e.next_retry_at <= now()
+                           WHEN \(sql: EventStatus.processing.literal) THEN e.lease_expires_at < now()
+                           ELSE false
+                       END
+                RETURNING e.kind, e.id, e.retry_count, e.routing_key, e.trace_id, e.signed_payload, e.payload_key_id,
+                          e.redacted_at IS NOT NULL AS redacted, e.environment, e.notification_uuid, e.notification_type,
+                          e.subtype, e.submission_kind, e.user_id, e.order_no, e.payload_hash
+                """)
+        }
         var claimed: [Int64: ClaimedEvent] = [:]
         for row in rows {
             let event = try Self.claimedEvent(row)

@@ -31,7 +31,8 @@ struct FulfillmentThroughputTests {
         let harness = try await PipelineHarness.make(partitions: Self.partitions, existingDatabase: Self.existingDatabase)
         // Ids of this drain only, so that it can run on a database holding other data (a scale
         // run's, or an earlier drain's): every count below is scoped to them.
-        let tag = String(Int.random(in: 10...99))
+        // Six digits: on a database that earlier drains wrote to, two digits collided within a day.
+        let tag = String(Int.random(in: 100_000...999_999))
         let configuration = try harness.configuration
         // The driver's own statements are told apart from the workers' in the scale run's plans.
         var driver = configuration.postgres
@@ -153,7 +154,9 @@ struct FulfillmentThroughputTests {
                 + rows.sorted { $0.key < $1.key }.map { "\($0.key)=\(String(format: "%.2f", Double($0.value) / Double(total)))" }
                 .joined(separator: " "))
         #expect(try await count("SELECT count(*) FROM credit_grant WHERE user_id LIKE 'bench\(tag)-%'") == total)
-        #expect(try await ChainReplay.mismatches(pool: pool, now: Date(), environment: "Sandbox").isEmpty)
+        // This drain's chains: others on a scale run's database were projected hours earlier.
+        let mismatches = try await ChainReplay.mismatches(pool: pool, now: Date(), environment: "Sandbox")
+        #expect(mismatches.filter { $0.chain.hasPrefix("Sandbox:" + tag) }.isEmpty)
         if workers == 2 {
             // The ceiling in the same run, on the same tables, with the workers gone.
             // Its backends' CPU is sampled while it runs (they exit with it), to compare what one of

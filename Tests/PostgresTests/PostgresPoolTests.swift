@@ -82,6 +82,29 @@ struct PostgresPoolTests {
         }
     }
 
+    /// The options travel with BEGIN and end with the transaction: the next user of the
+    /// connection plans and writes as before.
+    @Test func readOnlyAndGenericPlansLastOneTransaction() async throws {
+        try await Fixture.withSchema(maximumConnections: 1) { pool, _ in
+            try await pool.query("CREATE TABLE entry (id int PRIMARY KEY)")
+            func settings(_ connection: PostgresConnection) async throws -> [String] {
+                try await connection.query(
+                    "SELECT current_setting('plan_cache_mode') AS plans, current_setting('transaction_read_only') AS ro"
+                ).map { "\(try $0.decode("plans", as: String.self)) \(try $0.decode("ro", as: String.self))" }
+            }
+            let inside = try await pool.transaction(readOnly: true, genericPlans: true) { try await settings($0) }
+            #expect(inside == ["force_generic_plan on"])
+            let refused = await #expect(throws: PostgresError.self) {
+                try await pool.transaction(readOnly: true) { try await $0.query("INSERT INTO entry VALUES (1)") }
+            }
+            #expect(refused?.sqlState == "25006")
+            let after = try await pool.transaction { try await settings($0) }
+            #expect(after == ["auto off"])
+            try await pool.transaction(genericPlans: true) { try await $0.query("INSERT INTO entry VALUES (\(2))") }
+            #expect(try await pool.query("SELECT count(*) AS n FROM entry").first?.decode("n", as: Int.self) == 1)
+        }
+    }
+
     @Test func selectForUpdateMakesTheSecondTransactionWait() async throws {
         try await Fixture.withSchema { pool, _ in
             try await pool.query("CREATE TABLE counter (id int PRIMARY KEY, value int NOT NULL)")

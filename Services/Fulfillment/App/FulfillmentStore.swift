@@ -90,8 +90,12 @@ struct FulfillmentStore: Sendable {
 
     /// Applies events with disjoint `conflictKeys` in ONE transaction; one outcome per event, in
     /// order. Throws (everything rolled back) if any statement fails.
+    ///
+    /// Generic plans: the lock and the completion join the events' keys to the partitioned table,
+    /// which PostgreSQL otherwise plans again at each batch, over every month (1.6 ms each with
+    /// 16 partitions, against 0.15 ms to run).
     func process(_ batch: [PendingEvent], owner: String) async throws -> [ProcessingOutcome] {
-        try await pool.transaction { db in
+        try await pool.transaction(genericPlans: true) { db in
             let held = try await lock(batch, owner: owner, on: db)
             crashPoint.reached(.locked)
             let reading = batch.indices.filter { held.contains($0) && batch[$0].chain != nil }
