@@ -37,7 +37,7 @@ public struct BacklogStore: Sendable {
               (SELECT coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8
                  FROM inbound_event WHERE process_status = 'RETRY_WAIT') AS retry_wait_oldest,
               (SELECT extract(epoch FROM now() - max(received_at))::float8
-                 FROM inbound_event WHERE kind = 'notification' AND environment = 'Production') AS newest_production,
+                 FROM inbound_event_key WHERE notification_uuid IS NOT NULL AND environment = 'Production') AS newest_production,
               (SELECT count(*) FROM credit_daily_bill
                 WHERE closed_at IS NULL AND day < (now() AT TIME ZONE 'UTC')::date) AS overdue_bills,
               (SELECT coalesce(extract(epoch FROM now() - ((min(day) + 1)::timestamp AT TIME ZONE 'UTC')), 0)::float8

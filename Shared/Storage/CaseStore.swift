@@ -262,9 +262,9 @@ public struct CaseStore: Sendable {
                     (1, 'userId', EXISTS (SELECT 1 FROM app_user WHERE user_id = \(q))),
                     (2, 'orderNo', EXISTS (SELECT 1 FROM payment_order WHERE order_no = \(q))),
                     (3, 'transactionId', EXISTS (SELECT 1 FROM apple_transaction WHERE transaction_id = \(q))
-                        OR EXISTS (SELECT 1 FROM inbound_event WHERE transaction_id = \(q))),
+                        OR EXISTS (SELECT 1 FROM inbound_event_key WHERE transaction_id = \(q))),
                     (4, 'originalTransactionId', EXISTS (SELECT 1 FROM apple_transaction WHERE original_transaction_id = \(q))
-                        OR EXISTS (SELECT 1 FROM inbound_event WHERE original_transaction_id = \(q))
+                        OR EXISTS (SELECT 1 FROM inbound_event_key WHERE original_transaction_id = \(q))
                         OR EXISTS (SELECT 1 FROM user_subscription WHERE original_transaction_id = \(q))),
                     (5, 'notificationUUID', EXISTS (SELECT 1 FROM inbound_event_key WHERE notification_uuid = \(q))),
                     (6, 'appAccountToken', EXISTS (SELECT 1 FROM user_account_token WHERE app_account_token = \(token)::uuid))
@@ -282,12 +282,11 @@ public struct CaseStore: Sendable {
                     UNION ALL SELECT 4, user_id FROM apple_transaction WHERE transaction_id = \(q) AND user_id IS NOT NULL
                     UNION ALL SELECT 5, s.user_id FROM user_subscription s
                      WHERE s.original_transaction_id IN (
-                        SELECT original_transaction_id FROM inbound_event
-                         WHERE (transaction_id = \(q) OR id = (SELECT id FROM inbound_event_key WHERE notification_uuid = \(q)))
-                           AND original_transaction_id IS NOT NULL
+                        SELECT original_transaction_id FROM inbound_event_key
+                         WHERE (transaction_id = \(q) OR notification_uuid = \(q)) AND original_transaction_id IS NOT NULL
                         UNION SELECT \(q))
                     UNION ALL SELECT 6, user_id FROM chain_binding WHERE original_transaction_id = \(q)
-                    UNION ALL SELECT 7, user_id FROM inbound_event WHERE transaction_id = \(q) AND user_id IS NOT NULL
+                    UNION ALL SELECT 7, user_id FROM inbound_event_key WHERE transaction_id = \(q) AND user_id IS NOT NULL
                 ) AS u ORDER BY rank LIMIT 1
                 """
             ).first?.decode("user_id")
@@ -305,9 +304,8 @@ public struct CaseStore: Sendable {
             """
             SELECT environment, original_transaction_id FROM apple_transaction
              WHERE transaction_id = \(q) OR original_transaction_id = \(q)
-            UNION SELECT environment, original_transaction_id FROM inbound_event
-             WHERE (transaction_id = \(q) OR original_transaction_id = \(q)
-                    OR id = (SELECT id FROM inbound_event_key WHERE notification_uuid = \(q)))
+            UNION SELECT environment, original_transaction_id FROM inbound_event_key
+             WHERE (transaction_id = \(q) OR original_transaction_id = \(q) OR notification_uuid = \(q))
                AND original_transaction_id IS NOT NULL
             UNION SELECT environment, original_transaction_id FROM payment_order
              WHERE order_no = \(q) AND original_transaction_id IS NOT NULL AND environment IS NOT NULL
@@ -441,11 +439,14 @@ public struct CaseStore: Sendable {
         let events = try await db.query(
             """
             SELECT \(sql: Self.eventColumns) FROM inbound_event
-             WHERE (original_transaction_id = ANY(\(originals)::text[])
-                    AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[]))
-                OR (kind = 'submission' AND user_id = \(userID))
-                OR id = (SELECT id FROM inbound_event_key WHERE notification_uuid = \(q))
-             ORDER BY id LIMIT \(sectionLimit)
+             WHERE (id, received_at) IN (
+                SELECT id, received_at FROM inbound_event_key
+                 WHERE (original_transaction_id = ANY(\(originals)::text[])
+                        AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[]))
+                    OR (submission_kind IN ('CLIENT', 'OBSERVED') AND user_id = \(userID))
+                    OR notification_uuid = \(q)
+                 ORDER BY id LIMIT \(sectionLimit))
+             ORDER BY id
             """
         ).map(Self.eventSummary)
         let grants = try await db.query(
@@ -619,7 +620,13 @@ public struct CaseStore: Sendable {
 
     /// One event, or nil.
     public func event(_ id: Int64) async throws -> EventSummary? {
-        try await pool.query("SELECT \(sql: Self.eventColumns) FROM inbound_event WHERE id = \(id)").first.map(Self.eventSummary)
+        // Through its key, which names its month: one partition read instead of each month's.
+        try await pool.query(
+            """
+            SELECT \(sql: Self.eventColumns) FROM inbound_event
+             WHERE (id, received_at) IN (SELECT id, received_at FROM inbound_event_key WHERE id = \(id))
+            """
+        ).first.map(Self.eventSummary)
     }
 
     /// Counts by status and error code, with the age of the oldest of each (by its last change).

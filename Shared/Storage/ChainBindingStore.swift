@@ -265,7 +265,7 @@ public struct ChainBindingStore: Sendable {
         if let environment { return environment }
         let known: [String] = try await db.query(
             """
-            SELECT environment FROM inbound_event WHERE original_transaction_id = \(originalTransactionID)
+            SELECT environment FROM inbound_event_key WHERE original_transaction_id = \(originalTransactionID)
             UNION SELECT environment FROM apple_transaction WHERE original_transaction_id = \(originalTransactionID)
             UNION SELECT environment FROM user_subscription WHERE original_transaction_id = \(originalTransactionID)
             """

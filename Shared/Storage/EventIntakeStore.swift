@@ -43,7 +43,8 @@ public struct EventIntakeStore: Sendable {
         let inserted = try await connection.query(
             """
             WITH key AS (
-                INSERT INTO inbound_event_key (received_at, notification_uuid) VALUES (now(), \(event.notificationUUID))
+                INSERT INTO inbound_event_key (received_at, notification_uuid, environment, transaction_id, original_transaction_id)
+                VALUES (now(), \(event.notificationUUID), \(event.environment), \(event.transactionID), \(event.originalTransactionID))
                 ON CONFLICT (notification_uuid) DO NOTHING
                 RETURNING id, received_at
             )
@@ -88,8 +89,8 @@ public struct EventIntakeStore: Sendable {
                                        transaction_id, original_transaction_id, routing_key, signed_payload,
                                        payload_key_id, trace_id, payload_hash, position)
             ), key AS (
-                INSERT INTO inbound_event_key (received_at, notification_uuid)
-                SELECT now(), notification_uuid FROM input ORDER BY position
+                INSERT INTO inbound_event_key (received_at, notification_uuid, environment, transaction_id, original_transaction_id)
+                SELECT now(), notification_uuid, environment, transaction_id, original_transaction_id FROM input ORDER BY position
                 ON CONFLICT (notification_uuid) DO NOTHING
                 RETURNING id, received_at, notification_uuid
             ), inserted AS (
@@ -213,8 +214,11 @@ public struct EventIntakeStore: Sendable {
             let inserted = try await connection.query(
                 """
                 WITH key AS (
-                    INSERT INTO inbound_event_key (received_at, submission_kind, user_id, order_no, payload_hash)
-                    VALUES (now(), \(submission.kind), \(submission.userID), \(submission.orderNo), \(submission.payloadHash))
+                    INSERT INTO inbound_event_key
+                        (received_at, submission_kind, user_id, order_no, payload_hash, environment, transaction_id,
+                         original_transaction_id)
+                    VALUES (now(), \(submission.kind), \(submission.userID), \(submission.orderNo), \(submission.payloadHash),
+                            \(submission.environment), \(submission.transactionID), \(submission.originalTransactionID))
                     ON CONFLICT (submission_kind, user_id, coalesce(order_no, ''), payload_hash) WHERE submission_kind IS NOT NULL
                     DO NOTHING
                     RETURNING id, received_at

@@ -131,18 +131,21 @@ for month in $(seq "$1" "$2" $((MONTHS - 1))); do
     [ "$first" -gt "$last" ] && break
     sql "
     WITH key AS (
-        INSERT INTO inbound_event_key (received_at, notification_uuid)
-        SELECT now() - interval '$((MONTHS - month)) months' + (i - $first)::float8 / $per_month * interval '30 days',
-               md5('notification' || i)::uuid::text
-          FROM generate_series($first, $last) i
-        RETURNING id, received_at, notification_uuid
+        INSERT INTO inbound_event_key (id, received_at, notification_uuid, environment, transaction_id, original_transaction_id)
+        SELECT id, received_at, notification_uuid, 'Production', (4000000000 + id % $USERS + 1)::text,
+               (2000000000 + id % $USERS + 1)::text
+          FROM (SELECT nextval('inbound_event_id_seq') AS id,
+                       now() - interval '$((MONTHS - month)) months' + (i - $first)::float8 / $per_month * interval '30 days' AS received_at,
+                       md5('notification' || i)::uuid::text AS notification_uuid
+                  FROM generate_series($first, $last) i) AS n
+        RETURNING id, received_at, notification_uuid, environment, transaction_id, original_transaction_id
     ), event AS (
         INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, subtype, environment, signed_date,
                 transaction_id, original_transaction_id, routing_key, process_status, retry_count, error_code, signed_payload,
                 payload_key_id, payload_hash, processed_at, updated_at)
         SELECT k.id, k.received_at, 'notification', k.notification_uuid,
-               CASE WHEN k.id % 20 = 0 THEN 'DID_CHANGE_RENEWAL_STATUS' ELSE 'DID_RENEW' END, NULL, 'Production', k.received_at,
-               (4000000000 + k.id % $USERS + 1)::text, (2000000000 + k.id % $USERS + 1)::text, (2000000000 + k.id % $USERS + 1)::text,
+               CASE WHEN k.id % 20 = 0 THEN 'DID_CHANGE_RENEWAL_STATUS' ELSE 'DID_RENEW' END, NULL, k.environment, k.received_at,
+               k.transaction_id, k.original_transaction_id, k.original_transaction_id,
                CASE WHEN k.id % 1000 = 0 THEN 'DEAD' ELSE 'SUCCEEDED' END, CASE WHEN k.id % 1000 = 0 THEN 8 ELSE 0 END,
                CASE WHEN k.id % 1000 = 0 THEN 'UNMATCHED_PRODUCT' END,
                substring(r.block FROM (k.id % 4096)::int * 16 + 1 FOR $PAYLOAD_BYTES), 'k1', md5(k.notification_uuid),

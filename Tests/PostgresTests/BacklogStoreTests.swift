@@ -47,8 +47,8 @@ import Testing
                                    (8, 'n8', 'Sandbox', 'o8', 'DEAD', 'SANDBOX_REFUSED', now()),
                                    (9, 'n9', 'Sandbox', 'o9', 'PROCESSING', NULL, now())
                         ), key AS (
-                            INSERT INTO inbound_event_key (id, received_at, notification_uuid)
-                            SELECT id, received_at, notification_uuid FROM e
+                            INSERT INTO inbound_event_key (id, received_at, notification_uuid, environment)
+                            SELECT id, received_at, notification_uuid, environment FROM e
                         )
                         INSERT INTO inbound_event (id, kind, notification_uuid, notification_type, environment, routing_key,
                                                    process_status, error_code, received_at)

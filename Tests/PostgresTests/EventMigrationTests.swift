@@ -100,4 +100,58 @@ import Testing
             #expect(right.first??.id == stored.eventID)
         }
     }
+
+    /// Migration 0028: each key row gets its event's environment and ids; a key row whose event is
+    /// gone goes; the ids are then found through the key table's indexes alone.
+    @Test func keyRowsTakeTheirEventsIds() async throws {
+        try await Fixture.withSchema { pool, _ in
+            let all = try Migrator.bundled()
+            let migrator = Migrator(pool: pool, logger: Fixture.logger)
+            try await migrator.migrate(all.filter { $0.version < 28 })
+            try await pool.query(
+                PostgresQuery(
+                    unsafeSQL: """
+                        WITH key AS (
+                            INSERT INTO inbound_event_key (received_at, notification_uuid)
+                            SELECT now() - n * interval '40 days', 'n' || n FROM generate_series(1, 3) AS n
+                            RETURNING id, received_at, notification_uuid
+                        )
+                        INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment,
+                                                   transaction_id, original_transaction_id, routing_key)
+                        SELECT id, received_at, 'notification', notification_uuid, 'DID_RENEW',
+                               CASE WHEN notification_uuid = 'n1' THEN 'Production' ELSE 'Sandbox' END,
+                               't-' || notification_uuid, 'o-' || notification_uuid, 'o-' || notification_uuid
+                          FROM key;
+                        INSERT INTO inbound_event_key (received_at, notification_uuid) VALUES (now(), 'orphan');
+                        """))
+            try await migrator.migrate(all)
+            let rows = try await pool.query(
+                "SELECT notification_uuid, environment, transaction_id, original_transaction_id FROM inbound_event_key ORDER BY notification_uuid"
+            ).map {
+                [
+                    try $0.decode("notification_uuid", as: String.self), try $0.decode("environment"), try $0.decode("transaction_id"),
+                    try $0.decode("original_transaction_id"),
+                ]
+            }
+            #expect(
+                rows == [
+                    ["n1", "Production", "t-n1", "o-n1"], ["n2", "Sandbox", "t-n2", "o-n2"], ["n3", "Sandbox", "t-n3", "o-n3"],
+                ])
+            let indexes = try await pool.query(
+                """
+                SELECT relname FROM pg_class
+                 WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('i', 'I')
+                   AND relname IN ('inbound_event_otid_idx', 'inbound_event_transaction_idx',
+                                   'inbound_event_notification_received_idx', 'inbound_event_submitter_idx',
+                                   'inbound_event_key_original_idx', 'inbound_event_key_transaction_idx',
+                                   'inbound_event_key_notification_received_idx')
+                 ORDER BY relname
+                """
+            ).map { try $0.decode("relname", as: String.self) }
+            #expect(
+                indexes == [
+                    "inbound_event_key_notification_received_idx", "inbound_event_key_original_idx", "inbound_event_key_transaction_idx",
+                ])
+        }
+    }
 }

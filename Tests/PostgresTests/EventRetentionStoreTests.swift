@@ -26,7 +26,7 @@ import Testing
         try await pool.query(
             """
             WITH key AS (
-                INSERT INTO inbound_event_key (received_at, notification_uuid) VALUES (\(date(receivedAt)), \(uuid))
+                INSERT INTO inbound_event_key (received_at, notification_uuid, environment) VALUES (\(date(receivedAt)), \(uuid), 'Sandbox')
                 RETURNING id, received_at
             )
             INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment, routing_key,
@@ -112,8 +112,8 @@ import Testing
             try await pool.query(
                 """
                 WITH key AS (
-                    INSERT INTO inbound_event_key (received_at, notification_uuid)
-                    SELECT timestamptz '2025-01-01' + n * interval '1 minute', 'n' || n FROM generate_series(1, 500) AS n
+                    INSERT INTO inbound_event_key (received_at, notification_uuid, environment)
+                    SELECT timestamptz '2025-01-01' + n * interval '1 minute', 'n' || n, 'Sandbox' FROM generate_series(1, 500) AS n
                     RETURNING id, received_at, notification_uuid
                 )
                 INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment, routing_key,

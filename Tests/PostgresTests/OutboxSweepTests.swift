@@ -24,7 +24,8 @@ import Testing
                            (8, 'DEAD', now() - interval '10 minutes', NULL, NULL, NULL),
                            (9, 'RECEIVED', now() - interval '2 seconds', NULL, NULL, NULL)
                 ), key AS (
-                    INSERT INTO inbound_event_key (id, received_at, notification_uuid) SELECT id, received_at, 'n' || id FROM e
+                    INSERT INTO inbound_event_key (id, received_at, notification_uuid, environment)
+                    SELECT id, received_at, 'n' || id, 'Sandbox' FROM e
                 )
                 INSERT INTO inbound_event (id, kind, notification_uuid, notification_type, environment, routing_key,
                                            process_status, received_at, next_retry_at, lease_expires_at, republished_at)

@@ -74,7 +74,8 @@ struct SupportCommandTests {
                                    ('uuid-ok', 'SUBSCRIBED', '7000001', 'SUCCEEDED', NULL, 0))
                            AS v(notification_uuid, notification_type, transaction_id, process_status, error_code, retry_count)
                 ), key AS (
-                    INSERT INTO inbound_event_key (id, received_at, notification_uuid) SELECT id, received_at, notification_uuid FROM e
+                    INSERT INTO inbound_event_key (id, received_at, notification_uuid, environment, transaction_id, original_transaction_id)
+                    SELECT id, received_at, notification_uuid, 'Sandbox', transaction_id, '7000001' FROM e
                 )
                 INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment, transaction_id,
                     original_transaction_id, routing_key, process_status, error_code, retry_count)
