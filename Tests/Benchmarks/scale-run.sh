@@ -61,7 +61,13 @@ run() {  # name script env...: runs a benchmark, output kept as $work/name.out
 }
 
 run ingress-empty ingress-notifications.sh BENCH_READS=0 BENCH_SUSTAINED=0
+ingress_from=$(superuser -d "$database" -c "SELECT now()")
 run ingress-scale ingress-notifications.sh BENCH_READS=0 BENCH_SUSTAINED=0 BENCH_DATABASE="$database"
+# The ingress benchmark's notifications (unknown users, never drained) would be re-published by a
+# later run's sweeper and drained in the middle of its fulfillment figures: they are set aside.
+superuser -d "$database" -c "UPDATE inbound_event SET process_status = 'DEAD', error_code = 'BENCH_LEFTOVER'
+                              WHERE received_at >= '$ingress_from' AND process_status = 'RECEIVED'" \
+    -c "DELETE FROM event_outbox WHERE created_at >= '$ingress_from'" >/dev/null
 run fulfillment-empty fulfillment-throughput.sh
 run fulfillment-scale fulfillment-throughput.sh BENCH_DATABASE="$database"
 run lookup-small lookup-latency.sh
