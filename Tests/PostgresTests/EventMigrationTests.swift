@@ -101,8 +101,9 @@ import Testing
         }
     }
 
-    /// Migration 0028: each key row gets its event's environment and ids; a key row whose event is
-    /// gone goes; the ids are then found through the key table's indexes alone.
+    /// Migration 0028: each key row gets its event's environment and ids, found then through the
+    /// key table's indexes alone; a key row written without them (a previous version's pod during
+    /// a rolling upgrade) is still accepted.
     @Test func keyRowsTakeTheirEventsIds() async throws {
         try await Fixture.withSchema { pool, _ in
             let all = try Migrator.bundled()
@@ -122,20 +123,20 @@ import Testing
                                CASE WHEN notification_uuid = 'n1' THEN 'Production' ELSE 'Sandbox' END,
                                't-' || notification_uuid, 'o-' || notification_uuid, 'o-' || notification_uuid
                           FROM key;
-                        INSERT INTO inbound_event_key (received_at, notification_uuid) VALUES (now(), 'orphan');
                         """))
             try await migrator.migrate(all)
+            try await pool.query("INSERT INTO inbound_event_key (received_at, notification_uuid) VALUES (now(), 'old-pod')")
             let rows = try await pool.query(
                 "SELECT notification_uuid, environment, transaction_id, original_transaction_id FROM inbound_event_key ORDER BY notification_uuid"
-            ).map {
-                [
-                    try $0.decode("notification_uuid", as: String.self), try $0.decode("environment"), try $0.decode("transaction_id"),
-                    try $0.decode("original_transaction_id"),
-                ]
+            ).map { row in
+                try ["notification_uuid", "environment", "transaction_id", "original_transaction_id"].map {
+                    try row.decode($0, as: String?.self)
+                }
             }
             #expect(
                 rows == [
                     ["n1", "Production", "t-n1", "o-n1"], ["n2", "Sandbox", "t-n2", "o-n2"], ["n3", "Sandbox", "t-n3", "o-n3"],
+                    ["old-pod", nil, nil, nil],
                 ])
             let indexes = try await pool.query(
                 """

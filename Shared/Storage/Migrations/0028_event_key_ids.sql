@@ -15,12 +15,9 @@ UPDATE inbound_event_key k
   FROM inbound_event e
  WHERE e.id = k.id AND e.received_at = k.received_at;
 
--- A key row without its event (none should exist: both are written in one statement, and
--- detaching a month releases its keys) is removed rather than left without an environment.
-DELETE FROM inbound_event_key k
- WHERE NOT EXISTS (SELECT 1 FROM inbound_event e WHERE e.id = k.id AND e.received_at = k.received_at);
-
-ALTER TABLE inbound_event_key ALTER COLUMN environment SET NOT NULL;
+-- The columns stay nullable: during a rolling upgrade the previous version's pods still write
+-- key rows without them, and refusing those would fail their intake (Apple would retry the
+-- notification an hour later). Such an event is then found by its UUID, not by its ids.
 
 CREATE INDEX inbound_event_key_original_idx ON inbound_event_key (original_transaction_id)
     WHERE original_transaction_id IS NOT NULL;
