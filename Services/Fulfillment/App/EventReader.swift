@@ -87,12 +87,7 @@ struct EventReader: Sendable {
     }
 
     private func decodeOuter(_ jws: String) throws(ProcessingFailure) -> ResponseBodyV2DecodedPayload {
-        // Bytes, not Characters: a notification is ~20 KB and grapheme breaking would dominate.
-        let utf8 = Array(jws.utf8)
-        let dot = UInt8(ascii: ".")
-        guard let first = utf8.firstIndex(of: dot), let second = utf8[(first + 1)...].firstIndex(of: dot),
-            utf8[(second + 1)...].firstIndex(of: dot) == nil,
-            let bytes = Base64URL.decode(bytes: utf8[(first + 1)..<second]),
+        guard let parts = JWSParts(jws), let bytes = Base64URL.decode(parts.payload),
             let payload = try? AppStoreJSON.decode(ResponseBodyV2DecodedPayload.self, from: bytes)
         else { throw .permanent(code: "MALFORMED", message: "the stored notification does not decode") }
         return payload
