@@ -36,8 +36,10 @@ public struct BacklogStore: Sendable {
                  FROM inbound_event WHERE process_status = 'RECEIVED') AS received_oldest,
               (SELECT coalesce(extract(epoch FROM now() - min(received_at)), 0)::float8
                  FROM inbound_event WHERE process_status = 'RETRY_WAIT') AS retry_wait_oldest,
-              (SELECT extract(epoch FROM now() - max(received_at))::float8
-                 FROM inbound_event_key WHERE notification_uuid IS NOT NULL AND environment = 'Production') AS newest_production,
+              -- Ids grow with arrival: the highest is the newest (inbound_event_key_production_idx).
+              (SELECT extract(epoch FROM now() - received_at)::float8
+                 FROM inbound_event_key WHERE notification_uuid IS NOT NULL AND environment = 'Production'
+                ORDER BY id DESC LIMIT 1) AS newest_production,
               (SELECT count(*) FROM credit_daily_bill
                 WHERE closed_at IS NULL AND day < (now() AT TIME ZONE 'UTC')::date) AS overdue_bills,
               (SELECT coalesce(extract(epoch FROM now() - ((min(day) + 1)::timestamp AT TIME ZONE 'UTC')), 0)::float8

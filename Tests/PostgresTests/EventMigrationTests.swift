@@ -145,14 +145,12 @@ import Testing
                    AND relname IN ('inbound_event_otid_idx', 'inbound_event_transaction_idx',
                                    'inbound_event_notification_received_idx', 'inbound_event_submitter_idx',
                                    'inbound_event_key_original_idx', 'inbound_event_key_transaction_idx',
-                                   'inbound_event_key_notification_received_idx')
+                                   'inbound_event_key_production_idx')
                  ORDER BY relname
                 """
             ).map { try $0.decode("relname", as: String.self) }
             #expect(
-                indexes == [
-                    "inbound_event_key_notification_received_idx", "inbound_event_key_original_idx", "inbound_event_key_transaction_idx",
-                ])
+                indexes == ["inbound_event_key_original_idx", "inbound_event_key_production_idx", "inbound_event_key_transaction_idx"])
         }
     }
 }

@@ -22,9 +22,13 @@ UPDATE inbound_event_key k
 CREATE INDEX inbound_event_key_original_idx ON inbound_event_key (original_transaction_id)
     WHERE original_transaction_id IS NOT NULL;
 CREATE INDEX inbound_event_key_transaction_idx ON inbound_event_key (transaction_id) WHERE transaction_id IS NOT NULL;
--- The newest notification of an environment (the "no Production notification" gauge).
-CREATE INDEX inbound_event_key_notification_received_idx ON inbound_event_key (environment, received_at)
-    WHERE notification_uuid IS NOT NULL;
+-- The newest Production notification (the "no Production notification" gauge): ids grow with
+-- arrival, so the highest id is the newest. A walk back along the primary key would do while
+-- Production notifications flow, but a staging deployment that only ever sees Sandbox would walk
+-- the whole table at every sample; (environment, received_at) for every event was 0.7 GiB per
+-- 10,000,000 events, this is a third of that.
+CREATE INDEX inbound_event_key_production_idx ON inbound_event_key (id)
+    WHERE environment = 'Production' AND notification_uuid IS NOT NULL;
 
 DROP INDEX inbound_event_otid_idx;
 DROP INDEX inbound_event_transaction_idx;
