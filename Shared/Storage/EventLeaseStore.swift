@@ -104,7 +104,9 @@ public struct EventLeaseStore: Sendable {
     }
 
     /// The same inside the worker's transaction, so a refusal commits together with what it records
-    /// (a frozen chain, an unmatched fact's summary).
+    /// (a frozen chain, an unmatched fact's summary). The lease test is a CASE for the reason the
+    /// worker's lock gives: under that transaction's generic plans a status predicate reads every
+    /// month's PROCESSING rows.
     public func fail(
         _ event: ClaimedEvent, owner: String, code: String, message: String, retryAt delay: Duration?,
         on connection: PostgresConnection
@@ -120,7 +122,7 @@ public struct EventLeaseStore: Sendable {
                    updated_at = now()
               FROM inbound_event_key k
              WHERE k.id = \(event.id) AND e.id = k.id AND e.received_at = k.received_at
-               AND e.process_status = \(sql: EventStatus.processing.literal) AND e.lease_owner = \(owner)
+               AND CASE e.process_status WHEN \(sql: EventStatus.processing.literal) THEN e.lease_owner = \(owner) ELSE false END
             """)
     }
 

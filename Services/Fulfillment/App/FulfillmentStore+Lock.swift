@@ -8,14 +8,17 @@ extension FulfillmentStore {
     /// order, so two workers never hold one lock each while waiting for the other's. It is its own
     /// statement so the next statement's snapshot sees everything the previous holders committed.
     /// Ids are one space across kinds and the claim checked the kind, so the id alone names the row;
-    /// its key row names its month's partition.
+    /// its key row names its month's partition. The lease test is a CASE, as in the claim: with
+    /// `process_status = 'PROCESSING'` the transaction's generic plan read every month's
+    /// PROCESSING rows (the lease index) and hashed them against the batch, a cost that grows with
+    /// the events in flight; the CASE leaves the keys as the only way in.
     func lock(_ batch: [PendingEvent], owner: String, on db: PostgresConnection) async throws -> Set<Int> {
         let rows = try await db.query(
             """
             WITH leased AS MATERIALIZED (
                 SELECT e.id FROM inbound_event_key k JOIN inbound_event e ON e.id = k.id AND e.received_at = k.received_at
                  WHERE k.id = ANY(\(PostgresArray(batch.map(\.event.id)))::bigint[])
-                   AND e.process_status = \(sql: EventStatus.processing.literal) AND e.lease_owner = \(owner)
+                   AND CASE e.process_status WHEN \(sql: EventStatus.processing.literal) THEN e.lease_owner = \(owner) ELSE false END
                    FOR UPDATE OF e
             ), held AS MATERIALIZED (
                 SELECT e.position, e.chain
