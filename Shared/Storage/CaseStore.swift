@@ -250,8 +250,8 @@ public struct CaseStore: Sendable {
     /// What `q` is (it may be several things at once), and the case it leads to; nil when nothing has this id.
     ///
     /// One read-only snapshot, so the sections agree with each other. Its statements use generic
-    /// plans: most read every monthly partition of the events, and re-planning them for each id
-    /// (PostgreSQL's default once a custom plan looks cheaper) was half of PostgreSQL's time per
+    /// plans: the events section joins the partitioned table (each row read in its own month), and
+    /// re-planning such statements over every month for each id was half of PostgreSQL's time per
     /// lookup.
     public func lookup(_ q: String, now: Date) async throws -> CaseLookup? {
         try await pool.transaction(isolation: .repeatableRead, readOnly: true, genericPlans: true) { db in

@@ -7,25 +7,21 @@ import Testing
 /// (usage burned the oldest lots first, so the newest keep what is left).
 @Suite struct CreditLotMigrationTests {
     @Test func existingGrantsBecomeLotsThatAddUpToTheBalances() async throws {
-        try await Fixture.withSchema { pool, _ in
-            let all = try Migrator.bundled()
-            let migrator = Migrator(pool: pool, logger: Fixture.logger)
-            try await migrator.migrate(all.filter { $0.version < 22 })
-            try await pool.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        INSERT INTO app_user (user_id) VALUES ('a'), ('b'), ('c');
-                        -- a: 100 + 200 + 300 granted, 350 left; the 100 was refunded (40 taken, 60 spent).
-                        INSERT INTO credit_grant (grant_key, user_id, pool, amount, revoked_amount, unrecoverable_amount, reason)
-                        VALUES ('a1', 'a', 'SUBSCRIPTION', 100, 40, 60, 'PURCHASE'),
-                               ('a2', 'a', 'SUBSCRIPTION', 200, 0, 0, 'RENEWAL'),
-                               ('a3', 'a', 'SUBSCRIPTION', 300, 0, 0, 'RENEWAL'),
-                               ('a4', 'a', 'PERMANENT', 50, 0, 0, 'ADJUSTMENT'),
-                               ('b1', 'b', 'WELCOME', 10, 0, 0, 'WELCOME');
-                        INSERT INTO credit_account (user_id, pool, balance)
-                        VALUES ('a', 'SUBSCRIPTION', 350), ('a', 'PERMANENT', 50), ('b', 'WELCOME', 0), ('c', 'PERMANENT', 7);
-                        """))
-            try await migrator.migrate(all)
+        try await Fixture.acrossMigration(
+            22,
+            seed: """
+                INSERT INTO app_user (user_id) VALUES ('a'), ('b'), ('c');
+                -- a: 100 + 200 + 300 granted, 350 left; the 100 was refunded (40 taken, 60 spent).
+                INSERT INTO credit_grant (grant_key, user_id, pool, amount, revoked_amount, unrecoverable_amount, reason)
+                VALUES ('a1', 'a', 'SUBSCRIPTION', 100, 40, 60, 'PURCHASE'),
+                       ('a2', 'a', 'SUBSCRIPTION', 200, 0, 0, 'RENEWAL'),
+                       ('a3', 'a', 'SUBSCRIPTION', 300, 0, 0, 'RENEWAL'),
+                       ('a4', 'a', 'PERMANENT', 50, 0, 0, 'ADJUSTMENT'),
+                       ('b1', 'b', 'WELCOME', 10, 0, 0, 'WELCOME');
+                INSERT INTO credit_account (user_id, pool, balance)
+                VALUES ('a', 'SUBSCRIPTION', 350), ('a', 'PERMANENT', 50), ('b', 'WELCOME', 0), ('c', 'PERMANENT', 7);
+                """
+        ) { pool in
 
             var lots: [String: [Int64]] = [:]
             for row in try await pool.query("SELECT grant_key, remaining, amount, revoked::int AS revoked FROM credit_grant") {

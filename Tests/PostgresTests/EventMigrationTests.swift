@@ -8,30 +8,26 @@ import Testing
 /// submission by (kind, id) follows it to its new id.
 @Suite struct EventMigrationTests {
     @Test func submissionsAreRenumberedAboveEveryIdAndTheirReferencesFollow() async throws {
-        try await Fixture.withSchema { pool, _ in
-            let all = try Migrator.bundled()
-            let migrator = Migrator(pool: pool, logger: Fixture.logger)
-            try await migrator.migrate(all.filter { $0.version < 10 })
-            try await pool.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        INSERT INTO apple_notification_event (notification_uuid, notification_type, environment, routing_key)
-                        VALUES ('n1', 'DID_RENEW', 'Sandbox', 'o1'), ('n2', 'DID_RENEW', 'Sandbox', 'o2');
-                        INSERT INTO transaction_submission (submission_kind, user_id, order_no, environment, transaction_id,
-                            original_transaction_id, payload_hash, routing_key, process_status, error_code)
-                        SELECT 'CLIENT', 'alice', 'order-' || n, 'Sandbox', 't' || n, 'o' || n, 'hash' || n, 'o' || n,
-                               CASE WHEN n = 2 THEN 'DEAD' ELSE 'SUCCEEDED' END, CASE WHEN n = 2 THEN 'UNMATCHED_ACCOUNT' END
-                          FROM generate_series(1, 5) AS n;
-                        INSERT INTO event_outbox (event_kind, event_id, topic, routing_key)
-                        VALUES ('submission', 3, 't', 'o3'), ('notification', 2, 't', 'o2');
-                        INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
-                        VALUES ('submission', 1, 'w', 1), ('submission', 4, 'w', 1), ('notification', 1, 'w', 1);
-                        INSERT INTO status_history (entity_type, entity_key, current_status, cause, event_kind, event_id)
-                        VALUES ('ORDER', 'order-1', 'FULFILLED', 'CLIENT_SUBMISSION', 'submission', 1);
-                        INSERT INTO unmatched_fact (event_kind, event_id, reason, environment)
-                        VALUES ('submission', 2, 'UNMATCHED_ACCOUNT', 'Sandbox');
-                        """))
-            try await migrator.migrate(all)
+        try await Fixture.acrossMigration(
+            10,
+            seed: """
+                INSERT INTO apple_notification_event (notification_uuid, notification_type, environment, routing_key)
+                VALUES ('n1', 'DID_RENEW', 'Sandbox', 'o1'), ('n2', 'DID_RENEW', 'Sandbox', 'o2');
+                INSERT INTO transaction_submission (submission_kind, user_id, order_no, environment, transaction_id,
+                    original_transaction_id, payload_hash, routing_key, process_status, error_code)
+                SELECT 'CLIENT', 'alice', 'order-' || n, 'Sandbox', 't' || n, 'o' || n, 'hash' || n, 'o' || n,
+                       CASE WHEN n = 2 THEN 'DEAD' ELSE 'SUCCEEDED' END, CASE WHEN n = 2 THEN 'UNMATCHED_ACCOUNT' END
+                  FROM generate_series(1, 5) AS n;
+                INSERT INTO event_outbox (event_kind, event_id, topic, routing_key)
+                VALUES ('submission', 3, 't', 'o3'), ('notification', 2, 't', 'o2');
+                INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
+                VALUES ('submission', 1, 'w', 1), ('submission', 4, 'w', 1), ('notification', 1, 'w', 1);
+                INSERT INTO status_history (entity_type, entity_key, current_status, cause, event_kind, event_id)
+                VALUES ('ORDER', 'order-1', 'FULFILLED', 'CLIENT_SUBMISSION', 'submission', 1);
+                INSERT INTO unmatched_fact (event_kind, event_id, reason, environment)
+                VALUES ('submission', 2, 'UNMATCHED_ACCOUNT', 'Sandbox');
+                """
+        ) { pool in
 
             func ids(_ sql: String) async throws -> [Int64] {
                 try await pool.query(PostgresQuery(unsafeSQL: sql)).map { try $0.decode(0, as: Int64.self) }
@@ -105,26 +101,22 @@ import Testing
     /// key table's indexes alone; a key row written without them (a previous version's pod during
     /// a rolling upgrade) is still accepted.
     @Test func keyRowsTakeTheirEventsIds() async throws {
-        try await Fixture.withSchema { pool, _ in
-            let all = try Migrator.bundled()
-            let migrator = Migrator(pool: pool, logger: Fixture.logger)
-            try await migrator.migrate(all.filter { $0.version < 28 })
-            try await pool.query(
-                PostgresQuery(
-                    unsafeSQL: """
-                        WITH key AS (
-                            INSERT INTO inbound_event_key (received_at, notification_uuid)
-                            SELECT now() - n * interval '40 days', 'n' || n FROM generate_series(1, 3) AS n
-                            RETURNING id, received_at, notification_uuid
-                        )
-                        INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment,
-                                                   transaction_id, original_transaction_id, routing_key)
-                        SELECT id, received_at, 'notification', notification_uuid, 'DID_RENEW',
-                               CASE WHEN notification_uuid = 'n1' THEN 'Production' ELSE 'Sandbox' END,
-                               't-' || notification_uuid, 'o-' || notification_uuid, 'o-' || notification_uuid
-                          FROM key;
-                        """))
-            try await migrator.migrate(all)
+        try await Fixture.acrossMigration(
+            28,
+            seed: """
+                WITH key AS (
+                    INSERT INTO inbound_event_key (received_at, notification_uuid)
+                    SELECT now() - n * interval '40 days', 'n' || n FROM generate_series(1, 3) AS n
+                    RETURNING id, received_at, notification_uuid
+                )
+                INSERT INTO inbound_event (id, received_at, kind, notification_uuid, notification_type, environment,
+                                           transaction_id, original_transaction_id, routing_key)
+                SELECT id, received_at, 'notification', notification_uuid, 'DID_RENEW',
+                       CASE WHEN notification_uuid = 'n1' THEN 'Production' ELSE 'Sandbox' END,
+                       't-' || notification_uuid, 'o-' || notification_uuid, 'o-' || notification_uuid
+                  FROM key;
+                """
+        ) { pool in
             try await pool.query("INSERT INTO inbound_event_key (received_at, notification_uuid) VALUES (now(), 'old-pod')")
             let rows = try await pool.query(
                 "SELECT notification_uuid, environment, transaction_id, original_transaction_id FROM inbound_event_key ORDER BY notification_uuid"

@@ -1,6 +1,7 @@
 import Foundation
 import Postgres
 import ServiceRuntime
+import Storage
 import Synchronization
 import TestSupport
 import Testing
@@ -38,6 +39,21 @@ enum Fixture {
                 await admin.shutdown()
             }
         ) { pool in try await body(pool, url) }
+    }
+
+    /// Runs `body` on a fresh schema migrated to just before `version`, given the rows of `seed`
+    /// (SQL), then migrated to the newest: how a migration's change of existing data is tested.
+    static func acrossMigration<R: Sendable>(
+        _ version: Int, seed: String, _ body: (PostgresPool) async throws -> R
+    ) async throws -> R {
+        try await withSchema { pool, _ in
+            let all = try Migrator.bundled()
+            let migrator = Migrator(pool: pool, logger: logger)
+            try await migrator.migrate(all.filter { $0.version < version })
+            try await pool.query(PostgresQuery(unsafeSQL: seed))
+            try await migrator.migrate(all)
+            return try await body(pool)
+        }
     }
 
     /// Waits until `condition` holds (checking every 10 ms), failing after `seconds`: for states
