@@ -27,11 +27,10 @@ enum Fixture {
         return try await withResource(
             {
                 try await admin.query("CREATE SCHEMA \(identifier: schema)")
-                return PostgresPool(
-                    configuration: PostgresConfiguration(
-                        url: url, maximumConnections: maximumConnections, acquireTimeout: acquireTimeout,
-                        connectTimeout: .seconds(60), statementCacheCapacity: statementCacheCapacity),
-                    logger: logger)
+                var configuration = TestEnvironment.poolConfiguration(url: url, maximumConnections: maximumConnections)
+                configuration.acquireTimeout = acquireTimeout
+                configuration.statementCacheCapacity = statementCacheCapacity
+                return PostgresPool(configuration: configuration, logger: logger)
             },
             cleanUp: { pool in
                 await pool.shutdown()

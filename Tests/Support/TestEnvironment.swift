@@ -29,12 +29,9 @@ public enum TestEnvironment {
     /// Pool settings for tests, which check outcomes, not latency: on a loaded two-core CI machine
     /// the shared cluster once took longer than the 5 s production defaults to accept a
     /// connection (CI, 2026-12-05) and 50 callers serialised on one row outlasted the acquire wait.
-    public static func poolConfiguration(
-        url: String, maximumConnections: Int, statementCacheCapacity: Int = 256
-    ) -> PostgresConfiguration {
+    public static func poolConfiguration(url: String, maximumConnections: Int) -> PostgresConfiguration {
         PostgresConfiguration(
-            url: url, maximumConnections: maximumConnections, acquireTimeout: .seconds(120), connectTimeout: .seconds(60),
-            statementCacheCapacity: statementCacheCapacity)
+            url: url, maximumConnections: maximumConnections, acquireTimeout: .seconds(120), connectTimeout: .seconds(60))
     }
 
     /// Bootstrap servers of the test broker (`KAFKA_BROKERS`).
