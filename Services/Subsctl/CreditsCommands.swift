@@ -53,9 +53,10 @@ enum CreditsRunJobsCommand: SubsctlCommand {
         guard let welcomeCredits = Int64(welcome ?? "0"), welcomeCredits >= 0 else {
             return usageError("--welcome-credits must be a whole number")
         }
+        guard let limits = Subsctl.creditLimits() else { return ExitStatus.configuration }
         return await Subsctl.withDatabase { pool in
             let jobs = CreditJobs(
-                pool: pool, appKey: appKey, configuration: CreditsConfiguration(welcomeCredits: welcomeCredits),
+                pool: pool, appKey: appKey, configuration: CreditsConfiguration(welcomeCredits: welcomeCredits, limits: limits),
                 logger: Subsctl.logger)
             Subsctl.printProgress("running the credit jobs (welcome, yearly grants, daily close, expiry clearing)…")
             let started = ContinuousClock.now
@@ -96,17 +97,21 @@ enum CreditsAdjustCommand: SubsctlCommand {
         guard let amount = CreditAmount.micro(option["amount", default: ""]), amount != 0, amount != .min else {
             return usageError("--amount must be a non-zero decimal number of credits with at most 6 decimals (e.g. 3 or -2.5)")
         }
+        guard let limits = Subsctl.creditLimits() else { return ExitStatus.configuration }
         return await Subsctl.withDatabase { database in
             do {
                 let result = try await database.transaction { db in
                     try await CreditLedger.adjust(
                         userID: option["user-id", default: ""], pool: pool, amount: amount, adjustmentNo: option["number", default: ""],
-                        operator: option["operator", default: ""], reason: option["reason", default: ""], on: db)
+                        operator: option["operator", default: ""], reason: option["reason", default: ""], limits: limits, on: db)
                 }
                 Subsctl.printOutput(line(result))
                 return ExitStatus.success
             } catch CreditAdjustmentError.unknownUser(let user) {
                 Subsctl.printError("no user \(user): nothing booked")
+                return ExitStatus.refused
+            } catch CreditAdjustmentError.amountOutOfRange(let problem) {
+                Subsctl.printError("AMOUNT_OUT_OF_RANGE: \(problem); nothing booked")
                 return ExitStatus.refused
             } catch CreditAdjustmentError.numberUsedForAnother(let first) {
                 Subsctl.printError("adjustment number \(first.adjustmentNo) was used for another adjustment, nothing booked: \(line(first))")
@@ -123,5 +128,19 @@ enum CreditsAdjustCommand: SubsctlCommand {
         applied=\(CreditAmount.decimal(result.applied)) unrecoverable=\(CreditAmount.decimal(result.unrecoverable)) \
         balance_after=\(CreditAmount.decimal(result.balanceAfter))
         """
+    }
+}
+
+extension Subsctl {
+    /// `CREDITS_MAX_BALANCE` and `CREDITS_MAX_ADJUSTMENT` as the services read them; nil (printed)
+    /// when a setting is invalid.
+    static func creditLimits() -> CreditLimits? {
+        let reader = ConfigurationReader()
+        let limits = CreditLimits(reader: reader)
+        guard reader.problems.isEmpty else {
+            for problem in reader.problems { printError("\(problem)") }
+            return nil
+        }
+        return limits
     }
 }

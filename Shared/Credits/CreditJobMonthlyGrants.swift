@@ -43,7 +43,9 @@ extension CreditJobs {
             SELECT s.environment, s.original_transaction_id, s.user_id, t.transaction_id, t.purchase_date, t.expires_date,
                    p.credits_amount, p.duration, t.offer_discount_type, t.offer_period,
                    (SELECT string_agg(g.grant_key, ',') FROM credit_grant g
-                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) AS granted
+                     WHERE g.environment = t.environment AND g.transaction_id = t.transaction_id) AS granted,
+                   (SELECT string_agg(r.grant_key, ',') FROM credit_grant_refusal r
+                     WHERE r.grant_key LIKE 'period:' || t.environment || ':' || t.transaction_id || ':m%') AS refused
               FROM candidate c
               JOIN user_subscription s ON s.environment = c.environment AND s.original_transaction_id = c.original_transaction_id
                                       AND s.last_transaction_id = c.last_transaction_id
@@ -58,9 +60,11 @@ extension CreditJobs {
         for row in candidates {
             let environment: String = try row.decode("environment")
             let transactionID: String = try row.decode("transaction_id")
-            let existing = Set((try row.decode("granted", as: String?.self) ?? "").split(separator: ",").map(String.init))
-            guard existing.contains(CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: 0))
+            let granted = Set((try row.decode("granted", as: String?.self) ?? "").split(separator: ",").map(String.init))
+            guard granted.contains(CreditRules.periodGrantKey(environment: environment, transactionID: transactionID, monthIndex: 0))
             else { continue }
+            // A month refused at the maximum balance is done too: it is recorded, not tried again.
+            let existing = granted.union((try row.decode("refused", as: String?.self) ?? "").split(separator: ",").map(String.init))
             guard let duration = ProductDuration(rawValue: try row.decode("duration")),
                 let months = CreditRules.periodMonths(
                     offerDiscountType: try row.decode("offer_discount_type", as: String?.self),
@@ -120,7 +124,9 @@ extension CreditJobs {
                        AND s.frozen_reason IS NULL AND t.revocation_date IS NULL
                     """)
                 guard !still.isEmpty else { return 0 }
-                return try await CreditLedger.grant(due, on: db)
+                let (booked, refused) = try await CreditLedger.grantRefusingOverLimit(due, limits: configuration.limits, on: db)
+                recordRefusals(refused)
+                return booked
             }
             granted += booked ?? 0
         }

@@ -15,6 +15,7 @@ extension CreditJobs {
                 """
                 SELECT u.user_id, 'welcome:' || u.user_id AS grant_key FROM app_user u
                  WHERE NOT EXISTS (SELECT 1 FROM credit_grant g WHERE g.grant_key = 'welcome:' || u.user_id)
+                   AND NOT EXISTS (SELECT 1 FROM credit_grant_refusal r WHERE r.grant_key = 'welcome:' || u.user_id)
                  ORDER BY u.user_id LIMIT \(configuration.batchSize)
                 """)
             var grants: [CreditGrant] = []
@@ -24,7 +25,10 @@ extension CreditJobs {
                         userID: try row.decode("user_id"),
                         decision: GrantDecision(grantKey: try row.decode("grant_key"), pool: .welcome, amount: amount, reason: "WELCOME")))
             }
-            return try await CreditLedger.grant(grants, on: db)
+            let (booked, refused) = try await CreditLedger.grantRefusingOverLimit(grants, limits: configuration.limits, on: db)
+            recordRefusals(refused)
+            // Refused grants count as done for this loop: they are recorded and not candidates again.
+            return booked + refused.count
         }
         metrics.welcomeGrants.increment(by: granted)
         return granted

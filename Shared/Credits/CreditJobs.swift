@@ -65,6 +65,20 @@ public struct CreditJobs: Sendable {
         }
     }
 
+    /// Counts and logs grants refused at the maximum balance (`CreditLedger.grantRefusingOverLimit`).
+    func recordRefusals(_ refused: [CreditGrant]) {
+        guard !refused.isEmpty else { return }
+        metrics.grantsRefused.increment(by: refused.count)
+        for grant in refused {
+            logger.error(
+                "credit grant refused: the pool would pass CREDITS_MAX_BALANCE",
+                [
+                    "error.code": .string(CreditLimitExceeded.code), "user.id": .string(grant.userID),
+                    "credits.pool": .string(grant.decision.pool.rawValue), "credits.grant_key": .string(grant.decision.grantKey),
+                ])
+        }
+    }
+
     /// Runs batches until one does nothing (or the lock is busy); returns the total done.
     func repeatBatches(wait: Bool, _ body: (PostgresConnection) async throws -> Int) async throws -> Int {
         var total = 0
@@ -117,6 +131,12 @@ struct JobMetrics: Sendable {
     let monthlyGrants = MetricsRegistry.shared.counter(
         "subs_credit_yearly_grants_total", help: "Monthly grants of plans longer than a month (yearly and others)")
     let welcomeGrants = MetricsRegistry.shared.counter("subs_credit_welcome_grants_total", help: "Welcome credit grants")
+    let grantsRefused = MetricsRegistry.shared.counter(
+        "subs_credit_grants_refused_total", help: "Job grants refused because their pool would pass CREDITS_MAX_BALANCE (recorded)")
+    let billCloseFailures = MetricsRegistry.shared.counter(
+        "subs_credit_bill_close_failures_total", help: "Daily bills the close set aside (recorded with their reason; retried the next day)")
+    let failedBills = MetricsRegistry.shared.gauge(
+        "subs_credit_daily_bills_failed", help: "Daily bills set aside by the close and not closed since (must be 0)")
     let ledgerMismatches = MetricsRegistry.shared.gauge(
         "subs_credit_ledger_mismatches", help: "Accounts whose balance differs from their ledger or their lots, or is negative (must be 0)")
 }

@@ -62,6 +62,40 @@ public enum CreditAdjustmentError: Error, Sendable, Hashable {
     case unknownUser(String)
     /// The number was booked before for another user, pool or amount: that booking.
     case numberUsedForAnother(CreditAdjustment)
+    /// Beyond `CREDITS_MAX_ADJUSTMENT`, or the pool would pass `CREDITS_MAX_BALANCE`.
+    case amountOutOfRange(String)
+}
+
+/// Grants that would take a pool past `CREDITS_MAX_BALANCE` (or a change past the 64-bit range):
+/// the statement booked them with the rest, so the caller's transaction must roll back. Names the
+/// pools concerned.
+public struct CreditLimitExceeded: Error, Sendable, Hashable, CustomStringConvertible {
+    /// `(user, pool)` of each pool that would pass the maximum.
+    public var pools: [UserPool]
+
+    public init(pools: [UserPool]) { self.pools = pools }
+
+    /// The code the fulfillment worker and the credit jobs record.
+    public static let code = "AMOUNT_OUT_OF_RANGE"
+
+    public var description: String {
+        "a grant would take " + pools.map { "\($0.user)/\($0.pool.rawValue)" }.joined(separator: ", ")
+            + " past the largest balance (CREDITS_MAX_BALANCE)"
+    }
+
+    /// Whether `grant` goes to one of the pools concerned.
+    public func concerns(_ grant: CreditGrant) -> Bool { pools.contains(UserPool(user: grant.userID, pool: grant.decision.pool)) }
+}
+
+/// One user's pool.
+public struct UserPool: Sendable, Hashable {
+    public var user: String
+    public var pool: CreditPool
+
+    public init(user: String, pool: CreditPool) {
+        self.user = user
+        self.pool = pool
+    }
 }
 
 /// Every write to the credit tables. Each function runs on the caller's connection, inside the
@@ -71,9 +105,12 @@ public enum CreditAdjustmentError: Error, Sendable, Hashable {
 /// is a lot (`GrantRecord`) and every change of a balance changes its lots by the same amount;
 /// writers lock the account first, then its lots.
 public enum CreditLedger {
-    /// Books the grants whose keys are new; returns how many were.
+    /// Books the grants whose keys are new; returns how many were. Throws `CreditLimitExceeded`
+    /// when a pool would pass `limits.maxBalance`, having booked the others in the same statement:
+    /// the caller's transaction must then roll back (a fulfillment event is set aside; a credit
+    /// job records the refusal with `refuse` and books the rest again).
     @discardableResult
-    public static func grant(_ grants: [CreditGrant], on db: PostgresConnection) async throws -> Int {
+    public static func grant(_ grants: [CreditGrant], limits: CreditLimits, on db: PostgresConnection) async throws -> Int {
         guard !grants.isEmpty else { return 0 }
         let rows = try await db.query(
             """
@@ -97,9 +134,14 @@ public enum CreditLedger {
                 ON CONFLICT (grant_key) DO NOTHING
                 RETURNING user_id, pool, amount, grant_key
             ), account AS (
+                -- A pool that would pass the maximum is left as it is (its sum is compared as
+                -- numeric, which cannot overflow): its grants find no account below, and the
+                -- caller is told which pools those were.
                 INSERT INTO credit_account AS a (user_id, pool, balance)
-                SELECT user_id, pool, sum(amount) FROM new_grant GROUP BY user_id, pool ORDER BY user_id, pool
+                SELECT user_id, pool, sum(amount) FROM new_grant GROUP BY user_id, pool
+                HAVING sum(amount) <= \(limits.maxBalance) ORDER BY user_id, pool
                 ON CONFLICT (user_id, pool) DO UPDATE SET balance = a.balance + EXCLUDED.balance, updated_at = now()
+                 WHERE a.balance <= \(limits.maxBalance) - EXCLUDED.balance
                 RETURNING user_id, pool, balance
             ), ledger AS (
                 -- Each entry's balance_after: the final balance minus the grants booked after it.
@@ -112,9 +154,64 @@ public enum CreditLedger {
                  ORDER BY g.grant_key
                 RETURNING 1
             )
-            SELECT count(*) AS granted FROM ledger
+            SELECT (SELECT count(*) FROM ledger) AS granted,
+                   (SELECT string_agg(o.user_id || ':' || o.pool, ',')
+                      FROM (SELECT user_id, pool FROM new_grant EXCEPT SELECT user_id, pool FROM account) o) AS over_limit
             """)
+        if let over = try rows[0].decode("over_limit", as: String?.self) {
+            throw CreditLimitExceeded(
+                pools: over.split(separator: ",").compactMap { item in
+                    // user ids may hold ':'; the pool is the last part.
+                    guard let colon = item.lastIndex(of: ":"), let pool = CreditPool(rawValue: String(item[item.index(after: colon)...]))
+                    else { return nil }
+                    return UserPool(user: String(item[..<colon]), pool: pool)
+                })
+        }
         return try rows[0].decode("granted")
+    }
+
+    /// Books the grants whose keys are new, as `grant`, but records those of a pool that would pass
+    /// the maximum as refused (`refuse`) instead of failing the caller's transaction: what a credit
+    /// job does, so one user at the maximum never holds up the others. Returns how many were
+    /// booked and the refused grants.
+    public static func grantRefusingOverLimit(_ grants: [CreditGrant], limits: CreditLimits, on db: PostgresConnection)
+        async throws -> (booked: Int, refused: [CreditGrant])
+    {
+        try await db.query("SAVEPOINT credit_grant")
+        do {
+            let booked = try await grant(grants, limits: limits, on: db)
+            try await db.query("RELEASE SAVEPOINT credit_grant")
+            return (booked, [])
+        } catch let error as CreditLimitExceeded {
+            // The statement booked the other pools' grants too: undo it, then book only those. The
+            // pools are independent in the statement, so the second one cannot refuse again.
+            try await db.query("ROLLBACK TO SAVEPOINT credit_grant")
+            let refused = grants.filter(error.concerns)
+            try await refuse(refused, code: CreditLimitExceeded.code, on: db)
+            return (try await grant(grants.filter { !error.concerns($0) }, limits: limits, on: db), refused)
+        }
+    }
+
+    /// Records grants a credit job may not book (`CreditLimitExceeded`) with their code, so the job
+    /// does not try them again; an operator reads them in `credit_grant_refusal`. Returns how many
+    /// were new.
+    @discardableResult
+    public static func refuse(_ grants: [CreditGrant], code: String, on db: PostgresConnection) async throws -> Int {
+        guard !grants.isEmpty else { return 0 }
+        let rows = try await db.query(
+            """
+            INSERT INTO credit_grant_refusal (grant_key, user_id, pool, amount, reason, error_code)
+            SELECT r.*, \(code)::text
+              FROM unnest(\(PostgresArray(grants.map(\.decision.grantKey)))::text[],
+                          \(PostgresArray(grants.map(\.userID)))::text[],
+                          \(PostgresArray(grants.map(\.decision.pool.rawValue)))::text[],
+                          \(PostgresArray(grants.map(\.decision.amount)))::bigint[],
+                          \(PostgresArray(grants.map(\.decision.reason)))::text[])
+                   AS r(grant_key, user_id, pool, amount, reason)
+            ON CONFLICT (grant_key) DO NOTHING
+            RETURNING 1
+            """)
+        return rows.count
     }
 
     /// A refund of the transaction that earned the lot: takes `percentage` (nil: all) of what
@@ -172,7 +269,11 @@ public enum CreditLedger {
             var delta: MicroCredits = 0
             for row in rows {
                 var lot = try lot(row)
-                delta += rule(&lot)
+                // Each lot gives back at most what it was granted, but many lots of a pool that an
+                // operator filled past the bounds could add up beyond the 64-bit range.
+                let (sum, overflow) = delta.addingReportingOverflow(rule(&lot))
+                guard !overflow else { throw CreditLimitExceeded(pools: [UserPool(user: user, pool: lot.pool)]) }
+                delta = sum
                 ids.append(try row.decode("id"))
                 lots.append(lot)
             }
@@ -200,7 +301,7 @@ public enum CreditLedger {
                 INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
                 SELECT user_id, pool, \(delta)::bigint, balance, \(entryType), \(reference) FROM account
                 """)
-            total += delta
+            total = Credits.total([total, delta])
         }
         return total
     }
@@ -259,9 +360,10 @@ public enum CreditLedger {
     @discardableResult
     public static func adjust(
         userID: String, pool: CreditPool, amount: MicroCredits, adjustmentNo: String, operator operatorName: String,
-        reason: String, on db: PostgresConnection
+        reason: String, limits: CreditLimits, on db: PostgresConnection
     ) async throws -> CreditAdjustment {
-        precondition(amount != 0 && amount != .min, "an adjustment changes the balance")
+        guard amount != 0 else { throw CreditAdjustmentError.amountOutOfRange("an adjustment changes the balance") }
+        if let problem = limits.adjustmentProblem(amount, onto: 0) { throw CreditAdjustmentError.amountOutOfRange(problem) }
         let request = (userID: userID, pool: pool, amount: amount)
         if let first = try await storedAdjustment(adjustmentNo, matching: request, on: db) { return first }
         guard try await db.query("SELECT 1 FROM app_user WHERE user_id = \(userID)").count == 1 else {
@@ -279,6 +381,8 @@ public enum CreditLedger {
             try await db.query(
                 "SELECT balance FROM credit_account WHERE user_id = \(userID) AND pool = \(pool.rawValue) FOR UPDATE"
             ).first?.decode("balance", as: Int64.self) ?? 0
+        // Checked against the balance under its lock; both are bounded now, so the sums below fit.
+        if let problem = limits.adjustmentProblem(amount, onto: balance) { throw CreditAdjustmentError.amountOutOfRange(problem) }
         let applied = amount > 0 ? amount : -min(-amount, balance)
         let key = "adjustment:\(adjustmentNo)"
         let rows = try await db.query(

@@ -1,3 +1,4 @@
+import Domain
 import Foundation
 import ServiceRuntime
 
@@ -14,14 +15,18 @@ public struct CreditsConfiguration: Sendable {
     public var invariantInterval: Duration
     /// `CREDITS_BATCH_SIZE`: rows per job transaction. Default 1000.
     public var batchSize: Int
+    /// `CREDITS_MAX_BALANCE`, `CREDITS_MAX_ADJUSTMENT`: what a grant may not pass.
+    public var limits: CreditLimits
 
     public init(
-        welcomeCredits: Int64 = 0, schedulerInterval: Duration? = .seconds(60), invariantInterval: Duration = .seconds(600), batchSize: Int = 1000
+        welcomeCredits: Int64 = 0, schedulerInterval: Duration? = .seconds(60), invariantInterval: Duration = .seconds(600), batchSize: Int = 1000,
+        limits: CreditLimits = CreditLimits()
     ) {
         self.welcomeCredits = welcomeCredits
         self.schedulerInterval = schedulerInterval
         self.invariantInterval = invariantInterval
         self.batchSize = batchSize
+        self.limits = limits
     }
 
     public init(reader: ConfigurationReader) {
@@ -30,6 +35,18 @@ public struct CreditsConfiguration: Sendable {
         schedulerInterval = interval == 0 ? nil : .seconds(interval)
         invariantInterval = .seconds(reader.int("CREDITS_INVARIANT_INTERVAL_SECONDS", default: 600, range: 1...604_800))
         batchSize = reader.int("CREDITS_BATCH_SIZE", default: 1000, range: 1...100_000)
+        limits = CreditLimits(reader: reader)
+    }
+}
+
+extension CreditLimits {
+    /// `CREDITS_MAX_BALANCE` (whole credits per pool, default 10⁹) and `CREDITS_MAX_ADJUSTMENT`
+    /// (whole credits, default 10⁷), each at most `CreditLimits.ceiling`.
+    public init(reader: ConfigurationReader) {
+        let ceiling = Int(CreditLimits.ceiling)
+        self.init(
+            maxBalanceCredits: Int64(reader.int("CREDITS_MAX_BALANCE", default: 1_000_000_000, range: 1...ceiling)),
+            maxAdjustmentCredits: Int64(reader.int("CREDITS_MAX_ADJUSTMENT", default: 10_000_000, range: 1...ceiling)))
     }
 }
 

@@ -5,9 +5,63 @@ public typealias MicroCredits = Int64
 
 public enum Credits {
     public static let micro: MicroCredits = 1_000_000
-    public static func micro(_ whole: Int64) -> MicroCredits { whole * micro }
+    /// Whole credits in micro-credits, saturating at the 64-bit range. Every amount it is given is
+    /// bounded first (catalogue amounts and `WELCOME_CREDITS` at 10⁹): saturation only guards a
+    /// hand-edited row, and a saturated amount is above `CreditLimits.maxBalance`, so the ledger
+    /// refuses it instead of booking a wrong figure.
+    public static func micro(_ whole: Int64) -> MicroCredits {
+        let (value, overflow) = whole.multipliedReportingOverflow(by: micro)
+        return overflow ? (whole < 0 ? .min : .max) : value
+    }
     /// Whole credits available, rounded down (a partial credit is not spendable as a whole one).
     public static func whole(_ micro: MicroCredits) -> Int64 { micro / Self.micro }
+
+    /// The sum of balances for comparing with a cost or showing a total, saturating at the 64-bit
+    /// range: pools are bounded by `CreditLimits` so the sum fits, but a balance written before the
+    /// bounds existed must not trap a reader.
+    public static func total<S: Sequence>(_ amounts: S) -> MicroCredits where S.Element == MicroCredits {
+        amounts.reduce(0) { sum, value in
+            let (added, overflow) = sum.addingReportingOverflow(value)
+            return overflow ? (value < 0 ? .min : .max) : added
+        }
+    }
+}
+
+/// The largest balance a pool may hold and the largest manual adjustment (`CREDITS_MAX_BALANCE`,
+/// `CREDITS_MAX_ADJUSTMENT`, in whole credits), so that no sum of credits can leave the 64-bit
+/// range: three pools at the largest maximum (10¹² credits, 10¹⁸ micro-credits) still add up
+/// below 2⁶³.
+public struct CreditLimits: Sendable, Hashable {
+    /// The largest maximum a setting may name, in whole credits.
+    public static let ceiling: Int64 = 1_000_000_000_000
+    /// Per pool, in micro-credits.
+    public var maxBalance: MicroCredits
+    /// Per adjustment, either sign, in micro-credits.
+    public var maxAdjustment: MicroCredits
+
+    /// Defaults: 10⁹ credits per pool, 10⁷ per adjustment.
+    public init(maxBalanceCredits: Int64 = 1_000_000_000, maxAdjustmentCredits: Int64 = 10_000_000) {
+        maxBalance = Credits.micro(min(max(maxBalanceCredits, 1), Self.ceiling))
+        maxAdjustment = Credits.micro(min(max(maxAdjustmentCredits, 1), Self.ceiling))
+    }
+
+    /// Whether a pool holding `balance` may take `amount` more (a negative amount always may).
+    public func allows(_ amount: MicroCredits, onto balance: MicroCredits) -> Bool {
+        guard amount > 0 else { return true }
+        let (after, overflow) = balance.addingReportingOverflow(amount)
+        return !overflow && after <= maxBalance
+    }
+
+    /// Why an adjustment of `amount` on a pool holding `balance` is refused, or nil.
+    public func adjustmentProblem(_ amount: MicroCredits, onto balance: MicroCredits) -> String? {
+        if amount == .min || amount.magnitude > UInt64(maxAdjustment) {
+            return "an adjustment is at most \(Credits.whole(maxAdjustment)) credits either way (CREDITS_MAX_ADJUSTMENT)"
+        }
+        if !allows(amount, onto: balance) {
+            return "the pool would hold more than \(Credits.whole(maxBalance)) credits (CREDITS_MAX_BALANCE)"
+        }
+        return nil
+    }
 }
 
 /// Balance pools, drawn from in this order by usage (within a pool, the lot granted first is
@@ -247,7 +301,7 @@ public enum CreditRules {
         precondition(cost >= 0, "a cost is never negative")
         var balances = balances
         if !subscriptionSpendable { balances[.subscription] = 0 }
-        let total = CreditPool.allCases.reduce(0) { $0 + max(0, balances[$1] ?? 0) }
+        let total = Credits.total(CreditPool.allCases.map { max(0, balances[$0] ?? 0) })
         guard total >= cost else { return nil }
         var remaining = cost
         var taken: [CreditPool: MicroCredits] = [:]
@@ -260,8 +314,13 @@ public enum CreditRules {
     }
 
     /// A day's bill: the total rounded UP to a whole credit; the difference is settled at close.
-    public static func dailyCharge(total: MicroCredits) -> (charged: MicroCredits, rounding: MicroCredits) {
-        let charged = (total + Credits.micro - 1) / Credits.micro * Credits.micro
-        return (charged, charged - total)
+    /// Nil for a total that is negative or whose rounding leaves the 64-bit range (only a
+    /// hand-edited bill: each cost is at most `CreditMeter.maximumCost`): the close sets that bill
+    /// aside instead of trapping.
+    public static func dailyCharge(total: MicroCredits) -> (charged: MicroCredits, rounding: MicroCredits)? {
+        guard total >= 0 else { return nil }
+        let rounding = (Credits.micro - total % Credits.micro) % Credits.micro
+        let (charged, overflow) = total.addingReportingOverflow(rounding)
+        return overflow ? nil : (charged, rounding)
     }
 }

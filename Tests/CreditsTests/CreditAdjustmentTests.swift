@@ -16,7 +16,7 @@ struct CreditAdjustmentTests {
     ) async throws -> CreditAdjustment {
         try await f.pool.transaction {
             try await CreditLedger.adjust(
-                userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: "ops", reason: "test", on: $0)
+                userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: "ops", reason: "test", limits: CreditLimits(), on: $0)
         }
     }
 

@@ -17,8 +17,8 @@ struct CreditLedgerTests {
                 CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k1", pool: .subscription, amount: 5 * Self.credit, reason: "T")),
                 CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k2", pool: .subscription, amount: 7 * Self.credit, reason: "T")),
             ]
-            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, on: $0) } == 2)
-            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, on: $0) } == 0)
+            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, limits: CreditLimits(), on: $0) } == 2)
+            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, limits: CreditLimits(), on: $0) } == 0)
             #expect(try await f.balances("alice") == [.subscription: 12 * Self.credit])
             let after = try await f.pool.query("SELECT balance_after FROM credit_ledger ORDER BY id").map { try $0.decode(0, as: Int64.self) }
             #expect(after == [5 * Self.credit, 12 * Self.credit])
@@ -115,7 +115,7 @@ struct CreditLedgerTests {
             try await f.pool.transaction {
                 try await CreditLedger.adjust(
                     userID: "bea", pool: .permanent, amount: -51 * Self.credit, adjustmentNo: "D1", operator: "ops", reason: "test",
-                    on: $0)
+                    limits: CreditLimits(), on: $0)
             }
             #expect(try await f.remaining()["pack"] == 0)
             #expect(try await f.remaining()["pack2"] == 2_500_001)
@@ -132,7 +132,7 @@ struct CreditLedgerTests {
                 try await f.pool.transaction {
                     try await CreditLedger.adjust(
                         userID: "alice", pool: .permanent, amount: 3 * Self.credit, adjustmentNo: "ADJ-1", operator: "ops",
-                        reason: "goodwill", on: $0)
+                        reason: "goodwill", limits: CreditLimits(), on: $0)
                 }
             }
             #expect(try await f.balances("alice") == [.permanent: 3 * Self.credit])

@@ -19,9 +19,10 @@ struct CreditsFixture {
         try await withTestDatabase("credits") { database in try await body(CreditsFixture(database: database)) }
     }
 
-    func jobs(welcome: Int64 = 0, batchSize: Int = 1000) -> CreditJobs {
+    func jobs(welcome: Int64 = 0, batchSize: Int = 1000, limits: CreditLimits = CreditLimits()) -> CreditJobs {
         CreditJobs(
-            pool: pool, appKey: Self.appKey, configuration: CreditsConfiguration(welcomeCredits: welcome, batchSize: batchSize),
+            pool: pool, appKey: Self.appKey,
+            configuration: CreditsConfiguration(welcomeCredits: welcome, batchSize: batchSize, limits: limits),
             logger: Logger(label: "credits-test", level: .warning))
     }
 
@@ -34,7 +35,8 @@ struct CreditsFixture {
         try await self.user(user)
         try await self.pool.transaction { db in
             try await CreditLedger.grant(
-                [CreditGrant(userID: user, decision: GrantDecision(grantKey: key, pool: pool, amount: micro, reason: "TEST"))], on: db)
+                [CreditGrant(userID: user, decision: GrantDecision(grantKey: key, pool: pool, amount: micro, reason: "TEST"))],
+                limits: CreditLimits(), on: db)
         }
     }
 

@@ -58,7 +58,7 @@ struct CreditsEndToEndTests {
                         CreditGrant(
                             userID: "alice", decision: GrantDecision(grantKey: "seed", pool: .subscription, amount: 10 * Self.credit, reason: "TEST"))
                     ],
-                    on: db)
+                    limits: CreditLimits(), on: db)
             }
             let client = harness.client
 
@@ -86,7 +86,7 @@ struct CreditsEndToEndTests {
                         CreditGrant(
                             userID: "alice", decision: GrantDecision(grantKey: "more", pool: .permanent, amount: 5 * Self.credit, reason: "TEST"))
                     ],
-                    on: db)
+                    limits: CreditLimits(), on: db)
             }
             let first = try await Self.use(client, user: "alice", units: 3, key: "k-1")
             #expect(first.status == 200)
@@ -180,7 +180,8 @@ struct CreditsEndToEndTests {
         #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
         try await harness.pool.transaction { db in
             try await CreditLedger.adjust(
-                userID: "bob", pool: .permanent, amount: 5 * Self.credit, adjustmentNo: "E2E-1", operator: "e2e", reason: "test", on: db)
+                userID: "bob", pool: .permanent, amount: 5 * Self.credit, adjustmentNo: "E2E-1", operator: "e2e", reason: "test",
+                limits: CreditLimits(), on: db)
         }
         let expired = try await harness.notify(
             .expired, .voluntary, transaction: purchase, renewal: harness.renewalInfo(original: id, autoRenew: false, signed: now - 3600))

@@ -1,3 +1,4 @@
+import Credits
 import Domain
 import Events
 import Foundation
@@ -104,6 +105,55 @@ struct FulfillmentBatchTests {
         }
     }
 
+    /// The finding's renewal: a grant to a user whose pool is at the maximum failed with SQLSTATE
+    /// 22003 and was retried as if transient. It fails alone, is set aside at once with its code,
+    /// and books nothing.
+    @Test func aGrantPastTheMaximumBalanceFailsItsEventAloneAndIsNotRetried() async throws {
+        try await Fixture.with(limits: CreditLimits(maxBalanceCredits: 1_500)) { fixture in
+            let alice = try await fixture.user("alice")
+            let bob = try await fixture.user("bob")
+            try await fixture.database.pool.query(
+                "INSERT INTO credit_account (user_id, pool, balance) VALUES ('alice', 'SUBSCRIPTION', 0)")
+            try await fixture.database.pool.query(
+                """
+                WITH lot AS (INSERT INTO credit_grant (grant_key, user_id, pool, amount, remaining, reason)
+                             VALUES ('earlier', 'alice', 'SUBSCRIPTION', 1000000000, 1000000000, 'TEST') RETURNING amount)
+                UPDATE credit_account SET balance = (SELECT amount FROM lot) WHERE user_id = 'alice'
+                """)
+            let batch = try await fixture.claim([
+                .purchase(original: "9501", transaction: "9501", token: alice, daysAgo: 2),
+                .purchase(original: "9502", transaction: "9502", token: bob, daysAgo: 2),
+            ])
+            let results = await FulfillmentBatches.apply(
+                batch, store: fixture.store, owner: FulfillmentBatchTests.owner, logger: fixture.logger)
+            guard case .failure(let error) = results[0], case .success(.done(_, let granted)) = results[1] else {
+                Issue.record("expected alice's event to fail and bob's to commit: \(results)")
+                return
+            }
+            #expect(granted == 1)
+            #expect(error as? CreditLimitExceeded == CreditLimitExceeded(pools: [UserPool(user: "alice", pool: .subscription)]))
+            guard case .permanent(let code, _) = EventProcessor.failure(for: error) else {
+                Issue.record("a grant past the maximum must not be retried")
+                return
+            }
+            #expect(code == "AMOUNT_OUT_OF_RANGE")
+            #expect(try await fixture.count("SELECT count(*) FROM credit_grant WHERE user_id = 'alice'") == 1, "nothing booked")
+            #expect(try await fixture.count("SELECT count(*) FROM credit_account WHERE user_id = 'alice' AND balance = 1000000000") == 1)
+            #expect(try await fixture.count("SELECT count(*) FROM user_subscription WHERE user_id = 'alice'") == 0, "rolled back whole")
+            // A value a column cannot hold is the same every time too.
+            let outOfRange = PostgresError.server(sqlState: "22003", message: "bigint out of range", constraint: nil)
+            guard case .permanent(let dataCode, _) = EventProcessor.failure(for: outOfRange) else {
+                Issue.record("SQLSTATE 22003 must not be retried")
+                return
+            }
+            #expect(dataCode == "DATA_OUT_OF_RANGE")
+            guard case .retryable = EventProcessor.failure(for: PostgresError.connectionFailed("gone")) else {
+                Issue.record("losing the database is retried")
+                return
+            }
+        }
+    }
+
     @Test func anEventWhoseLeaseWasLostDropsOutOfTheBatch() async throws {
         try await Fixture.with { fixture in
             let alice = try await fixture.user("alice")
@@ -202,7 +252,7 @@ struct Fixture {
     let logger = Logger(label: "test", level: .warning)
 
     /// Runs `body` with a fixture of its own, whose database is dropped after it (also on throw).
-    static func with(_ body: (Fixture) async throws -> Void) async throws {
+    static func with(limits: CreditLimits = CreditLimits(), _ body: (Fixture) async throws -> Void) async throws {
         try await withTestDatabase("batch") { database in
             try await database.pool.query(
                 """
@@ -214,7 +264,8 @@ struct Fixture {
                 Fixture(
                     database: database, events: EventIntakeStore(pool: database.pool, topic: "unused"), leases: leases,
                     store: FulfillmentStore(
-                        leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true, topic: "unused")))
+                        leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true, topic: "unused",
+                        creditLimits: limits)))
         }
     }
 

@@ -18,11 +18,11 @@ struct AdminTestApp: Sendable {
     let operatorToken: String
     let viewerToken: String
 
-    static func with<R>(_ body: (AdminTestApp) async throws -> R) async throws -> R {
+    static func with<R>(extra: [String: String] = [:], _ body: (AdminTestApp) async throws -> R) async throws -> R {
         let operatorToken = Base64URL.encode(SecureRandom.bytes(32))
         let viewerToken = Base64URL.encode(SecureRandom.bytes(32))
         let tokens = "alice:operator:\(operatorToken),bob:viewer:\(viewerToken)"
-        return try await IngressTestApp.with(extra: ["ADMIN_TOKENS": tokens]) { app in
+        return try await IngressTestApp.with(extra: extra.merging(["ADMIN_TOKENS": tokens]) { _, new in new }) { app in
             let configuration = try IngressConfiguration.load(environment: app.environment)
             let context = try IngressContext(
                 configuration: configuration, pool: app.pool, publisher: OutboxOnly(), readiness: app.readiness, clock: SystemClock(),

@@ -1,4 +1,5 @@
 import AppStore
+import Credits
 import Domain
 import Events
 import Foundation
@@ -36,7 +37,7 @@ public struct EventProcessor: Sendable {
         store = FulfillmentStore(
             leases: leases, appKey: configuration.appStore.bundleId,
             everyoneIsTestUser: configuration.appStore.environment != .production, topic: configuration.pipeline.eventTopic,
-            crashPoint: configuration.crashPoint)
+            creditLimits: configuration.credits.limits, crashPoint: configuration.crashPoint)
         reader = EventReader(cipher: cipher, verifier: verifier)
         batches = FulfillmentBatches(
             leases: leases, store: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
@@ -80,12 +81,22 @@ public struct EventProcessor: Sendable {
                 notifier.notify(event)
                 record(plan, granted: granted, source: verified.source, log: log, started: started)
             }
-        } catch let failure as ProcessingFailure {
-            try await record(failure, for: event, log: log)
-        } catch let error as PostgresError where error.isRetryable {
-            try await record(.retryable(code: "RETRYABLE_DATABASE", message: "\(error)"), for: event, log: log)
         } catch {
-            try await record(.retryable(code: "FULFILLMENT_FAILED", message: "\(error)"), for: event, log: log)
+            try await record(Self.failure(for: error), for: event, log: log)
+        }
+    }
+
+    /// How an attempt's error continues: retried, or set aside at once when the same fact would fail
+    /// the same way.
+    static func failure(for error: any Error) -> ProcessingFailure {
+        switch error {
+        case let failure as ProcessingFailure: failure
+        // The same grant would pass the maximum again: set aside for an operator, replayable.
+        case let error as CreditLimitExceeded: .permanent(code: CreditLimitExceeded.code, message: error.description)
+        case let error as PostgresError where error.isRetryable: .retryable(code: "RETRYABLE_DATABASE", message: "\(error)")
+        // A value beyond what a column holds (SQLSTATE class 22): the same fact fails the same way.
+        case let error as PostgresError where error.isDataException: .permanent(code: "DATA_OUT_OF_RANGE", message: "\(error)")
+        default: .retryable(code: "FULFILLMENT_FAILED", message: "\(error)")
         }
     }
 

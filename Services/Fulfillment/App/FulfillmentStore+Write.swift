@@ -78,7 +78,7 @@ extension FulfillmentStore {
                 }
             }
         }
-        let booked = try await CreditLedger.grant(grants.flatMap { $0 }, on: db)
+        let booked = try await CreditLedger.grant(grants.flatMap { $0 }, limits: creditLimits, on: db)
         for (_, plan) in batch {
             for grant in plan.revocations {
                 try await CreditLedger.revoke(grantKey: grant.grantKey, percentage: plan.revocationPercentage, on: db)

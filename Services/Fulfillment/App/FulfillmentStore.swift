@@ -56,6 +56,8 @@ struct FulfillmentStore: Sendable {
     let crashPoint: CrashPoint?
     /// The event topic: facts a binding makes applicable are queued on it again.
     let topic: String
+    /// What a grant may not take a pool past (`CREDITS_MAX_BALANCE`).
+    let creditLimits: CreditLimits
 
     /// Reads the JSON documents of the queries (dates are milliseconds, like Apple's) with the
     /// strict parser the verifier uses: Foundation's JSONDecoder was a tenth of a worker's CPU.
@@ -65,9 +67,10 @@ struct FulfillmentStore: Sendable {
 
     init(
         leases: EventLeaseStore, appKey: String, everyoneIsTestUser: Bool, topic: String,
-        crashPoint: CrashPoint? = nil
+        creditLimits: CreditLimits = CreditLimits(), crashPoint: CrashPoint? = nil
     ) {
         self.leases = leases
+        self.creditLimits = creditLimits
         self.topic = topic
         self.appKey = appKey
         self.everyoneIsTestUser = everyoneIsTestUser

@@ -1,4 +1,6 @@
 import AppStore
+import Credits
+import Domain
 import Foundation
 import HTTPServer
 import Pipeline
@@ -60,6 +62,8 @@ public struct IngressConfiguration: Sendable {
     public var serviceTokens: ServiceTokenSettings
     /// `ADMIN_HTTP_HOST`, `ADMIN_HTTP_PORT`, `ADMIN_TOKENS`: the admin listener, off without tokens.
     public var admin: AdminSettings
+    /// `CREDITS_MAX_BALANCE`, `CREDITS_MAX_ADJUSTMENT`: what an operator's adjustment may not pass.
+    public var creditLimits: CreditLimits
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -89,6 +93,7 @@ public struct IngressConfiguration: Sendable {
         userTokens = UserTokenSettings(reader: reader)
         serviceTokens = ServiceTokenSettings(reader: reader)
         admin = AdminSettings(reader: reader)
+        creditLimits = CreditLimits(reader: reader)
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")

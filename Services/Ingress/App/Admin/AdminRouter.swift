@@ -51,6 +51,8 @@ struct AdminRefusals: RouterMiddleware {
             HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
         case CreditAdjustmentError.unknownUser(let user):
             APIError.notFound("no user \(user): nothing booked")
+        case CreditAdjustmentError.amountOutOfRange(let problem):
+            HTTPError(status: 422, code: "AMOUNT_OUT_OF_RANGE", message: "\(problem); nothing booked")
         case CreditAdjustmentError.numberUsedForAnother(let first):
             HTTPError(
                 status: 409, code: "ADJUSTMENT_NUMBER_CONFLICT",

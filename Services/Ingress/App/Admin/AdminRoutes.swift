@@ -272,7 +272,8 @@ struct AdminRoutes: Sendable {
         let reason = try Self.reason(body.reason)
         let result = try await context.pool.transaction { db in
             try await CreditLedger.adjust(
-                userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: principal.name, reason: reason, on: db)
+                userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: principal.name, reason: reason,
+                limits: context.configuration.creditLimits, on: db)
         }
         return .json(
             AdjustmentAnswer(
