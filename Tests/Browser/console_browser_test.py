@@ -1,13 +1,17 @@
 """Drives the support console in Debian's headless Chromium (JavaScript off) through Selenium:
 sign-in, a search by transaction id, the timeline, the replay of a DEAD event with a reason and
-its confirmation, and sign-out. Screenshots go to SCREENSHOT_DIR for a person to look at.
+its confirmation, and sign-out, after which the session cookie taken before it opens nothing,
+put back into the browser or sent with a plain request. Screenshots go to SCREENSHOT_DIR for a
+person to look at.
 
 Run by Tests/EndToEndTests/ConsoleBrowserTests.swift, which starts the ingress with an admin
 token and a DEAD event, passes CONSOLE_URL, ADMIN_TOKEN and TRANSACTION_ID, and checks the
 database afterwards. Exits non-zero with the reason on the first step that fails.
 """
+import http.client
 import os
 import sys
+import urllib.parse
 
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -26,6 +30,19 @@ REASON = "product added (browser test)"
 def check(condition, message):
     if not condition:
         raise AssertionError(message)
+
+
+def plain_request(path, headers):
+    """Status and Location of a request sent outside the browser, redirects not followed."""
+    url = urllib.parse.urlsplit(BASE)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status, response.getheader("Location")
+    finally:
+        connection.close()
 
 
 def main():
@@ -80,19 +97,35 @@ def main():
         check("DEAD_EVENT_REPLAYED" in after_click("audit").text, "the case shows the audit row")
         shot("06-case-after")
 
+        session = driver.get_cookie("admin_session")
+        check(session is not None and session.get("httpOnly"), "the session cookie is there, HttpOnly")
+        check(TOKEN not in session["value"], "the cookie holds a session id, not the admin token")
+        copied = {"Cookie": "admin_session=" + session["value"]}
+        status, _ = plain_request("/admin/queue", copied)
+        check(status == 200, "a copy of the cookie opens the console before sign-out: %s" % status)
+        status, _ = plain_request("/admin/v1/events/summary", {"Authorization": "Bearer " + session["value"]})
+        check(status == 401, "the cookie is no bearer token of the admin API: %s" % status)
+
         driver.find_element(By.ID, "sign-out").click()
         after_click("token")
         check(driver.current_url.endswith("/admin/login"), "sign-out leads to the sign-in page")
         driver.get(BASE + "/admin/queue")
         check(driver.current_url.endswith("/admin/login"), "after sign-out the console is closed")
         shot("07-signed-out")
+
+        # The cookie taken before the sign-out, put back: the server closed its session.
+        driver.add_cookie({"name": "admin_session", "value": session["value"], "path": "/admin", "httpOnly": True})
+        driver.get(BASE + "/admin/queue")
+        check(driver.current_url.endswith("/admin/login"), "the old cookie, put back, is refused: " + driver.current_url)
+        status, location = plain_request("/admin/queue", copied)
+        check(status == 303 and location == "/admin/login", "the old cookie, sent again, is refused: %s %s" % (status, location))
     except Exception as error:  # noqa: BLE001 - any failure ends the run with its reason
         shot("failure")
         print("console browser test failed: %s (at %s)" % (error, driver.current_url), file=sys.stderr)
         return 1
     finally:
         driver.quit()
-    print("console browser test: sign-in, search, timeline, replay, sign-out done; screenshots in " + SHOTS)
+    print("console browser test: sign-in, search, timeline, replay, sign-out, old cookie refused; screenshots in " + SHOTS)
     return 0
 
 

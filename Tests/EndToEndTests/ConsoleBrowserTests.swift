@@ -8,18 +8,24 @@ import Testing
 
 /// The support console in a real browser: Tests/Browser/console_browser_test.py drives Debian's
 /// headless Chromium through Selenium (both installed by deploy/local/install.sh) against a live
-/// ingress; screenshots stay in .local/browser-screenshots for a person to look at.
+/// ingress over plain http (so without `Secure` cookies); screenshots stay in the local state
+/// folder's browser-screenshots (`SUBS_STATE_DIR`, else .local) for a person to look at.
 @Suite(.timeLimit(.minutes(5)))
 struct ConsoleBrowserTests {
     @Test func signInSearchReplayAndSignOutInChromium() async throws {
         let root = ServiceProcess.packageRoot
-        let python = root.appendingPathComponent(".local/venv/bin/python")
+        // The local state folder as deploy/local/env.sh finds it: another checkout's may be shared.
+        let state =
+            ProcessInfo.processInfo.environment["SUBS_STATE_DIR"].map { URL(fileURLWithPath: $0) }
+            ?? root.appendingPathComponent(".local")
+        let python = state.appendingPathComponent("venv/bin/python")
         let script = root.appendingPathComponent("Tests/Browser/console_browser_test.py")
         for needed in [python.path, "/usr/bin/chromium", "/usr/bin/chromedriver"] where !FileManager.default.isExecutableFile(atPath: needed) {
             throw MissingServiceError(variable: "\(needed) (deploy/local/install.sh installs chromium, chromium-driver and selenium)")
         }
         let token = Base64URL.encode(SecureRandom.bytes(32))
-        try await IngressHarness.with(extra: ["ADMIN_TOKENS": "browser-operator:operator:\(token)", "ADMIN_HTTP_PORT": "0"]) { harness in
+        let admin = ["ADMIN_TOKENS": "browser-operator:operator:\(token)", "ADMIN_HTTP_PORT": "0", "ADMIN_COOKIE_INSECURE": "true"]
+        try await IngressHarness.with(extra: admin) { harness in
             var adminPort: Int?
             _ = await eventually(timeout: 30, every: .milliseconds(100)) {
                 let log = harness.process.output
@@ -46,7 +52,7 @@ struct ConsoleBrowserTests {
                 """
             ).first!.decode("id")
 
-            let screenshots = root.appendingPathComponent(".local/browser-screenshots").path
+            let screenshots = state.appendingPathComponent("browser-screenshots").path
             let run = try ServiceProcess(
                 executablePath: python.path, name: "console-browser", arguments: [script.path],
                 environment: [
@@ -65,6 +71,7 @@ struct ConsoleBrowserTests {
                 "SELECT count(*) FROM audit_log WHERE action = 'DEAD_EVENT_REPLAYED' AND operator = 'browser-operator' AND reason = 'product added (browser test)'"
             )
             #expect(audited == 1)
+            #expect(try await harness.count("SELECT count(*) FROM console_session") == 0, "the sign-out closed the session")
             #expect(FileManager.default.fileExists(atPath: screenshots + "/03-case.png"))
             #expect(!harness.process.output.contains(token), "the ingress log leaks the admin token")
         }

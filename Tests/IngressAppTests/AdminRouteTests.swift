@@ -23,14 +23,31 @@ struct AdminTestApp: Sendable {
         let viewerToken = Base64URL.encode(SecureRandom.bytes(32))
         let tokens = "alice:operator:\(operatorToken),bob:viewer:\(viewerToken)"
         return try await IngressTestApp.with(extra: extra.merging(["ADMIN_TOKENS": tokens]) { _, new in new }) { app in
-            let configuration = try IngressConfiguration.load(environment: app.environment)
-            let context = try IngressContext(
-                configuration: configuration, pool: app.pool, publisher: OutboxOnly(), readiness: app.readiness, clock: SystemClock(),
-                logger: Logger(label: "admin", level: .warning, sink: LogSink.memory()))
-            return try await body(
-                AdminTestApp(
-                    app: app, router: try buildAdminRouter(context), operatorToken: operatorToken, viewerToken: viewerToken))
+            try await body(
+                AdminTestApp(app: app, router: try router(app), operatorToken: operatorToken, viewerToken: viewerToken))
         }
+    }
+
+    /// The admin router of an ingress on `app`'s database and settings, `extra` over them, with
+    /// `clock` as its clock; `logs` receives what its requests log.
+    static func router(
+        _ app: IngressTestApp, extra: [String: String] = [:], clock: any WallClock = SystemClock(), logs: LogSink? = nil
+    ) throws -> Router<AdminRequestContext> {
+        let configuration = try IngressConfiguration.load(environment: app.environment.merging(extra) { _, new in new })
+        let context = try IngressContext(
+            configuration: configuration, pool: app.pool, publisher: OutboxOnly(), readiness: app.readiness, clock: clock,
+            logger: Logger(label: "admin", level: .warning, sink: LogSink.memory()))
+        var router = try buildAdminRouter(context)
+        if let logs { router.logger = Logger(label: "admin", level: .info, sink: logs) }
+        return router
+    }
+
+    /// This app as another ingress on the same database serves it: `extra` over its settings,
+    /// `clock` as its clock (a restart with a changed configuration, or a moved clock).
+    func restarted(extra: [String: String] = [:], clock: any WallClock = SystemClock(), logs: LogSink? = nil) throws -> AdminTestApp {
+        AdminTestApp(
+            app: app, router: try Self.router(app, extra: extra, clock: clock, logs: logs), operatorToken: operatorToken,
+            viewerToken: viewerToken)
     }
 
     /// `token` nil: no Authorization header.

@@ -15,7 +15,10 @@ struct ConsoleRouteTests {
         let admin: AdminTestApp
         var cookies: [String: String] = [:]
 
-        init(_ admin: AdminTestApp) { self.admin = admin }
+        init(_ admin: AdminTestApp, cookies: [String: String] = [:]) {
+            self.admin = admin
+            self.cookies = cookies
+        }
 
         func send(_ method: String, _ target: String, form: [String: String]? = nil) async -> TestResponse {
             let (path, query) = IngressTestApp.split(target)
@@ -64,7 +67,7 @@ struct ConsoleRouteTests {
 
             let wrong = try await browser.signIn("not-a-token")
             #expect(wrong.status == 401)
-            #expect(browser.cookies[ConsoleSession.cookie] == nil)
+            #expect(browser.cookies[ConsoleSessions.cookie] == nil)
             // A sign-in without the page's own token (posted from elsewhere) is refused.
             let forged = await browser.send("POST", "/admin/login", form: ["token": admin.operatorToken, "csrf": "guess"])
             #expect(forged.status == 401)
@@ -76,7 +79,9 @@ struct ConsoleRouteTests {
                 signed.response.headers.contains {
                     $0.0 == "Set-Cookie" && $0.1.hasPrefix("admin_session=") && $0.1.contains("HttpOnly; SameSite=Strict")
                 })
-            #expect(!(signed.response.headers.first { $0.1.hasPrefix("admin_session=") }?.1.contains("Secure") ?? true))
+            #expect(signed.response.headers.first { $0.1.hasPrefix("admin_session=") }?.1.contains("; Secure") == true)
+            let session = try #require(browser.cookies[ConsoleSessions.cookie])
+            #expect(!session.contains(admin.operatorToken), "the cookie holds a session id, not the admin token")
             let home = await browser.send("GET", "/admin/")
             #expect(home.status == 200)
             #expect(home.text.contains("signed in as alice (operator)"))
@@ -88,9 +93,162 @@ struct ConsoleRouteTests {
             #expect(noToken.status == 403)
             let out = await browser.send("POST", "/admin/logout", form: ["csrf": csrf])
             #expect(out.status == 303)
-            #expect(browser.cookies[ConsoleSession.cookie] == nil)
+            #expect(browser.cookies[ConsoleSessions.cookie] == nil)
             #expect(await browser.send("GET", "/admin/queue").status == 303)
+
+            // A copy of the cookie taken before the sign-out opens nothing afterwards.
+            browser.cookies[ConsoleSessions.cookie] = session
+            let copied = await browser.send("GET", "/admin/queue")
+            #expect(copied.status == 303)
+            #expect(copied.header("Location") == "/admin/login")
+            #expect(await browser.send("POST", "/admin/logout", form: ["csrf": csrf]).status == 401)
+            #expect(try await admin.app.count("SELECT count(*) FROM console_session") == 0)
         }
+    }
+
+    @Test func theCookieIsNoBearerTokenAndTheTokenNoCookie() async throws {
+        try await AdminTestApp.with { admin in
+            let browser = Browser(admin)
+            #expect(try await browser.signIn(admin.operatorToken).status == 303)
+            let session = try #require(browser.cookies[ConsoleSessions.cookie])
+            #expect(try await admin.request("GET", "/admin/v1/lookup?q=x", token: session).status == 401)
+            #expect(try await admin.request("GET", "/admin/v1/lookup?q=x", token: admin.operatorToken).status == 404)
+            // The cookie of earlier releases: the admin token itself.
+            let old = Browser(admin)
+            old.cookies[ConsoleSessions.cookie] = admin.operatorToken
+            let refused = await old.send("GET", "/admin/")
+            #expect(refused.status == 303)
+            #expect(refused.header("Location") == "/admin/login")
+        }
+    }
+
+    @Test func cookiesDropSecureOnlyWhenConfiguredForPlainHTTP() async throws {
+        try await AdminTestApp.with { admin in
+            let secure = await Browser(admin).send("GET", "/admin/login")
+            #expect(secure.header("Set-Cookie")?.hasSuffix("; Secure") == true)
+            let local = try admin.restarted(extra: ["ADMIN_COOKIE_INSECURE": "true"])
+            let browser = Browser(local)
+            let page = await browser.send("GET", "/admin/login")
+            #expect(page.header("Set-Cookie")?.contains("HttpOnly; SameSite=Strict") == true)
+            #expect(page.header("Set-Cookie")?.contains("Secure") == false)
+            let signed = try await browser.signIn(admin.operatorToken)
+            let cookie = try #require(signed.response.headers.first { $0.1.hasPrefix("admin_session=") }?.1)
+            #expect(cookie.contains("HttpOnly; SameSite=Strict") && !cookie.contains("Secure"))
+        }
+    }
+
+    @Test func aSessionClosesAfterItsLifetimeAndWhenIdle() async throws {
+        try await AdminTestApp.with { admin in
+            let clock = ManualClock(Date())
+            let timed = try admin.restarted(extra: ["ADMIN_SESSION_HOURS": "2", "ADMIN_SESSION_IDLE_MINUTES": "30"], clock: clock)
+            let busy = Browser(timed)
+            #expect(try await busy.signIn(admin.operatorToken).status == 303)
+            // A click every 25 minutes keeps it open, until 2 hours after the sign-in.
+            for _ in 0..<4 {
+                clock.advance(by: 25 * 60)
+                #expect(await busy.send("GET", "/admin/").status == 200)
+            }
+            clock.advance(by: 25 * 60)
+            let late = await busy.send("GET", "/admin/")
+            #expect(late.status == 303)
+            #expect(late.header("Location") == "/admin/login")
+            let sessions = "SELECT count(*) FROM console_session"
+            #expect(try await admin.app.count(sessions) == 1)
+
+            // Closed sessions go at the next sign-in; open ones stay.
+            let idle = Browser(timed)
+            #expect(try await idle.signIn(admin.operatorToken).status == 303)
+            #expect(try await admin.app.count(sessions) == 1)
+            clock.advance(by: 29 * 60)
+            #expect(await idle.send("GET", "/admin/").status == 200)
+            #expect(try await Browser(timed).signIn(admin.viewerToken).status == 303)
+            #expect(try await admin.app.count(sessions) == 2)
+            clock.advance(by: 31 * 60)
+            #expect(await idle.send("GET", "/admin/").status == 303)
+            #expect(try await Browser(timed).signIn(admin.viewerToken).status == 303)
+            #expect(try await admin.app.count(sessions) == 1)
+        }
+    }
+
+    @Test func aSessionClosesWhenItsCredentialLeavesTheConfiguration() async throws {
+        try await AdminTestApp.with { admin in
+            let alice = Browser(admin)
+            let bob = Browser(admin)
+            #expect(try await alice.signIn(admin.operatorToken).status == 303)
+            #expect(try await bob.signIn(admin.viewerToken).status == 303)
+
+            // Restarted without alice's token: her session is refused, bob's stays.
+            let withoutAlice = try admin.restarted(extra: ["ADMIN_TOKENS": "bob:viewer:\(admin.viewerToken)"])
+            #expect(await Browser(withoutAlice, cookies: alice.cookies).send("GET", "/admin/").status == 303)
+            #expect(await Browser(withoutAlice, cookies: bob.cookies).send("GET", "/admin/").status == 200)
+
+            // The name and role are the configuration's of the moment; a new token closes the session.
+            let demoted = try admin.restarted(
+                extra: ["ADMIN_TOKENS": "alice:viewer:\(admin.operatorToken),bob:viewer:\(admin.viewerToken)"])
+            #expect(await Browser(demoted, cookies: alice.cookies).send("GET", "/admin/").text.contains("alice (viewer)"))
+            let renamed = try admin.restarted(
+                extra: ["ADMIN_TOKENS": "carol:operator:\(admin.operatorToken),bob:viewer:\(admin.viewerToken)"])
+            #expect(await Browser(renamed, cookies: alice.cookies).send("GET", "/admin/").status == 303)
+            let rotated = try admin.restarted(
+                extra: ["ADMIN_TOKENS": "alice:operator:\(admin.operatorToken)x,bob:viewer:\(admin.viewerToken)"])
+            #expect(await Browser(rotated, cookies: alice.cookies).send("GET", "/admin/").status == 303)
+            #expect(await Browser(admin, cookies: alice.cookies).send("GET", "/admin/").status == 200)
+        }
+    }
+
+    @Test func eachSessionHasItsOwnCSRFToken() async throws {
+        try await AdminTestApp.with { admin in
+            let first = Browser(admin)
+            let second = Browser(admin)
+            #expect(try await first.signIn(admin.operatorToken).status == 303)
+            #expect(try await second.signIn(admin.operatorToken).status == 303)
+            let firstCSRF = try #require(Browser.field("csrf", in: await first.send("GET", "/admin/").text))
+            let secondCSRF = try #require(Browser.field("csrf", in: await second.send("GET", "/admin/").text))
+            #expect(firstCSRF != secondCSRF)
+            let form = ["userId": "u1", "enabled": "true", "reason": "r", "confirm": "yes"]
+            let crossed = await first.send("POST", "/admin/actions/test-user", form: form.merging(["csrf": secondCSRF]) { a, _ in a })
+            #expect(crossed.status == 403)
+            #expect(await first.send("POST", "/admin/logout", form: ["csrf": secondCSRF]).status == 403)
+            #expect(try await admin.audits("TEST_USER_FLAGGED").isEmpty)
+            let own = await first.send("POST", "/admin/actions/test-user", form: form.merging(["csrf": firstCSRF]) { a, _ in a })
+            #expect(own.status == 200, "\(own.text)")
+            #expect(try await admin.audits("TEST_USER_FLAGGED").map(\.operator) == ["alice"])
+        }
+    }
+
+    @Test func signInAndSignOutAreLoggedWithTheOperatorOnly() async throws {
+        try await AdminTestApp.with { admin in
+            let logs = LogSink.memory()
+            let browser = Browser(try admin.restarted(logs: logs))
+            #expect(try await browser.signIn("not-a-token-but-long-enough-to-look-like-one").status == 401)
+            #expect(try await browser.signIn(admin.operatorToken).status == 303)
+            let session = try #require(browser.cookies[ConsoleSessions.cookie])
+            let csrf = try #require(Browser.field("csrf", in: await browser.send("GET", "/admin/").text))
+            #expect(await browser.send("POST", "/admin/logout", form: ["csrf": csrf]).status == 303)
+            let lines = logs.lines
+            #expect(lines.contains { $0.contains("console sign-in refused") })
+            #expect(lines.contains { $0.contains("\"console sign-in\"") && $0.contains("\"admin.operator\":\"alice\"") })
+            #expect(lines.contains { $0.contains("\"console sign-out\"") && $0.contains("\"admin.operator\":\"alice\"") })
+            let output = lines.joined(separator: "\n")
+            for secret in [admin.operatorToken, session, csrf, "not-a-token-but-long-enough"] {
+                #expect(!output.contains(secret))
+            }
+        }
+    }
+
+    @Test func sessionSettingsAreValidated() {
+        func admin(_ environment: [String: String]) -> (AdminSettings, [String]) {
+            let reader = ConfigurationReader(environment: environment)
+            return (AdminSettings(reader: reader), reader.problems.map(\.name))
+        }
+        let (defaults, none) = admin([:])
+        #expect(none.isEmpty)
+        #expect(defaults.sessionLifetime == 8 * 3600 && defaults.sessionIdleTimeout == 30 * 60 && !defaults.cookieInsecure)
+        let (set, _) = admin(["ADMIN_SESSION_HOURS": "12", "ADMIN_SESSION_IDLE_MINUTES": "15", "ADMIN_COOKIE_INSECURE": "true"])
+        #expect(set.sessionLifetime == 12 * 3600 && set.sessionIdleTimeout == 15 * 60 && set.cookieInsecure)
+        #expect(admin(["ADMIN_SESSION_HOURS": "0"]).1 == ["ADMIN_SESSION_HOURS"])
+        #expect(admin(["ADMIN_SESSION_IDLE_MINUTES": "never"]).1 == ["ADMIN_SESSION_IDLE_MINUTES"])
+        #expect(admin(["ADMIN_COOKIE_INSECURE": "sometimes"]).1 == ["ADMIN_COOKIE_INSECURE"])
     }
 
     @Test func theCasePageEscapesEverythingAndReplaysAfterAConfirmation() async throws {

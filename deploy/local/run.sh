@@ -38,6 +38,8 @@ export APPLE_IAP_ROOT_CERTS="$APPLE_ROOT" APPLE_IAP_ALLOW_TEST_ROOTS=true
 # ------------------------------------------------------------------------------------------------
 
 export INGRESS_HTTP_PORT="${INGRESS_HTTP_PORT:-8080}"
+# The console is reached over plain http here, and not every browser keeps `Secure` cookies from it.
+export ADMIN_COOKIE_INSECURE="${ADMIN_COOKIE_INSECURE:-true}"
 export LOG_LEVEL="${LOG_LEVEL:-info}"
 start_service() {  # name binary
     local pidfile="$RUN_DIR/$1.pid" pid exe

@@ -34,22 +34,44 @@ struct AdminRequestContext: RequestContext {
 /// configured one through its SHA-256 digest and `constantTimeEquals`, so neither where a token
 /// differs nor how long it is shows in the timing.
 struct AdminAuthenticator: Sendable {
-    private let credentials: [(principal: AdminPrincipal, digest: [UInt8])]
+    /// One configured credential as the checks see it: never the token itself.
+    struct Credential: Sendable {
+        let principal: AdminPrincipal
+        /// SHA-256 of the token: what a presented bearer token is compared with.
+        let tokenDigest: [UInt8]
+        /// SHA-256 of `name:token`: how a console session names the credential that opened it, so
+        /// removing the credential, changing its token or renaming it closes its sessions.
+        let sessionDigest: [UInt8]
+    }
+
+    private let credentials: [Credential]
 
     init(settings: AdminSettings) {
         credentials = settings.credentials.map {
-            (AdminPrincipal(name: $0.name, role: $0.role), SHA256.hash(Array($0.token.utf8)))
+            Credential(
+                principal: AdminPrincipal(name: $0.name, role: $0.role), tokenDigest: SHA256.hash(Array($0.token.utf8)),
+                sessionDigest: SHA256.hash(Array("\($0.name):\($0.token)".utf8)))
         }
     }
 
-    /// The principal of a presented token, or nil.
-    func principal(token: String) -> AdminPrincipal? {
+    /// The configured credential of a presented token, or nil.
+    func credential(token: String) -> Credential? {
         let presented = SHA256.hash(Array(token.utf8))
-        var match: AdminPrincipal?
-        for credential in credentials where constantTimeEquals(credential.digest, presented) && match == nil {
-            match = credential.principal
+        return match { constantTimeEquals($0.tokenDigest, presented) }
+    }
+
+    /// The principal of a console session's credential while it is still configured, or nil.
+    func principal(sessionDigest: [UInt8]) -> AdminPrincipal? {
+        match { constantTimeEquals($0.sessionDigest, sessionDigest) }?.principal
+    }
+
+    /// Every credential is compared, even after a match: the time taken does not say which matched.
+    private func match(_ matches: (Credential) -> Bool) -> Credential? {
+        var found: Credential?
+        for credential in credentials where matches(credential) && found == nil {
+            found = credential
         }
-        return match
+        return found
     }
 
     /// The principal of the request's `Authorization: Bearer` token.
@@ -58,8 +80,8 @@ struct AdminAuthenticator: Sendable {
             header.prefix(7).lowercased() == "bearer "
         else { throw APIError.unauthorized("an admin bearer token is required") }
         let token = header.dropFirst(7).trimmingCharacters(in: .whitespaces)
-        guard let principal = principal(token: token) else { throw APIError.unauthorized("not an admin token") }
-        return principal
+        guard let credential = credential(token: token) else { throw APIError.unauthorized("not an admin token") }
+        return credential.principal
     }
 }
 

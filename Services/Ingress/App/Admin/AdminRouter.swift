@@ -19,9 +19,10 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .operator)]) {
         routes.registerActions(in: &$0)
     }
-    let console = Console(routes: routes, authenticator: authenticator, csrfKey: context.configuration.cursorSigningKey)
+    let sessions = ConsoleSessions(context: context, authenticator: authenticator)
+    let console = Console(routes: routes, sessions: sessions)
     console.registerSignIn(in: &router)
-    router.group("/admin", middleware: [ConsoleSession(authenticator: authenticator, csrfKey: console.csrfKey)]) {
+    router.group("/admin", middleware: [ConsoleSession(sessions: sessions)]) {
         console.registerPages(in: &$0)
     }
     return router

@@ -1,3 +1,4 @@
+import Foundation
 import ServiceRuntime
 
 /// What an admin token may do: `viewer` reads, `operator` reads and acts.
@@ -6,8 +7,9 @@ public enum AdminRole: String, Sendable, Codable {
     case `operator`
 }
 
-/// The admin listener (`ADMIN_HTTP_HOST`, `ADMIN_HTTP_PORT`) and who may use it (`ADMIN_TOKENS`).
-/// Without tokens there is no admin listener at all.
+/// The admin listener (`ADMIN_HTTP_HOST`, `ADMIN_HTTP_PORT`), who may use it (`ADMIN_TOKENS`) and
+/// how long the console's sessions last (`ADMIN_SESSION_*`, `ADMIN_COOKIE_INSECURE`). Without
+/// tokens there is no admin listener at all.
 public struct AdminSettings: Sendable {
     /// One configured credential; `name` is the operator its actions are audited under.
     public struct Credential: Sendable {
@@ -28,11 +30,27 @@ public struct AdminSettings: Sendable {
     public var port: Int
     /// `ADMIN_TOKENS`: `name:role:token,…`; empty: the listener is off.
     public var credentials: [Credential]
+    /// A console session closes this long after its sign-in, however busy (`ADMIN_SESSION_HOURS`).
+    /// Default 8 hours: a working day, then the token is pasted again.
+    public var sessionLifetime: TimeInterval
+    /// A console session closes after this long without a request (`ADMIN_SESSION_IDLE_MINUTES`).
+    /// Default 30 minutes: a console left open on an unattended screen does not stay usable.
+    public var sessionIdleTimeout: TimeInterval
+    /// `ADMIN_COOKIE_INSECURE`: the console's cookies lose `Secure`, for a console reached over
+    /// plain http on the local machine only (browsers do not send `Secure` cookies over http,
+    /// except to localhost). Default false.
+    public var cookieInsecure: Bool
 
-    public init(host: String = "127.0.0.1", port: Int = 8082, credentials: [Credential] = []) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 8082, credentials: [Credential] = [], sessionLifetime: TimeInterval = 8 * 3600,
+        sessionIdleTimeout: TimeInterval = 30 * 60, cookieInsecure: Bool = false
+    ) {
         self.host = host
         self.port = port
         self.credentials = credentials
+        self.sessionLifetime = sessionLifetime
+        self.sessionIdleTimeout = sessionIdleTimeout
+        self.cookieInsecure = cookieInsecure
     }
 
     public var isEnabled: Bool { !credentials.isEmpty }
@@ -40,6 +58,9 @@ public struct AdminSettings: Sendable {
     init(reader: ConfigurationReader) {
         host = reader.string("ADMIN_HTTP_HOST", default: "127.0.0.1")
         port = reader.int("ADMIN_HTTP_PORT", default: 8082, range: 0...65_535)
+        sessionLifetime = TimeInterval(3600 * reader.int("ADMIN_SESSION_HOURS", default: 8, range: 1...168))
+        sessionIdleTimeout = TimeInterval(60 * reader.int("ADMIN_SESSION_IDLE_MINUTES", default: 30, range: 1...1440))
+        cookieInsecure = reader.bool("ADMIN_COOKIE_INSECURE", default: false)
         credentials = []
         guard let raw = reader.raw("ADMIN_TOKENS") else { return }
         let expected =

@@ -5,43 +5,94 @@ import HTTPServer
 import ServiceRuntime
 import Storage
 
-/// The console's session: the admin token pasted at sign-in, kept in an HttpOnly, SameSite=Strict
-/// cookie (Secure behind TLS). Pages without one send the browser to the sign-in page; every POST
-/// must carry the session's CSRF token (an HMAC of the session's token).
-struct ConsoleSession: RouterMiddleware {
+/// The console's sessions. Signing in with an admin token opens one: a random id in an HttpOnly,
+/// SameSite=Strict, Secure cookie (the token itself is kept nowhere), a row in `console_session`
+/// under the id's SHA-256 digest, and a random CSRF token its forms carry. A session closes at
+/// sign-out, `ADMIN_SESSION_HOURS` after its sign-in, after `ADMIN_SESSION_IDLE_MINUTES` without a
+/// request, and as soon as its credential has left `ADMIN_TOKENS`; its operator name and role
+/// always come from the current configuration.
+struct ConsoleSessions: Sendable {
     static let cookie = "admin_session"
+    let store: ConsoleSessionStore
     let authenticator: AdminAuthenticator
-    let csrfKey: [UInt8]
+    let clock: any WallClock
+    let lifetime: ConsoleSessionStore.Lifetime
+    let secureCookies: Bool
+
+    init(context: IngressContext, authenticator: AdminAuthenticator) {
+        let settings = context.configuration.admin
+        store = ConsoleSessionStore(pool: context.pool)
+        self.authenticator = authenticator
+        clock = context.clock
+        lifetime = ConsoleSessionStore.Lifetime(absolute: settings.sessionLifetime, idle: settings.sessionIdleTimeout)
+        secureCookies = !settings.cookieInsecure
+    }
+
+    /// A new session for the credential of `token`: its id (the cookie's value) and principal;
+    /// nil when `token` is not an admin token.
+    func signIn(token: String) async throws -> (id: String, principal: AdminPrincipal)? {
+        guard let credential = authenticator.credential(token: token) else { return nil }
+        let id = Base64URL.encode(SecureRandom.bytes(32))
+        try await store.create(
+            idDigest: SHA256.hash(Array(id.utf8)), credentialDigest: credential.sessionDigest,
+            csrf: Base64URL.encode(SecureRandom.bytes(32)), now: clock.now(), lifetime: lifetime)
+        return (id, credential.principal)
+    }
+
+    /// The principal and CSRF token of the request's session, or nil when it has none still open.
+    func resume(_ request: HTTPRequest) async throws -> (principal: AdminPrincipal, csrf: String)? {
+        guard let id = Self.id(request),
+            let session = try await store.open(idDigest: SHA256.hash(Array(id.utf8)), now: clock.now(), lifetime: lifetime),
+            let principal = authenticator.principal(sessionDigest: session.credentialDigest)
+        else { return nil }
+        return (principal, session.csrf)
+    }
+
+    /// Closes the request's session server-side: a copy of its cookie opens nothing afterwards.
+    func signOut(_ request: HTTPRequest) async throws {
+        guard let id = Self.id(request) else { return }
+        try await store.delete(idDigest: SHA256.hash(Array(id.utf8)))
+    }
+
+    /// The session id the request's cookie carries.
+    static func id(_ request: HTTPRequest) -> String? {
+        FormData.cookies(request)[cookie].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// A `Set-Cookie` value for the console's paths; `value` nil deletes the cookie.
+    func setCookie(_ name: String, _ value: String?) -> (String, String) {
+        let attributes = "; Path=/admin; HttpOnly; SameSite=Strict" + (secureCookies ? "; Secure" : "")
+        return ("Set-Cookie", "\(name)=\(value ?? "")" + (value == nil ? "; Max-Age=0" : "") + attributes)
+    }
+}
+
+/// The console's pages need an open session: without one a GET goes to the sign-in page and
+/// anything else is refused; every POST must carry the session's CSRF token.
+struct ConsoleSession: RouterMiddleware {
+    let sessions: ConsoleSessions
 
     func handle(
         _ request: HTTPRequest, context: AdminRequestContext,
         next: (HTTPRequest, AdminRequestContext) async throws -> HTTPResponse
     ) async throws -> HTTPResponse {
-        guard let stored = FormData.cookies(request)[Self.cookie], let token = stored.removingPercentEncoding,
-            let principal = authenticator.principal(token: token)
-        else {
+        guard let session = try await sessions.resume(request) else {
             if request.method == "GET" { return ConsoleHTML.redirect("/admin/login") }
             return ConsoleHTML.page(
                 title: "Signed out", principal: nil, csrf: nil, status: 401,
                 "<p>You are not signed in. <a href=\"/admin/login\">Sign in</a>.</p>")
         }
-        let csrf = Self.csrf(token: token, key: csrfKey)
         if request.method == "POST" {
             let sent = FormData.parse(String(decoding: request.body, as: UTF8.self))["csrf"] ?? ""
-            guard constantTimeEquals(Array(sent.utf8), Array(csrf.utf8)) else {
+            guard constantTimeEquals(Array(sent.utf8), Array(session.csrf.utf8)) else {
                 return ConsoleHTML.page(
-                    title: "Refused", principal: principal, csrf: csrf, status: 403,
+                    title: "Refused", principal: session.principal, csrf: session.csrf, status: 403,
                     "<p class=\"error\">This form is stale or came from elsewhere (CSRF token). Go back, reload and try again.</p>")
             }
         }
         var context = context
-        context.principal = principal
-        context.csrf = csrf
+        context.principal = session.principal
+        context.csrf = session.csrf
         return try await next(request, context)
-    }
-
-    static func csrf(token: String, key: [UInt8]) -> String {
-        Base64URL.encode(HMACSHA256.authenticate(key: key, message: Array("admin-console-csrf:\(token)".utf8)))
     }
 }
 
@@ -50,68 +101,62 @@ struct ConsoleSession: RouterMiddleware {
 struct Console: Sendable {
     static let loginCookie = "admin_login"
     let routes: AdminRoutes
-    let authenticator: AdminAuthenticator
-    let csrfKey: [UInt8]
-
-    init(routes: AdminRoutes, authenticator: AdminAuthenticator, csrfKey: [UInt8]) {
-        self.routes = routes
-        self.authenticator = authenticator
-        self.csrfKey = csrfKey
-    }
-
-    /// `Secure` when the browser reached us over TLS (a terminating proxy says so).
-    static func cookieAttributes(_ request: HTTPRequest) -> String {
-        "; Path=/admin; HttpOnly; SameSite=Strict" + (request.header("x-forwarded-proto") == "https" ? "; Secure" : "")
-    }
+    let sessions: ConsoleSessions
 
     func registerSignIn(in router: inout Router<AdminRequestContext>) {
-        router.get("/admin/login") { request, _ in loginPage(request, failed: false) }
-        router.post("/admin/login") { request, _ in login(request) }
+        router.get("/admin/login") { _, _ in loginPage(failed: false) }
+        router.post("/admin/login") { request, context in try await login(request, context) }
     }
 
     func registerPages(in console: inout RouterGroup<AdminRequestContext>) {
         console.get("") { _, context in home(context) }
         console.get("case") { request, context in try await casePage(request, context) }
         console.get("queue") { _, context in try await queuePage(context) }
-        console.post("logout") { request, _ in
-            ConsoleHTML.redirect(
-                "/admin/login", extraHeaders: [("Set-Cookie", "\(ConsoleSession.cookie)=; Max-Age=0" + Self.cookieAttributes(request))])
-        }
+        console.post("logout") { request, context in try await logout(request, context) }
         console.post("actions/{action}") { request, context in try await act(request, context) }
     }
 
     // MARK: Sign-in
 
     /// The form, with a fresh double-submit token (cookie and hidden field must match).
-    func loginPage(_ request: HTTPRequest, failed: Bool) -> HTTPResponse {
+    func loginPage(failed: Bool) -> HTTPResponse {
         let nonce = Base64URL.encode(SecureRandom.bytes(24))
+        let hours = Int(sessions.lifetime.absolute / 3600)
+        let minutes = Int(sessions.lifetime.idle / 60)
         let body = """
             \(failed ? "<p class=\"error\" id=\"login-error\">That is not an admin token.</p>" : "")
             <form method="post" action="/admin/login">\(ConsoleHTML.csrfField(nonce))
             <label>Admin token <input type="password" name="token" id="token" required autocomplete="off"></label>
             <button type="submit" id="sign-in">Sign in</button></form>
-            <p>Paste a token of <code>ADMIN_TOKENS</code>. It is kept in a cookie only this console reads.</p>
+            <p>Paste a token of <code>ADMIN_TOKENS</code>. It is not kept: signing in opens a session that ends when you sign
+            out, after \(minutes) min without a click, and \(hours) h after signing in at the latest.</p>
             """
         return ConsoleHTML.page(
             title: "Sign in", principal: nil, csrf: nil, status: failed ? 401 : 200,
-            extraHeaders: [("Set-Cookie", "\(Self.loginCookie)=\(nonce)" + Self.cookieAttributes(request))], body)
+            extraHeaders: [sessions.setCookie(Self.loginCookie, nonce)], body)
     }
 
-    func login(_ request: HTTPRequest) -> HTTPResponse {
+    func login(_ request: HTTPRequest, _ context: AdminRequestContext) async throws -> HTTPResponse {
         let fields = FormData.parse(String(decoding: request.body, as: UTF8.self))
         let nonce = FormData.cookies(request)[Self.loginCookie] ?? ""
-        guard !nonce.isEmpty, constantTimeEquals(Array((fields["csrf"] ?? "").utf8), Array(nonce.utf8)) else {
-            return loginPage(request, failed: true)
+        guard !nonce.isEmpty, constantTimeEquals(Array((fields["csrf"] ?? "").utf8), Array(nonce.utf8)),
+            let token = fields["token"]?.trimmingCharacters(in: .whitespacesAndNewlines),
+            let session = try await sessions.signIn(token: token)
+        else {
+            context.logger.notice("console sign-in refused")
+            return loginPage(failed: true)
         }
-        guard let token = fields["token"]?.trimmingCharacters(in: .whitespacesAndNewlines), authenticator.principal(token: token) != nil
-        else { return loginPage(request, failed: true) }
-        let value = token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        context.logger.info("console sign-in", ["admin.operator": .string(session.principal.name)])
         return ConsoleHTML.redirect(
             "/admin/",
-            extraHeaders: [
-                ("Set-Cookie", "\(ConsoleSession.cookie)=\(value)" + Self.cookieAttributes(request)),
-                ("Set-Cookie", "\(Self.loginCookie)=; Max-Age=0" + Self.cookieAttributes(request)),
-            ])
+            extraHeaders: [sessions.setCookie(ConsoleSessions.cookie, session.id), sessions.setCookie(Self.loginCookie, nil)])
+    }
+
+    func logout(_ request: HTTPRequest, _ context: AdminRequestContext) async throws -> HTTPResponse {
+        let principal = try context.requirePrincipal()
+        try await sessions.signOut(request)
+        context.logger.info("console sign-out", ["admin.operator": .string(principal.name)])
+        return ConsoleHTML.redirect("/admin/login", extraHeaders: [sessions.setCookie(ConsoleSessions.cookie, nil)])
     }
 
     // MARK: Pages
