@@ -239,7 +239,12 @@ public enum CreditMeter {
                     Self.maximumCost.postgresData,
                     PostgresArray(occurredAt.map { RFC3339.string(from: $0, fractional: true) }).postgresData,
                 ]))
-        precondition(rows.count == calls.count, "credit_charge_usage_batch answers one row per call")
+        guard rows.count == calls.count else {
+            // The function answers one row per call; anything else is a broken deployment, which
+            // the callers see as the statement failing (each call is then charged alone).
+            throw PostgresError.server(
+                sqlState: "XX000", message: "credit_charge_usage_batch answered \(rows.count) rows for \(calls.count) calls", constraint: nil)
+        }
         return try zip(calls, rows).map { try outcome(of: $0.request, $1) }
     }
 

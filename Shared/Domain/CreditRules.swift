@@ -183,19 +183,20 @@ public enum CreditRules {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
         let anchor = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: purchase)
+        // The purchase date is Apple's: the calendar may not place an absurd one, and such a month
+        // is then left out instead of trapping on a missing component.
         return (0..<months).compactMap { index -> Date? in
             if index == 0 { return purchase }
-            guard
-                let firstOfMonth = calendar.date(
-                    from: DateComponents(year: anchor.year, month: anchor.month! + index, day: 1))
+            guard let month = anchor.month, let anchorDay = anchor.day,
+                let firstOfMonth = calendar.date(from: DateComponents(year: anchor.year, month: month + index, day: 1)),
+                let days = calendar.range(of: .day, in: .month, for: firstOfMonth)?.count
             else { return nil }
-            let days = calendar.range(of: .day, in: .month, for: firstOfMonth)!.count
             var components = calendar.dateComponents([.year, .month], from: firstOfMonth)
-            components.day = min(anchor.day!, days)
+            components.day = min(anchorDay, days)
             components.hour = anchor.hour
             components.minute = anchor.minute
             components.second = anchor.second
-            let date = calendar.date(from: components)!
+            guard let date = calendar.date(from: components) else { return nil }
             if let expires, date >= expires { return nil }
             return date
         }
@@ -298,7 +299,8 @@ public enum CreditRules {
     public static func draw(
         _ cost: MicroCredits, from balances: [CreditPool: MicroCredits], subscriptionSpendable: Bool = true
     ) -> [CreditPool: MicroCredits]? {
-        precondition(cost >= 0, "a cost is never negative")
+        // Costs are validated positive before they get here; a negative one is refused, not trapped.
+        guard cost >= 0 else { return nil }
         var balances = balances
         if !subscriptionSpendable { balances[.subscription] = 0 }
         let total = Credits.total(CreditPool.allCases.map { max(0, balances[$0] ?? 0) })

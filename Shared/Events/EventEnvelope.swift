@@ -42,6 +42,7 @@ public struct EventEnvelope: Codable, Hashable, Sendable {
     /// It decodes to the same envelope as JSONEncoder's (traceId left out when nil).
     public func encoded() -> [UInt8] {
         guard Self.needsNoEscaping(kind.rawValue), traceID.map(Self.needsNoEscaping) ?? true else {
+            // A struct of strings and an integer always encodes.
             return Array(try! JSONEncoder().encode(self))
         }
         var out: [UInt8] = []

@@ -316,8 +316,19 @@ public struct PostgresArray<Element: PostgresEncodable>: PostgresEncodable {
 
 /// timestamptz text in the session's ISO style and UTC zone, with microseconds.
 enum PostgresTimestamp {
+    /// Seconds from 1970 beyond which a date is outside PostgreSQL's timestamptz range (4713 BC to
+    /// 294276 AD) and its microseconds near the end of Int64's.
+    static let representableSeconds = 9.2e12
+
     static func format(_ date: Date) -> String {
-        let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+        // A date from a payload may be anything (1e400 ms parses as infinity): one PostgreSQL cannot
+        // hold is written as a year it refuses, so the statement fails with a data exception
+        // (SQLSTATE 22008) instead of this process trapping in Int64(_:).
+        let epochSeconds = date.timeIntervalSince1970
+        guard epochSeconds.isFinite, abs(epochSeconds) < representableSeconds else {
+            return epochSeconds > 0 ? "294277-01-01 00:00:00+00" : "4714-01-01 00:00:00+00 BC"
+        }
+        let micros = Int64((epochSeconds * 1_000_000).rounded())
         let (days, microOfDay) = floorDivision(micros, 86_400_000_000)
         let (year, month, day) = CivilCalendar.date(fromDays: days)
         let seconds = microOfDay / 1_000_000

@@ -5,7 +5,12 @@ public enum RFC3339 {
     /// Written digit by digit: every log line carries one, and `String(format:)` cost more than
     /// the rest of the line.
     public static func string(from date: Date, fractional: Bool = false) -> String {
-        let ms = (date.timeIntervalSince1970 * 1000).rounded(.down)
+        // Dates that reach this come from Apple's payloads, requests and the database: one beyond
+        // ±9.2·10¹² s (PostgreSQL's range; 1e400 ms parses as infinity) is written at that bound
+        // instead of trapping in time_t(_:).
+        let limit = 9.2e15
+        let raw = (date.timeIntervalSince1970 * 1000).rounded(.down)
+        let ms = raw.isNaN ? 0 : Swift.min(Swift.max(raw, -limit), limit)
         var seconds = time_t(floor(ms / 1000))
         var parts = tm()
         gmtime_r(&seconds, &parts)

@@ -58,7 +58,13 @@ public struct EventIntakeStore: Sendable {
             """)
         guard let row = inserted.first else {
             let stored = try await Self.stored([event.notificationUUID]) { try await connection.query($0) }
-            return try await duplicates([(event, stored[event.notificationUUID]!)]) { try await connection.query($0) }[0]
+            guard let first = stored[event.notificationUUID] else {
+                // The conflicting row went between the two statements (retention released its key):
+                // a retry stores the notification afresh.
+                throw PostgresError.server(
+                    sqlState: .serializationFailure, message: "notification \(event.notificationUUID) moved during intake", constraint: nil)
+            }
+            return try await duplicates([(event, first)]) { try await connection.query($0) }[0]
         }
         let id = try row.decode("id", as: Int64.self)
         let entry = try await outbox.enqueue(

@@ -120,4 +120,12 @@ import Testing
             }
         }
     }
+
+    @Test func monthlyGrantDatesOfAnAbsurdPurchaseDateDoNotTrap() {
+        for seconds in [1e15, -1e15, 9.2e12, .greatestFiniteMagnitude] {
+            let dates = CreditRules.monthlyGrantDates(purchase: Date(timeIntervalSince1970: seconds), months: 12, expires: nil)
+            #expect(dates.first == Date(timeIntervalSince1970: seconds), "month 0 is the purchase itself")
+            #expect(dates.count <= 12)
+        }
+    }
 }

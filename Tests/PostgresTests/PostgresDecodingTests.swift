@@ -156,4 +156,21 @@ struct PostgresDecodingTests {
             }
         }
     }
+
+    /// A date no column can hold (an Apple payload's `1e400` milliseconds parses as infinity) is a
+    /// data exception of the statement, not a trap in this process.
+    @Test func datesBeyondTheColumnsRangeAreADataException() async throws {
+        try await Fixture.withSchema { pool, _ in
+            for seconds in [TimeInterval.infinity, -.infinity, 1e20, -1e20, 9.3e12] {
+                do {
+                    _ = try await pool.query("SELECT \(Date(timeIntervalSince1970: seconds)) AS d")
+                    Issue.record("\(seconds) s was accepted")
+                } catch let error as PostgresError {
+                    #expect(error.isDataException, "\(seconds): \(error)")
+                }
+            }
+            let far = try #require(try await pool.query("SELECT \(Date(timeIntervalSince1970: 9.1e12)) AS d").first)
+            #expect(try far.decode("d", as: Date.self) == Date(timeIntervalSince1970: 9.1e12), "within the range, kept exactly")
+        }
+    }
 }

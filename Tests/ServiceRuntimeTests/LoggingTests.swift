@@ -106,4 +106,14 @@ import Testing
         #expect(reader.oneOf("ENV", ["Sandbox", "Production"], default: "Sandbox") == "Sandbox")
         try reader.validate()
     }
+
+    /// Dates in log lines and answers come from payloads too: one beyond any real range is written
+    /// at the bound instead of trapping.
+    @Test func timestampsOfAnyDateAreWritten() {
+        #expect(RFC3339.string(from: Date(timeIntervalSince1970: 0)) == "1970-01-01T00:00:00Z")
+        for seconds in [TimeInterval.infinity, -.infinity, .nan, 1e300, -1e300] {
+            let text = RFC3339.string(from: Date(timeIntervalSince1970: seconds), fractional: true)
+            #expect(text.hasSuffix("Z"), "\(seconds): \(text)")
+        }
+    }
 }

@@ -48,6 +48,7 @@ public enum ConsumptionReport {
     /// `used` of `granted` in Apple's milliunits (0...100000), rounded down; nil without a grant.
     public static func consumptionPercentage(used: MicroCredits, granted: MicroCredits?) -> Int32? {
         guard let granted, granted > 0 else { return nil }
+        // `share` is within 0...1 (used clamped to the grant, the grant positive), so the milliunits fit.
         let share = Double(min(max(used, 0), granted)) / Double(granted)
         return Int32((share * 100_000).rounded(.down))
     }
