@@ -9,6 +9,12 @@ failure (PostgreSQL and the broker are up during the run, so not even 503 is exp
 the right answer to an unknown HTTP version), and so is the ingress process dying. Genuinely signed notifications must still be answered 200.
 Bounded by --count and --seconds; the random seed is printed so a failing run can be replayed.
 Standard library only. Secrets arrive in the environment, never on the command line or output.
+
+--numbers fuzzes the numbers of the admin and metering APIs instead: well-formed, authorised
+requests (credit adjustments, usage calls, balance checks, list limits) whose amounts, units and
+limits are drawn from the ends of every range (0, 1, 2^63-1 and beyond, 1e308, negative zero,
+decimals past six places, numbers as strings). Every answer must be below 500; the caller then
+checks that the books still balance (one of these numbers crashed the ingress and every worker).
 """
 import argparse
 import base64
@@ -157,6 +163,65 @@ class Fuzzer:
                                "/%6Detrics", "/./metrics"])
         return self.mutate_text(rng, path)
 
+    # --- numbers (--numbers) ---------------------------------------------------------------
+
+    EXTREME_INTEGERS = [0, 1, 2, -1, 2**31 - 1, 2**31, 2**53, 2**53 + 1, 2**63 - 1, 2**63, -2**63, -2**63 - 1, 2**64,
+                        10**12, 10**15, 10**18, 10**30, 10**400]
+    EXTREME_TEXT = ["9223372036854.775807", "-9223372036854.775808", "9223372036854.775808", "0.000001", "0.0000001",
+                    "-0", "0", "1.", ".5", "1e3", "1E-7", "NaN", "Infinity", "-Infinity", "+1", "00001", "1_000",
+                    " 1", "1 ", "0x10", "1000000000", "999999999999.999999", "-999999999999.999999", ""]
+
+    def number(self, rng):
+        """An amount, units or limit from the ends of the ranges, as JSON would carry it."""
+        kind = rng.randrange(6)
+        if kind == 0:
+            return rng.choice(self.EXTREME_INTEGERS) * rng.choice([1, -1])
+        if kind == 1:
+            return rng.choice(self.EXTREME_TEXT)
+        if kind == 2:
+            return rng.choice([1e308, -1e308, 5e-324, 0.1, 0.5, 1.0000005, 9.223372036854776e18, -0.0, 1.5e12])
+        if kind == 3:  # random digits, maybe with a fraction, as text
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 40)))
+            if rng.random() < 0.5:
+                digits += "." + "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 10)))
+            return rng.choice(["", "-"]) + digits
+        if kind == 4:  # a plausible amount near a limit
+            return rng.choice([10**7, 10**9, 10**12]) + rng.choice([-1, 0, 1])
+        return rng.randint(-10**6, 10**6)
+
+    def build_numbers(self, rng):
+        """Raw bytes of one numbers request and the port it goes to."""
+        user = rng.choice(self.args.users.split(","))
+        kind = rng.randrange(5)
+        if kind <= 1:
+            port, token = self.args.admin_port, os.environ["FUZZ_ADMIN_TOKEN"]
+            body = {"pool": rng.choice(["PERMANENT", "WELCOME", "SUBSCRIPTION"]), "amount": self.number(rng),
+                    "number": "n-%d" % rng.randrange(10**9), "reason": "numbers fuzz"}
+            method, path = "POST", "/admin/v1/users/%s/credits/adjustments" % user
+        elif kind == 2:
+            port, token = self.args.port, self.service_token
+            body = {"idempotencyKey": "k-%d" % rng.randrange(10**9), "userId": user, "units": self.number(rng),
+                    "rate": rng.choice(["fuzz.max", "fuzz.tiny", "fuzz.mid"])}
+            method, path = "POST", "/api/v1/credits/usage"
+        elif kind == 3:
+            port, token = self.args.port, self.service_token
+            units = self.number(rng)
+            body = None
+            method, path = "GET", "/api/v1/credits/check?userId=%s&units=%s&rate=%s" % (
+                user, str(units).replace(" ", "%20"), rng.choice(["fuzz.max", "fuzz.tiny"]))
+        else:
+            port, token = self.args.admin_port, os.environ["FUZZ_ADMIN_TOKEN"]
+            body = None
+            method, path = "GET", rng.choice(["/admin/v1/events?limit=%s", "/admin/v1/lookup?q=%s"]) % str(
+                self.number(rng)).replace(" ", "%20")
+        raw_body = b""
+        if body is not None:
+            # Integers beyond 64 bits and 1e308 are valid JSON: json.dumps writes them as they are.
+            raw_body = json.dumps(body).encode()
+        head = "%s %s HTTP/1.1\r\nHost: fuzz\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n" \
+               "Content-Length: %d\r\n\r\n" % (method, path, token, len(raw_body))
+        return head.encode() + raw_body, port
+
     # --- one request --------------------------------------------------------------------
 
     def build(self, rng):
@@ -235,12 +300,12 @@ class Fuzzer:
             raw = raw[: rng.randrange(max(1, len(raw) - 4))]
         return raw, False, complete
 
-    def exchange(self, raw, complete):
+    def exchange(self, raw, complete, port=None):
         """'answered STATUS', 'closed' or 'hung'."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.settimeout(self.args.deadline if complete else self.args.abandon_after)
         try:
-            sock.connect(("127.0.0.1", self.args.port))
+            sock.connect(("127.0.0.1", port or self.args.port))
             try:
                 sock.sendall(raw)
             except OSError:
@@ -269,8 +334,13 @@ class Fuzzer:
         for _ in range(quota):
             if time.monotonic() > deadline:
                 return
-            raw, genuine, complete = self.build(rng)
-            outcome, status = self.exchange(raw, complete)
+            if self.args.numbers:
+                raw, port = self.build_numbers(rng)
+                genuine, complete = False, True
+            else:
+                raw, genuine, complete = self.build(rng)
+                port = None
+            outcome, status = self.exchange(raw, complete, port)
             with self.lock:
                 self.stats["sent"] += 1
                 if outcome == "hung":
@@ -328,6 +398,9 @@ def main():
     parser.add_argument("--deadline", type=float, default=12, help="seconds a complete request may go unanswered")
     parser.add_argument("--abandon-after", type=float, default=0.2, help="seconds before a request cut short is dropped")
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--numbers", action="store_true", help="fuzz the numbers of the admin and metering APIs")
+    parser.add_argument("--admin-port", type=int, help="the admin listener (--numbers)")
+    parser.add_argument("--users", default="fuzz-1", help="comma-separated existing user ids (--numbers)")
     args = parser.parse_args()
     sys.exit(0 if Fuzzer(args).run() else 1)
 

@@ -7,6 +7,10 @@
 #
 #   Tests/Fuzz/ingress-fuzz.sh            # full: 200,000 requests, at most 10 minutes
 #   Tests/Fuzz/ingress-fuzz.sh --short    # CI: 12,000 requests, at most 40 seconds
+#
+# Then the numbers of the admin and metering APIs (http_fuzz.py --numbers: extreme amounts, units
+# and limits; full 20,000, short 2,000): no 5xx, the ingress alive, and afterwards every balance
+# equal to its ledger and its lots and none beyond CREDITS_MAX_BALANCE.
 #   FUZZ_COUNT=50000 FUZZ_SECONDS=120 FUZZ_SEED=7 FUZZ_PORT=18190 Tests/Fuzz/ingress-fuzz.sh
 #
 # Uses the debug build of the checkout (SUBS_BIN_DIR, else `swift build --show-bin-path`) and the
@@ -19,11 +23,13 @@ command -v swift >/dev/null 2>&1 || export PATH="/opt/swift/usr/bin:$PATH"
 
 if [ "${1:-}" = --short ]; then
     COUNT=${FUZZ_COUNT:-12000}; SECONDS_LIMIT=${FUZZ_SECONDS:-40}; WARMUP=${FUZZ_WARMUP:-500}; mode=short
+    NUMBERS=${FUZZ_NUMBERS:-2000}
 else
     # The warm-up fills the bounded caches first (10,000 verified bearer tokens): their growth is
     # not a leak. Measured: 5,000 warm-up requests, then 200,000: RSS +15%; 30,000, then
     # 100,000: +6.3%.
     COUNT=${FUZZ_COUNT:-200000}; SECONDS_LIMIT=${FUZZ_SECONDS:-600}; WARMUP=${FUZZ_WARMUP:-30000}; mode=full
+    NUMBERS=${FUZZ_NUMBERS:-20000}
 fi
 PORT=${FUZZ_PORT:-18190}
 SEED=${FUZZ_SEED:-$(date +%s)}
@@ -43,6 +49,7 @@ psql "$DATABASE_URL" -qc "CREATE DATABASE $database"
 # Secrets of this run only: generated here, handed to the ingress and the fuzzer, never printed.
 export FUZZ_USER_SECRET=$(openssl rand -base64 32)
 export FUZZ_SERVICE_TOKEN=$(openssl rand -base64 33 | tr '+/' '-_' | tr -d '=\n')
+export FUZZ_ADMIN_TOKEN=$(openssl rand -base64 33 | tr '+/' '-_' | tr -d '=\n')
 # Generous budgets and a short head deadline: the fuzzer should reach the handlers, and a request
 # cut short should be closed quickly rather than count as hung.
 DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS_HTTP_HOST=127.0.0.1 \
@@ -50,6 +57,7 @@ DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS
     INGRESS_NOTIFICATION_RATE_PER_SECOND=1000000 INGRESS_NOTIFICATION_RATE_BURST=1000000 \
     INGRESS_UNVERIFIED_RATE_PER_SECOND=1000000 INGRESS_UNVERIFIED_RATE_BURST=1000000 \
     INGRESS_REQUEST_HEADER_TIMEOUT_MS=2000 INGRESS_FULFILLMENT_WAIT_MS=50 SERVICE_TOKENS="fuzz:$FUZZ_SERVICE_TOKEN" \
+    ADMIN_TOKENS="fuzz:operator:$FUZZ_ADMIN_TOKEN" ADMIN_HTTP_HOST=127.0.0.1 ADMIN_HTTP_PORT="$((PORT + 2))" \
     PAYLOAD_ENCRYPTION_KEYS="fuzz:$(openssl rand -base64 32)" CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" \
     USER_TOKEN_HS256_SECRET="$FUZZ_USER_SECRET" APPLE_IAP_ENV=Sandbox APPLE_IAP_BUNDLE_ID=com.example.subscriptions \
     APPLE_IAP_ROOT_CERTS="$work/signer/root.pem" APPLE_IAP_ALLOW_TEST_ROOTS=true LOG_LEVEL=warning \
@@ -80,6 +88,28 @@ curl -fsS "$base/healthz" >/dev/null || { echo "fuzz: FAILED: the ingress no lon
 rss_after=$(rss_kib); fds_after=$(descriptors); threads_after=$(threads)
 growth=$(awk -v a="$rss_before" -v b="$rss_after" 'BEGIN { printf "%.1f", 100 * (b - a) / a }')
 echo "fuzz: ingress RSS ${rss_before} -> ${rss_after} KiB (${growth}% after the warm-up); descriptors $fds_before -> $fds_after; threads $threads_before -> $threads_after"
+# The numbers: users and rates to aim at (the schema is the ingress's, migrated at its start).
+users=fuzz-1,fuzz-2,fuzz-3
+psql "$bench_url" -qc "INSERT INTO app_user (user_id) SELECT unnest(string_to_array('$users', ','))" \
+    -c "INSERT INTO credit_rate_version (code, version, micro_credits_per_unit, effective_from)
+        VALUES ('fuzz.max', 1, 1000000000000, 'epoch'), ('fuzz.tiny', 1, 1, 'epoch'), ('fuzz.mid', 1, 1000000, 'epoch')"
+echo "fuzz ($mode): $NUMBERS requests with extreme numbers to the admin and metering APIs"
+python3 Tests/Fuzz/http_fuzz.py --numbers --port "$PORT" --admin-port "$((PORT + 2))" --users "$users" \
+    --bodies "$work/bodies.jsonl" --genuine-from "$TEMPLATES" --count "$NUMBERS" --seconds "$SECONDS_LIMIT" --seed "$SEED" \
+    || status=1
+books=$(psql "$bench_url" -qAtc "
+    SELECT (SELECT count(*) FROM credit_account a
+              FULL JOIN (SELECT user_id, pool, sum(delta) AS total FROM credit_ledger GROUP BY 1, 2) l USING (user_id, pool)
+              FULL JOIN (SELECT user_id, pool, sum(remaining) AS total FROM credit_grant GROUP BY 1, 2) g USING (user_id, pool)
+             WHERE coalesce(a.balance, 0) <> coalesce(l.total, 0) OR coalesce(a.balance, 0) <> coalesce(g.total, 0)
+                OR a.balance < 0 OR a.balance > 1000000000 * 1000000::bigint)
+           || ' ' || (SELECT count(*) FROM credit_adjustment) || ' ' || (SELECT count(*) FROM credit_usage_event)")
+read -r mismatches adjustments usages <<<"$books"
+echo "fuzz: numbers booked $adjustments adjustments and $usages usage calls; accounts off their ledger, lots or bounds: $mismatches"
+[ "$mismatches" = 0 ] || status=1
+if ! kill -0 "$ingress_pid" 2>/dev/null; then
+    echo "fuzz: FAILED: the ingress died during the numbers"; tail -30 "$work/ingress.log"; exit 1
+fi
 crashes=$(grep -c '"level":"critical"' "$work/ingress.log" || true)
 echo "fuzz: critical log lines $crashes"
 [ "$crashes" = 0 ] || status=1
