@@ -75,12 +75,12 @@ let package = Package(
         .target(name: "Domain", path: "Shared/Domain", swiftSettings: swiftSettings),
         // The product catalogue: its JSON file format, applied by upsert into payment_product, and read back.
         .target(
-            name: "Catalogue", dependencies: ["Domain", "Postgres"], path: "Shared/Catalogue", exclude: ["README.md"],
+            name: "Catalogue", dependencies: ["Domain", "Postgres", "Storage"], path: "Shared/Catalogue", exclude: ["README.md"],
             swiftSettings: swiftSettings),
         // Credits: every write to the credit tables (grants, revocations, usage, daily close,
         // schedules), on the caller's connection so it joins the caller's transaction.
         .target(
-            name: "Credits", dependencies: ["Postgres", "Domain", "ServiceRuntime"], path: "Shared/Credits",
+            name: "Credits", dependencies: ["Postgres", "Domain", "ServiceRuntime", "Storage"], path: "Shared/Credits",
             swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
         .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),

@@ -1,6 +1,7 @@
 import Domain
 import Foundation
 import Postgres
+import Storage
 
 /// What applying a catalogue file did, by product id.
 public struct CatalogueApplyResult: Sendable, Equatable {
@@ -91,12 +92,10 @@ public struct CatalogueStore: Sendable {
                     result.updated.append(product.productID)
                 }
                 let after = StoredProduct(product: product, version: version, deleted: false)
-                try await connection.query(
-                    """
-                    INSERT INTO audit_log (operator, action, reason, before, after)
-                    VALUES (\(operatorName), \(before == nil ? "CATALOGUE_PRODUCT_CREATED" : "CATALOGUE_PRODUCT_UPDATED"), \(reason),
-                        \(try before.map { try $0.audit(file) }), \(try after.audit(file)))
-                    """)
+                try await AuditLog.record(
+                    on: connection, operator: operatorName,
+                    action: before == nil ? "CATALOGUE_PRODUCT_CREATED" : "CATALOGUE_PRODUCT_UPDATED", reason: reason,
+                    before: try before.map { try $0.audit(file) }, after: try after.audit(file))
             }
             return result
         }

@@ -1,6 +1,7 @@
 import Domain
 import Foundation
 import Postgres
+import Storage
 
 /// A grant to book for one user; `decision.grantKey` is unique in the database, so booking it
 /// again changes nothing.
@@ -405,20 +406,18 @@ public enum CreditLedger {
             ), ledger AS (
                 INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
                 SELECT user_id, pool, \(applied), balance, 'ADJUSTMENT', \(key) FROM account
-            ), audit AS (
-                INSERT INTO audit_log (operator, action, reason, before, after)
-                SELECT \(operatorName), 'CREDITS_ADJUSTED', \(reason),
-                       jsonb_build_object('userId', \(userID)::text, 'pool', \(pool.rawValue)::text, 'balance', \(balance)),
-                       jsonb_build_object('userId', \(userID)::text, 'pool', \(pool.rawValue)::text, 'balance', \(balance + applied),
-                                          'adjustmentNo', \(adjustmentNo)::text, 'amount', \(amount),
-                                          'unrecoverable', \(applied - amount))
-                  FROM adjustment
             )
             SELECT count(*) AS booked FROM adjustment
             """)
         let booked = try rows[0].decode("booked", as: Int.self) == 1
-        if booked, applied < 0 {
-            try await burnLots([(userID, pool, -applied)], on: db)
+        if booked {
+            if applied < 0 { try await burnLots([(userID, pool, -applied)], on: db) }
+            try await AuditLog.record(
+                on: db, operator: operatorName, action: "CREDITS_ADJUSTED", reason: reason,
+                before: AdjustmentAudit(userId: userID, pool: pool.rawValue, balance: balance),
+                after: AdjustmentAudit(
+                    userId: userID, pool: pool.rawValue, balance: balance + applied, adjustmentNo: adjustmentNo, amount: amount,
+                    unrecoverable: applied - amount))
         }
         guard booked else {
             // A concurrent booking of the same number got there first: its result is the answer.
@@ -477,4 +476,14 @@ public enum CreditLedger {
             """)
         return try rows[0].decode("violations")
     }
+}
+
+/// A pool before and after an adjustment, as its audit row shows it.
+private struct AdjustmentAudit: Encodable, Sendable {
+    var userId: String
+    var pool: String
+    var balance: MicroCredits
+    var adjustmentNo: String? = nil
+    var amount: MicroCredits? = nil
+    var unrecoverable: MicroCredits? = nil
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Postgres
 import ServiceRuntime
+import Storage
 
 /// One version of a rate: what a unit of a metered call costs from `effectiveFrom` on.
 public struct RateVersion: Codable, Sendable, Hashable {
@@ -92,13 +93,6 @@ public enum CreditRates {
                         VALUES (\(rate.code), \(rate.version), \(rate.microCreditsPerUnit), \(effective))
                         ON CONFLICT (code, version) DO NOTHING
                         RETURNING code
-                    ), audit AS (
-                        INSERT INTO audit_log (operator, action, reason, after)
-                        SELECT \(operatorName), 'CREDIT_RATE_VERSION_CREATED', \(reason),
-                               jsonb_build_object('code', \(rate.code)::text, 'version', \(rate.version)::integer,
-                                                  'microCreditsPerUnit', \(rate.microCreditsPerUnit)::bigint,
-                                                  'effectiveFrom', \(rate.effectiveFrom)::text)
-                          FROM new
                     )
                     SELECT (SELECT count(*) FROM new) AS inserted,
                            (SELECT count(*) FROM credit_rate_version
@@ -106,6 +100,9 @@ public enum CreditRates {
                                AND micro_credits_per_unit = \(rate.microCreditsPerUnit) AND effective_from = \(effective)) AS same
                     """)
                 if try rows[0].decode("inserted", as: Int.self) == 1 {
+                    try await AuditLog.record(
+                        on: db, operator: operatorName, action: "CREDIT_RATE_VERSION_CREATED", reason: reason, before: nil,
+                        after: rate)
                     result.inserted.append(name)
                 } else if try rows[0].decode("same", as: Int.self) == 1 {
                     result.unchanged.append(name)

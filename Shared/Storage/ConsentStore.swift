@@ -56,14 +56,25 @@ public enum ConsentStore {
             } else {
                 try await db.query("DELETE FROM user_consent WHERE user_id = \(userID) AND purpose = 'CONSUMPTION_DATA'")
             }
-            try await db.query(
-                """
-                INSERT INTO audit_log (operator, action, reason, before, after)
-                VALUES (\(recordedBy), 'CONSENT_RECORDED', \(reason),
-                        jsonb_build_object('userId', \(userID)::text, 'consumptionData', \(before.granted)::boolean),
-                        jsonb_build_object('userId', \(userID)::text, 'consumptionData', \(consent.granted)::boolean))
-                """)
+            try await AuditLog.record(
+                on: db, operator: recordedBy, action: "CONSENT_RECORDED", reason: reason,
+                before: ConsentAudit(userId: userID, consumptionData: before.granted),
+                after: ConsentAudit(userId: userID, consumptionData: consent.granted))
             return (before, consent)
         }
+    }
+}
+
+/// A consent choice as its audit row shows it (an unanswered choice is an explicit null).
+private struct ConsentAudit: Encodable, Sendable {
+    let userId: String
+    let consumptionData: Bool?
+
+    private enum CodingKeys: String, CodingKey { case userId, consumptionData }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(userId, forKey: .userId)
+        try container.encode(consumptionData, forKey: .consumptionData)
     }
 }
