@@ -114,14 +114,24 @@ struct SubmissionRoutes: Sendable {
         let expected: AppStoreEnvironment =
             configured == .production && claimed == AppStoreEnvironment.sandbox.rawValue
             ? .sandbox : configured
+        let transaction: JWSTransactionDecodedPayload
         do {
-            return try await context.verifier.verifyTransaction(jws, expectedEnvironment: expected)
+            transaction = try await context.verifier.verifyTransaction(jws, expectedEnvironment: expected)
         } catch {
             if error.isRetryable { throw APIError.serviceUnavailable("the transaction could not be verified now") }
-            context.logger.warning(
-                "client transaction refused", ["error.code": .string(error.code.rawValue), "error.reason": .string(error.reason)])
+            refuse("client transaction refused", reason: error.code.rawValue, ["error.reason": .string(error.reason)])
             throw APIError.transactionInvalid("the signed transaction was refused (\(error.code.rawValue))")
         }
+        return transaction
+    }
+
+    /// Counts a refused client upload by `reason` (an error code) and logs it, at most every 10 s per reason.
+    func refuse(_ message: String, reason: String, _ metadata: Logger.Metadata = [:]) {
+        MetricsRegistry.shared.counter(
+            "subs_client_refusals_total", help: "Client uploads (signed transactions, app receipts) refused, by reason",
+            labels: ["reason": reason]
+        ).increment()
+        context.refusals.record(message, reason: reason, metadata.merging(["error.code": .string(reason)]) { own, _ in own })
     }
 
     private func checkOrder(_ orderNo: String, user: AuthenticatedUser, productID: String, transactionID: String) async throws {
