@@ -77,6 +77,7 @@ struct ImportRoutes: Sendable {
         guard let transactionID = verified.transactionId else {
             throw HTTPError(status: 422, code: AppReceiptError.Code.noTransaction.rawValue, message: "the receipt holds no purchase")
         }
+        try submissions.checkForm(of: [transactionID])
         // Xcode receipts have no App Store Server API to ask.
         guard let environment = verified.environment, environment == .production || environment == .sandbox else {
             throw HTTPError(

@@ -107,7 +107,8 @@ struct SubmissionRoutes: Sendable {
     }
 
     /// Full verification of the client's JWS. A Production deployment takes Sandbox transactions
-    /// too (test users; the worker enforces who may use them); a Sandbox one only Sandbox.
+    /// too (test users; the worker enforces who may use them); a Sandbox one only Sandbox. Ids in
+    /// another form than Apple's are refused here (400), before anything is stored.
     func verify(_ jws: String) async throws -> JWSTransactionDecodedPayload {
         let configured = context.configuration.appStore.environment
         let claimed = Self.environmentClaim(of: jws)
@@ -122,7 +123,17 @@ struct SubmissionRoutes: Sendable {
             refuse("client transaction refused", reason: error.code.rawValue, ["error.reason": .string(error.reason)])
             throw APIError.transactionInvalid("the signed transaction was refused (\(error.code.rawValue))")
         }
+        try checkForm(of: [transaction.transactionId, transaction.originalTransactionId])
         return transaction
+    }
+
+    /// 400 when one of `ids` is not in Apple's form (`AppleTransactionID`); absent ids are left
+    /// to the caller, which knows which it needs.
+    func checkForm(of ids: [String?]) throws(HTTPError) {
+        guard ids.allSatisfy({ $0.map(AppleTransactionID.isValid) ?? true }) else {
+            refuse("client upload refused: a transaction id is not in Apple's form", reason: "TRANSACTION_ID_INVALID")
+            throw APIError.invalidRequest("transaction ids must be Apple's: 1 to \(AppleTransactionID.maxLength) digits")
+        }
     }
 
     /// Counts a refused client upload by `reason` (an error code) and logs it, at most every 10 s per reason.
