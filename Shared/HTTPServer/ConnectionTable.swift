@@ -18,8 +18,6 @@ final class ConnectionTable: Sendable {
     private struct State {
         var perAddress: [String: Int] = [:]
         var connections: [UInt: Tracked] = [:]
-        var refusedSinceLog = 0
-        var lastRefusalLog: ContinuousClock.Instant?
     }
 
     private let state = Mutex(State())
@@ -27,6 +25,7 @@ final class ConnectionTable: Sendable {
     private let exempt: [AddressRange]
     private let headerTimeout: Duration?
     private let logger: Logger
+    private let refusals: ThrottledLog
     private let refused = MetricsRegistry.shared.counter(
         "http_server_rejected_connections_total", help: "Connections refused at accept, by reason.",
         labels: ["reason": "per_address_limit"])
@@ -38,29 +37,19 @@ final class ConnectionTable: Sendable {
         self.exempt = exempt
         self.headerTimeout = headerTimeout
         self.logger = logger
+        refusals = ThrottledLog(logger: logger)
     }
 
     /// The accept policy: false when `address` already holds its maximum (counted, and logged at
     /// most once every 10 s with the number refused meanwhile).
     func admit(_ address: String) -> Bool {
         guard maxPerAddress > 0, !ClientAddress.isTrusted(address, exempt) else { return true }
-        let (admitted, report) = state.withLock { s -> (Bool, Int?) in
-            guard s.perAddress[address, default: 0] >= maxPerAddress else { return (true, nil) }
-            s.refusedSinceLog += 1
-            let now = ContinuousClock.now
-            guard s.lastRefusalLog.map({ now - $0 >= .seconds(10) }) ?? true else { return (false, nil) }
-            s.lastRefusalLog = now
-            defer { s.refusedSinceLog = 0 }
-            return (false, s.refusedSinceLog)
-        }
-        if !admitted { refused.increment() }
-        if let report {
-            logger.warning(
-                "http connections refused: the source holds its maximum",
-                [
-                    "net.peer.address": .string(address), "http.refused": .int(Int64(report)),
-                    "http.max_connections_per_address": .int(Int64(maxPerAddress)),
-                ])
+        let admitted = state.withLock { $0.perAddress[address, default: 0] < maxPerAddress }
+        if !admitted {
+            refused.increment()
+            refusals.record(
+                "http connections refused: the source holds its maximum", reason: "per_address_limit",
+                ["net.peer.address": .string(address), "http.max_connections_per_address": .int(Int64(maxPerAddress))])
         }
         return admitted
     }

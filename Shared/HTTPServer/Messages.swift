@@ -80,11 +80,39 @@ public struct HTTPResponse: Sendable {
     public var headers: [(String, String)]
     public var body: [UInt8]
 
+    /// A response whose `Content-Type` is JSON also gets `jsonHeaders` (each unless `headers`
+    /// sets it already). Every response is made here, whichever handler, middleware, router
+    /// fallback or server refusal made it, so no JSON answer goes out without them.
     public init(status: Int, headers: [(String, String)] = [], body: [UInt8] = []) {
         self.status = status
         self.headers = headers
         self.body = body
+        // Byte comparisons rather than Foundation's case-insensitive compare: every notification's
+        // answer, the ingress's hot path, is made here.
+        guard headers.contains(where: { Self.sameASCII($0.0, "content-type") && Self.isJSON($0.1) }) else { return }
+        for field in Self.jsonHeaders where !headers.contains(where: { Self.sameASCII($0.0, field.0) }) {
+            self.headers.append(field)
+        }
     }
+
+    /// What every JSON answer carries: JSON answers hold personal data (orders, balances, the
+    /// admin lookup), which no browser or proxy may keep, and a JSON body must never be sniffed
+    /// into something a browser would render.
+    public static let jsonHeaders = [("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")]
+
+    /// `application/json`, with or without parameters, in any case.
+    static func isJSON(_ contentType: String) -> Bool {
+        let type = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }.filter { $0 != UInt8(ascii: " ") && $0 != 0x09 }
+        return sameASCII(type, "application/json".utf8)
+    }
+
+    /// Equal but for the case of ASCII letters.
+    static func sameASCII(_ a: some Collection<UInt8>, _ b: some Collection<UInt8>) -> Bool {
+        func lowered(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
+        return a.count == b.count && zip(a, b).allSatisfy { lowered($0) == lowered($1) }
+    }
+
+    static func sameASCII(_ a: String, _ b: String) -> Bool { sameASCII(a.utf8, b.utf8) }
 
     /// The first header field with this case-insensitive name.
     public func header(_ name: String) -> String? {

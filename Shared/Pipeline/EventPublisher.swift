@@ -11,6 +11,8 @@ public struct EventPublisher: Sendable {
     public let producer: KafkaProducer
     public let outbox: OutboxStore
     public let logger: Logger
+    /// With the broker down every entry fails: a line per entry would be a line per notification.
+    private let failures: ThrottledLog
     private let deletions: GroupCommit<[Int64], Void>
     private let published = MetricsRegistry.shared.counter(
         "subs_outbox_published_total", help: "Outbox messages acknowledged by the broker")
@@ -21,6 +23,7 @@ public struct EventPublisher: Sendable {
         self.producer = producer
         self.outbox = outbox
         self.logger = logger
+        failures = ThrottledLog(logger: logger)
         deletions = GroupCommit(
             maxBatchSize: 256, maxConcurrentBatches: 1,
             sizeMetric: ("subs_outbox_cleanup_batch_size", "Publishes whose outbox rows one statement deleted")
@@ -48,8 +51,8 @@ public struct EventPublisher: Sendable {
                             headers: headers)
                         return entry.id
                     } catch {
-                        logger.warning(
-                            "publish failed, left for the outbox relay",
+                        failures.record(
+                            "publish failed, left for the outbox relay", reason: "not_acknowledged",
                             ["event.id": .int(entry.envelope.eventID), "error": .string("\(error)")])
                         return nil
                     }

@@ -61,6 +61,36 @@ struct FulfillmentNotificationTests {
         #expect(try await ChainReplay.mismatches(pool: harness.pool, now: Date()).count == 1)
     }
 
+    /// Signed ids in another form than Apple's (a test or Xcode signer): the notification is stored
+    /// and acknowledged as any other, then set aside DEAD with its own code, kept for replay and
+    /// never applied: no fact, order, subscription or credit moves.
+    @Test func transactionIdsInAnotherFormAreSetAsideDeadAndNeverApplied() async throws {
+        let harness = try await WorkerHarness.start()
+        defer { harness.stop() }
+        let (orderNo, token) = try await harness.order("alice")
+        let markup = "<b>1</b>"
+        let uuids = [
+            try await harness.notify(
+                .subscribed, .initialBuy, transaction: harness.transaction(markup, token: token),
+                renewal: harness.renewalInfo(original: markup)),
+            try await harness.notify(.subscribed, .initialBuy, transaction: harness.transaction(Self.id(), original: "1e9", token: token)),
+            try await harness.notify(.didChangeRenewalStatus, .autoRenewDisabled, renewal: harness.renewalInfo(original: "12 34")),
+        ]
+        for uuid in uuids {
+            #expect(try await harness.outcome(of: uuid) == .dead("TRANSACTION_ID_INVALID"), "\(uuid)")
+        }
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM inbound_event WHERE process_status = 'DEAD' AND signed_payload IS NOT NULL") == uuids.count,
+            "kept for replay")
+        for table in ["apple_transaction", "apple_renewal_info", "user_subscription", "credit_grant", "unmatched_fact", "chain_binding"] {
+            #expect(try await harness.count("SELECT count(*) FROM \(identifier: table)") == 0, "\(table)")
+        }
+        #expect(try await harness.balance("alice") == 0)
+        #expect(
+            try await harness.value("SELECT status FROM payment_order WHERE order_no = \(orderNo)", as: String.self) == "CREATED")
+    }
+
     /// Scenarios 9, 14, 15, 16, 17 and 25: renewals, grace, billing retry, recovery, expiry, and a
     /// renewal processed before an older billing failure.
     @Test func renewalsGraceBillingRetryRecoveryAndExpiry() async throws {

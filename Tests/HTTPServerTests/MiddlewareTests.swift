@@ -124,7 +124,7 @@ struct MiddlewareTests {
         let error = HTTPError(status: 429, code: "RATE_LIMITED", message: "slow down", headers: [("Retry-After", "1")])
         let response = error.response(traceID: "t")
         #expect(response.status == 429)
-        #expect(response.headers.map(\.0) == ["Content-Type", "Retry-After"])
+        #expect(response.headers.map(\.0) == ["Content-Type", "Cache-Control", "X-Content-Type-Options", "Retry-After"])
         #expect(String(decoding: response.body, as: UTF8.self) == #"{"code":"RATE_LIMITED","message":"slow down","traceId":"t"}"#)
     }
 

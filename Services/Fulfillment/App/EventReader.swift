@@ -106,6 +106,7 @@ struct EventReader: Sendable {
             let product = decoded.productId, let purchase = decoded.purchaseDate, let signed = decoded.signedDate,
             let environment = decoded.rawEnvironment
         else { throw .permanent(code: "MALFORMED", message: "the transaction lacks its identifiers or dates") }
+        try Self.checkForm(of: [id, original])
         let token = decoded.rawAppAccountToken.flatMap { $0.isEmpty ? nil : $0 }
         let uuid = token.flatMap(UUID.init(uuidString:))
         let fact = TransactionFact(
@@ -136,6 +137,7 @@ struct EventReader: Sendable {
         guard let original = decoded.originalTransactionId, let product = decoded.productId ?? decoded.autoRenewProductId,
             let signed = decoded.signedDate, let environment = decoded.rawEnvironment
         else { throw .permanent(code: "MALFORMED", message: "the renewal info lacks its identifiers or dates") }
+        try Self.checkForm(of: [original])
         return RenewalFact(
             environment: environment, originalTransactionID: original, productID: product,
             autoRenewProductID: decoded.autoRenewProductId, autoRenewEnabled: decoded.rawAutoRenewStatus == 1,
@@ -144,6 +146,17 @@ struct EventReader: Sendable {
             priceIncreaseStatus: decoded.rawPriceIncreaseStatus.map(Int.init), renewalDate: decoded.renewalDate,
             renewalPrice: decoded.renewalPrice, renewalCurrency: decoded.currency,
             signedDate: signed)
+    }
+
+    /// Signed ids in another form than Apple's never came from the App Store (a test or Xcode
+    /// signer, a tampered chain): the event is set aside, never applied, and kept for replay. The
+    /// message does not repeat the id, which may be markup.
+    static func checkForm(of ids: [String]) throws(ProcessingFailure) {
+        guard ids.allSatisfy(AppleTransactionID.isValid) else {
+            throw .permanent(
+                code: "TRANSACTION_ID_INVALID",
+                message: "a transaction id is not in Apple's form (1 to \(AppleTransactionID.maxLength) digits)")
+        }
     }
 
     /// An unavailable revocation check may pass later; anything else never will.

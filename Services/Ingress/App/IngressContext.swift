@@ -36,6 +36,9 @@ struct IngressContext: Sendable {
     let readiness: ReadinessMonitor
     let clock: any WallClock
     let logger: Logger
+    /// Refused requests, which any client can send at any rate: a warning per refusal reason at
+    /// most every 10 s, each counting the refusals since the previous one.
+    let refusals: ThrottledLog
 
     /// The ingress's dependencies on `pool` (and on `readPool`, when the lists have a replica of
     /// their own), handing what it commits to the outbox to `publisher`.
@@ -50,6 +53,7 @@ struct IngressContext: Sendable {
         notificationLimits = NotificationLimits(configuration: configuration)
         self.clock = clock
         self.logger = logger
+        refusals = ThrottledLog(logger: logger)
         store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         intake = NotificationIntake(store: store, publisher: publisher)
         verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)

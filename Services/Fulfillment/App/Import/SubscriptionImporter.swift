@@ -63,7 +63,9 @@ struct SubscriptionImporter: Sendable {
         for jws in signed {
             do {
                 let payload = try await verifier.verifyTransaction(jws, expectedEnvironment: environment)
-                guard let original = payload.originalTransactionId, payload.transactionId != nil else {
+                guard let original = payload.originalTransactionId, let id = payload.transactionId,
+                    AppleTransactionID.isValid(original), AppleTransactionID.isValid(id)
+                else {
                     result.refused += 1
                     continue
                 }

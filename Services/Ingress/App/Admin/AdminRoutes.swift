@@ -111,9 +111,9 @@ struct AdminRoutes: Sendable {
     }
 
     static func originalTransactionID(_ request: HTTPRequest) throws(HTTPError) -> String {
-        guard let id = request.pathParameter("originalTransactionId"), (1...64).contains(id.count),
-            id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
-        else { throw APIError.invalidRequest("originalTransactionId must be Apple's original transaction id") }
+        guard let id = request.pathParameter("originalTransactionId"), AppleTransactionID.isValid(id) else {
+            throw APIError.invalidRequest("originalTransactionId must be Apple's original transaction id (digits only)")
+        }
         return id
     }
 

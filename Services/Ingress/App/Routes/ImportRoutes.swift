@@ -67,15 +67,17 @@ struct ImportRoutes: Sendable {
     /// A receipt's proof: verified to Apple's roots, its bundle id, and the transaction Apple's
     /// ReceiptUtility would take from it.
     private func verify(receipt: String) async throws -> (environment: String, lookup: String, source: ImportSource) {
+        let submissions = SubmissionRoutes(context: context)
         let verified: AppReceipt
         do { verified = try await context.receiptVerifier.verify(receipt) } catch {
             if error.isRetryable { throw APIError.serviceUnavailable("the receipt could not be verified now") }
-            context.logger.warning("app receipt refused", ["error.code": .string(error.code.rawValue)])
+            submissions.refuse("app receipt refused", reason: error.code.rawValue)
             throw HTTPError(status: 422, code: error.code.rawValue, message: "the app receipt was refused")
         }
         guard let transactionID = verified.transactionId else {
             throw HTTPError(status: 422, code: AppReceiptError.Code.noTransaction.rawValue, message: "the receipt holds no purchase")
         }
+        try submissions.checkForm(of: [transactionID])
         // Xcode receipts have no App Store Server API to ask.
         guard let environment = verified.environment, environment == .production || environment == .sandbox else {
             throw HTTPError(

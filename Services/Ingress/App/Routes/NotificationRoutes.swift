@@ -55,8 +55,8 @@ struct NotificationRoutes: Sendable {
         } catch {
             try spendUnverified(request)
             Self.count(error.code.rawValue.lowercased())
-            context.logger.warning(
-                "notification refused",
+            context.refusals.record(
+                "notification refused", reason: error.code.rawValue,
                 [
                     "error.code": .string(error.code.rawValue), "error.reason": .string(error.reason),
                     "appstore.endpoint": .string(endpoint.rawValue), "trace.id": .string(request.traceID),

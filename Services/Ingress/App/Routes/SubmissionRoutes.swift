@@ -107,21 +107,42 @@ struct SubmissionRoutes: Sendable {
     }
 
     /// Full verification of the client's JWS. A Production deployment takes Sandbox transactions
-    /// too (test users; the worker enforces who may use them); a Sandbox one only Sandbox.
+    /// too (test users; the worker enforces who may use them); a Sandbox one only Sandbox. Ids in
+    /// another form than Apple's are refused here (400), before anything is stored.
     func verify(_ jws: String) async throws -> JWSTransactionDecodedPayload {
         let configured = context.configuration.appStore.environment
         let claimed = Self.environmentClaim(of: jws)
         let expected: AppStoreEnvironment =
             configured == .production && claimed == AppStoreEnvironment.sandbox.rawValue
             ? .sandbox : configured
+        let transaction: JWSTransactionDecodedPayload
         do {
-            return try await context.verifier.verifyTransaction(jws, expectedEnvironment: expected)
+            transaction = try await context.verifier.verifyTransaction(jws, expectedEnvironment: expected)
         } catch {
             if error.isRetryable { throw APIError.serviceUnavailable("the transaction could not be verified now") }
-            context.logger.warning(
-                "client transaction refused", ["error.code": .string(error.code.rawValue), "error.reason": .string(error.reason)])
+            refuse("client transaction refused", reason: error.code.rawValue, ["error.reason": .string(error.reason)])
             throw APIError.transactionInvalid("the signed transaction was refused (\(error.code.rawValue))")
         }
+        try checkForm(of: [transaction.transactionId, transaction.originalTransactionId])
+        return transaction
+    }
+
+    /// 400 when one of `ids` is not in Apple's form (`AppleTransactionID`); absent ids are left
+    /// to the caller, which knows which it needs.
+    func checkForm(of ids: [String?]) throws(HTTPError) {
+        guard ids.allSatisfy({ $0.map(AppleTransactionID.isValid) ?? true }) else {
+            refuse("client upload refused: a transaction id is not in Apple's form", reason: "TRANSACTION_ID_INVALID")
+            throw APIError.invalidRequest("transaction ids must be Apple's: 1 to \(AppleTransactionID.maxLength) digits")
+        }
+    }
+
+    /// Counts a refused client upload by `reason` (an error code) and logs it, at most every 10 s per reason.
+    func refuse(_ message: String, reason: String, _ metadata: Logger.Metadata = [:]) {
+        MetricsRegistry.shared.counter(
+            "subs_client_refusals_total", help: "Client uploads (signed transactions, app receipts) refused, by reason",
+            labels: ["reason": reason]
+        ).increment()
+        context.refusals.record(message, reason: reason, metadata.merging(["error.code": .string(reason)]) { own, _ in own })
     }
 
     private func checkOrder(_ orderNo: String, user: AuthenticatedUser, productID: String, transactionID: String) async throws {

@@ -1,0 +1,72 @@
+import Synchronization
+
+/// A log line for something that may happen on every request or message (a refusal, a failed
+/// publish), written at most once per `interval` for each message and reason.
+///
+/// A flood writes one line per reason every interval instead of one per occurrence (a fuzzing run
+/// once wrote 12,060 refusal warnings); each line carries `log.occurrences`, how many times it
+/// happened since the previous line of its kind, this one included, so nothing goes uncounted.
+/// Occurrences after the last line are reported by the next one; callers keep a metric as well,
+/// which counts every occurrence at once.
+public final class ThrottledLog: Sendable {
+    /// The metadata key of the number of occurrences a line stands for.
+    public static let occurrencesKey = "log.occurrences"
+
+    public let logger: Logger
+    public let level: LogLevel
+    public let interval: Duration
+    private let now: @Sendable () -> ContinuousClock.Instant
+    private let windows = Mutex<[Key: Window]>([:])
+
+    private struct Key: Hashable {
+        let message: String
+        let reason: String
+    }
+
+    private struct Window {
+        var lastLine: ContinuousClock.Instant
+        /// Occurrences since `lastLine`, not written yet.
+        var unreported: Int
+    }
+
+    /// `now` is the clock the interval is measured on; tests pass their own to move time by hand.
+    public init(
+        logger: Logger, level: LogLevel = .warning, interval: Duration = .seconds(10),
+        now: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
+    ) {
+        self.logger = logger
+        self.level = level
+        self.interval = interval
+        self.now = now
+    }
+
+    /// Counts one occurrence of `message` for `reason` (a bounded set: an error code, a refusal
+    /// kind) and writes it with `metadata` when no line of that message and reason went out in
+    /// the last `interval`; `metadata` then describes this occurrence, the first of the new window.
+    public func record(_ message: String, reason: String, _ metadata: @autoclosure () -> Logger.Metadata = [:]) {
+        guard level >= logger.level else { return }
+        guard let occurrences = count(Key(message: message, reason: reason)) else { return }
+        var extra = metadata()
+        extra[Self.occurrencesKey] = .int(Int64(occurrences))
+        extra["log.reason"] = .string(reason)
+        logger.log(level, message, extra)
+    }
+
+    /// The occurrences a line written now stands for, or nil while the window is still open.
+    private func count(_ key: Key) -> Int? {
+        let instant = now()
+        return windows.withLock { windows -> Int? in
+            guard var window = windows[key] else {
+                windows[key] = Window(lastLine: instant, unreported: 0)
+                return 1
+            }
+            window.unreported += 1
+            guard instant - window.lastLine >= interval else {
+                windows[key] = window
+                return nil
+            }
+            windows[key] = Window(lastLine: instant, unreported: 0)
+            return window.unreported
+        }
+    }
+}
