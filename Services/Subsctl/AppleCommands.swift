@@ -1,4 +1,5 @@
 import AppStore
+import Domain
 import Foundation
 import ServiceRuntime
 import Storage
@@ -144,9 +145,8 @@ enum AppleExtendCommand: SubsctlCommand {
         let operatorName = arguments.operatorName()
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
-        guard let original, !original.isEmpty, original.count <= 64,
-            original.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
-        else { return usageError("--original-transaction-id must be Apple's original transaction id") }
+        guard let original, AppleTransactionID.isValid(original)
+        else { return usageError("--original-transaction-id must be Apple's original transaction id (digits)") }
         guard let days, (1...90).contains(days) else { return usageError("--days must be 1 to 90 (Apple's limit)") }
         guard let reasonCode, (0...3).contains(reasonCode) else { return usageError("--reason-code must be 0, 1, 2 or 3") }
         guard let reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {

@@ -1,3 +1,4 @@
+import Domain
 import Foundation
 import Postgres
 import Storage
@@ -25,9 +26,8 @@ enum ChainCommandOptions {
         let operatorName = arguments.operatorName()
         try arguments.checkAllOptionsUsed()
         if let extra = arguments.positionals.first { throw .init(description: "unexpected argument \(extra)") }
-        guard let original, !original.isEmpty, original.count <= 64,
-            original.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
-        else { throw .init(description: "--original-transaction-id must be Apple's original transaction id") }
+        guard let original, AppleTransactionID.isValid(original)
+        else { throw .init(description: "--original-transaction-id must be Apple's original transaction id (digits)") }
         guard let user, !user.isEmpty, user.count <= 128 else {
             throw .init(description: "--\(userOption) must be a user id of 1 to 128 characters")
         }

@@ -1,3 +1,4 @@
+import Domain
 import Foundation
 import Postgres
 import ServiceRuntime
@@ -21,9 +22,8 @@ enum RequeryCommand: SubsctlCommand {
         let wait = FulfillmentTaskRequest.waitSeconds(arguments.option("wait"))
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
-        guard let original, !original.isEmpty, original.count <= 64,
-            original.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) })
-        else { return usageError("--original-transaction-id must be Apple's original transaction id") }
+        guard let original, AppleTransactionID.isValid(original)
+        else { return usageError("--original-transaction-id must be Apple's original transaction id (digits)") }
         guard let environment else { return usageError("--env must be Production or Sandbox") }
         guard let wait else { return usageError("--wait must be a whole number of seconds from 0 to 86400") }
         return await Subsctl.withDatabase { pool in
