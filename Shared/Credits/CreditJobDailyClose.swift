@@ -118,28 +118,20 @@ extension CreditJobs {
                     ["user.id": .string(failure.user), "credits.bill_id": .int(failure.id), "error.reason": .string(failure.reason)])
             }
         }
-        let accounts = changed.sorted { ($0.user, $0.pool.rawValue) < ($1.user, $1.pool.rawValue) }
         try await db.query(
             """
-            WITH bills AS (
-                UPDATE credit_daily_bill b
-                   SET charged = c.charged, rounding = c.rounding, settled = c.settled, shortfall = c.shortfall,
-                       closed_at = \(now), close_failure = NULL
-                  FROM unnest(\(PostgresArray(closes.ids))::bigint[], \(PostgresArray(closes.charged))::bigint[],
-                              \(PostgresArray(closes.rounding))::bigint[], \(PostgresArray(closes.settled))::bigint[],
-                              \(PostgresArray(closes.shortfall))::bigint[]) AS c(id, charged, rounding, settled, shortfall)
-                 WHERE b.id = c.id
-            ), accounts AS (
-                UPDATE credit_account a SET balance = n.balance, updated_at = now()
-                  FROM unnest(\(PostgresArray(accounts.map(\.user)))::text[],
-                              \(PostgresArray(accounts.map(\.pool.rawValue)))::text[],
-                              \(PostgresArray(accounts.map { balances[$0.user]![$0.pool]! }))::bigint[]) AS n(user_id, pool, balance)
-                 WHERE a.user_id = n.user_id AND a.pool = n.pool
-            )
-            SELECT 1
+            UPDATE credit_daily_bill b
+               SET charged = c.charged, rounding = c.rounding, settled = c.settled, shortfall = c.shortfall,
+                   closed_at = \(now), close_failure = NULL
+              FROM unnest(\(PostgresArray(closes.ids))::bigint[], \(PostgresArray(closes.charged))::bigint[],
+                          \(PostgresArray(closes.rounding))::bigint[], \(PostgresArray(closes.settled))::bigint[],
+                          \(PostgresArray(closes.shortfall))::bigint[]) AS c(id, charged, rounding, settled, shortfall)
+             WHERE b.id = c.id
             """)
-        try await CreditLedger.burnLots(burns, on: db)
-        try await entries.insert(on: db)
+        let accounts = changed.sorted { ($0.user, $0.pool.rawValue) < ($1.user, $1.pool.rawValue) }.compactMap { pair in
+            balances[pair.user]?[pair.pool].map { (pair.user, pair.pool, $0) }
+        }
+        try await CreditLedger.settle(balances: accounts, burns: burns, entries: entries, on: db)
         return (bills.count, failures.count)
     }
 }

@@ -2,6 +2,7 @@ import Domain
 import Foundation
 import Postgres
 import ServiceRuntime
+import Storage
 
 extension CreditJobs {
     /// Clears the SUBSCRIPTION pool of users whose subscription truly ended (EXPIRED or REVOKED;
@@ -99,32 +100,18 @@ extension CreditJobs {
                 environment: environment, original: original, last: last, status: try row.decode("status"),
                 user: user, amount: amount)
         }
-        let emptied = entries.users
-        // Each lot remembers what the clearing took and why (CreditRules.clear), so a reversed
-        // refund that makes the chain entitled again can give exactly that back.
         try await db.query(
             """
-            WITH handled AS (
-                INSERT INTO credit_expiry_clearing (
-                    environment, original_transaction_id, last_transaction_id, status, user_id, cleared_amount, cleared_at)
-                SELECT *, \(now)::timestamptz
-                  FROM unnest(\(PostgresArray(handled.environments))::text[], \(PostgresArray(handled.originals))::text[],
-                              \(PostgresArray(handled.lasts))::text[], \(PostgresArray(handled.statuses))::text[],
-                              \(PostgresArray(handled.users))::text[], \(PostgresArray(handled.amounts))::bigint[])
-                ON CONFLICT DO NOTHING
-            ), emptied AS (
-                UPDATE credit_account SET balance = 0, updated_at = now()
-                 WHERE pool = 'SUBSCRIPTION' AND user_id = ANY(\(PostgresArray(emptied))::text[])
-            ), lots AS (
-                UPDATE credit_grant g SET cleared_amount = g.remaining, cleared_by = c.ending, remaining = 0
-                  FROM unnest(\(PostgresArray(emptied))::text[], \(PostgresArray(emptied.map { clearedBy[$0]! }))::text[])
-                       AS c(user_id, ending)
-                 WHERE g.user_id = c.user_id AND g.pool = 'SUBSCRIPTION' AND g.remaining > 0
-            )
-            SELECT 1
+            INSERT INTO credit_expiry_clearing (
+                environment, original_transaction_id, last_transaction_id, status, user_id, cleared_amount, cleared_at)
+            SELECT *, \(now)::timestamptz
+              FROM unnest(\(PostgresArray(handled.environments))::text[], \(PostgresArray(handled.originals))::text[],
+                          \(PostgresArray(handled.lasts))::text[], \(PostgresArray(handled.statuses))::text[],
+                          \(PostgresArray(handled.users))::text[], \(PostgresArray(handled.amounts))::bigint[])
+            ON CONFLICT DO NOTHING
             """)
-        try await entries.insert(on: db)
-        return (handled, emptied.count)
+        try await CreditLedger.clearSubscriptionPools(endings: clearedBy, entries: entries, on: db)
+        return (handled, clearedBy.count)
     }
 
     /// Marks the chains whose endings a batch handled, after it committed (see `dueEndings`): in
@@ -132,15 +119,11 @@ extension CreditJobs {
     /// fulfillment locks them the other way round). A mark that is lost only leaves the ending to
     /// the clearing rows, which the search still checks.
     private func markHandled(_ endings: Endings) async throws {
-        try await pool.query(
-            """
-            UPDATE user_subscription s SET cleared_ending = h.last || ':' || h.status
-              FROM unnest(\(PostgresArray(endings.environments))::text[], \(PostgresArray(endings.originals))::text[],
-                          \(PostgresArray(endings.lasts))::text[], \(PostgresArray(endings.statuses))::text[])
-                   AS h(environment, original, last, status)
-             WHERE s.environment = h.environment AND s.original_transaction_id = h.original
-               AND s.last_transaction_id = h.last AND s.status = h.status
-            """)
+        try await pool.withConnection { db in
+            try await ChainBindingStore.markEndingsCleared(
+                environments: endings.environments, originals: endings.originals, lasts: endings.lasts,
+                statuses: endings.statuses, on: db)
+        }
     }
 }
 

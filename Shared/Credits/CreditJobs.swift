@@ -106,18 +106,6 @@ struct LedgerEntries {
     }
 
     var users: [String] { Array(Set(userIDs)) }
-
-    /// Inserts the entries in order (ids follow the array order).
-    func insert(on db: PostgresConnection) async throws {
-        guard !userIDs.isEmpty else { return }
-        try await db.query(
-            """
-            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
-            SELECT * FROM unnest(\(PostgresArray(userIDs))::text[], \(PostgresArray(pools))::text[],
-                                 \(PostgresArray(deltas))::bigint[], \(PostgresArray(after))::bigint[],
-                                 \(PostgresArray(types))::text[], \(PostgresArray(references))::text[])
-            """)
-    }
 }
 
 /// The jobs' counters and gauges, created once.

@@ -335,6 +335,60 @@ public enum CreditLedger {
             """)
     }
 
+    /// Books ledger entries in order (ids follow the array order) for balance changes a job wrote
+    /// with `setBalances` or `clearSubscriptionPools`.
+    static func insert(_ entries: LedgerEntries, on db: PostgresConnection) async throws {
+        guard !entries.userIDs.isEmpty else { return }
+        try await db.query(
+            """
+            INSERT INTO credit_ledger (user_id, pool, delta, balance_after, entry_type, reference)
+            SELECT * FROM unnest(\(PostgresArray(entries.userIDs))::text[], \(PostgresArray(entries.pools))::text[],
+                                 \(PostgresArray(entries.deltas))::bigint[], \(PostgresArray(entries.after))::bigint[],
+                                 \(PostgresArray(entries.types))::text[], \(PostgresArray(entries.references))::text[])
+            """)
+    }
+
+    /// The daily close's settlement: the new balances of the pools it drew from, the burns of their
+    /// lots and their ledger entries, under the accounts' locks the caller holds.
+    static func settle(
+        balances: [(user: String, pool: CreditPool, balance: MicroCredits)],
+        burns: [(user: String, pool: CreditPool, amount: MicroCredits)], entries: LedgerEntries, on db: PostgresConnection
+    ) async throws {
+        if !balances.isEmpty {
+            try await db.query(
+                """
+                UPDATE credit_account a SET balance = n.balance, updated_at = now()
+                  FROM unnest(\(PostgresArray(balances.map(\.user)))::text[], \(PostgresArray(balances.map(\.pool.rawValue)))::text[],
+                              \(PostgresArray(balances.map(\.balance)))::bigint[]) AS n(user_id, pool, balance)
+                 WHERE a.user_id = n.user_id AND a.pool = n.pool
+                """)
+        }
+        try await burnLots(burns, on: db)
+        try await insert(entries, on: db)
+    }
+
+    /// Empties the SUBSCRIPTION pools of users whose chain truly ended, each lot remembering what
+    /// the clearing took and which ending took it (`CreditRules.clear`), so that a reversed refund
+    /// gives exactly that back; with their ledger entries. The caller holds the accounts' locks.
+    static func clearSubscriptionPools(endings: [String: String], entries: LedgerEntries, on db: PostgresConnection)
+        async throws
+    {
+        guard !endings.isEmpty else { return }
+        let users = endings.keys.sorted()
+        try await db.query(
+            """
+            WITH emptied AS (
+                UPDATE credit_account SET balance = 0, updated_at = now()
+                 WHERE pool = 'SUBSCRIPTION' AND user_id = ANY(\(PostgresArray(users))::text[])
+            )
+            UPDATE credit_grant g SET cleared_amount = g.remaining, cleared_by = c.ending, remaining = 0
+              FROM unnest(\(PostgresArray(users))::text[], \(PostgresArray(users.map { endings[$0] ?? "" }))::text[])
+                   AS c(user_id, ending)
+             WHERE g.user_id = c.user_id AND g.pool = 'SUBSCRIPTION' AND g.remaining > 0
+            """)
+        try await insert(entries, on: db)
+    }
+
     /// The columns of a lot, as `lot(_:)` reads them.
     static let lotColumns = """
         grant_key, user_id, pool, amount, remaining, revoked, revoked_amount, unrecoverable_amount, cleared_amount, cleared_by

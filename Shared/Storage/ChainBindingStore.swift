@@ -252,6 +252,34 @@ public struct ChainBindingStore: Sendable {
             on: db)
     }
 
+    /// Nothing moves on a chain with an account conflict until an operator clears it (`unfreeze`):
+    /// in the worker's transaction, under the chain's lock.
+    public static func freeze(environment: String, originalTransactionID: String, on db: PostgresConnection) async throws {
+        try await db.query(
+            """
+            UPDATE user_subscription SET frozen_reason = 'ACCOUNT_CONFLICT', updated_at = now()
+             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
+               AND frozen_reason IS NULL
+            """)
+    }
+
+    /// Marks each chain's ending (`last transaction:status`) as cleared by the credit jobs, unless
+    /// the chain moved on since: the expiry clearing's search reads an index of the unmarked
+    /// endings only.
+    public static func markEndingsCleared(
+        environments: [String], originals: [String], lasts: [String], statuses: [String], on db: PostgresConnection
+    ) async throws {
+        try await db.query(
+            """
+            UPDATE user_subscription s SET cleared_ending = h.last || ':' || h.status
+              FROM unnest(\(PostgresArray(environments))::text[], \(PostgresArray(originals))::text[],
+                          \(PostgresArray(lasts))::text[], \(PostgresArray(statuses))::text[])
+                   AS h(environment, original, last, status)
+             WHERE s.environment = h.environment AND s.original_transaction_id = h.original
+               AND s.last_transaction_id = h.last AND s.status = h.status
+            """)
+    }
+
     /// The chain lock every writer of a chain takes (the workers' apply included).
     static func lockChain(_ environment: String, _ originalTransactionID: String, on db: PostgresConnection) async throws {
         try await db.query(

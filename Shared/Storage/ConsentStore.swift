@@ -36,7 +36,7 @@ public enum ConsentStore {
         pool: PostgresPool
     ) async throws -> (before: ConsumptionConsent, after: ConsumptionConsent)? {
         try await pool.transaction { db in
-            if createUser { try await db.query("INSERT INTO app_user (user_id) VALUES (\(userID)) ON CONFLICT DO NOTHING") }
+            if createUser { try await UserStore.ensureUser(userID, on: db) }
             // The user row lock orders concurrent choices of one user: the audit trail reads in commit order.
             guard try await db.query("SELECT 1 FROM app_user WHERE user_id = \(userID) FOR UPDATE").count == 1 else {
                 return nil

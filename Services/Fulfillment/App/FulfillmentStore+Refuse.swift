@@ -19,7 +19,9 @@ extension FulfillmentStore {
                 event, owner: owner, code: reason.rawValue, message: "kept in unmatched_fact; replay after the fix",
                 retryAt: nil, on: db)
         case .accountConflict(let attributed, let other):
-            if plan.freezeChain, let chain = pending.facts { try await freeze(chain, on: db) }
+            if plan.freezeChain, let chain = pending.facts {
+                try await ChainBindingStore.freeze(environment: chain.environment, originalTransactionID: chain.original, on: db)
+            }
             try await leases.fail(
                 event, owner: owner, code: "ACCOUNT_CONFLICT",
                 message: "attributed to user \(attributed), claimed by user \(other); chain frozen", retryAt: nil,
@@ -56,16 +58,6 @@ extension FulfillmentStore {
             ON CONFLICT (event_kind, event_id) DO UPDATE SET
                 reason = EXCLUDED.reason, product_id = EXCLUDED.product_id, app_account_token = EXCLUDED.app_account_token,
                 updated_at = now(), replayed_at = NULL
-            """)
-    }
-
-    /// Nothing moves on a chain with an account conflict until an operator clears it.
-    private func freeze(_ chain: (environment: String, original: String), on db: PostgresConnection) async throws {
-        try await db.query(
-            """
-            UPDATE user_subscription SET frozen_reason = 'ACCOUNT_CONFLICT', updated_at = now()
-             WHERE environment = \(chain.environment) AND original_transaction_id = \(chain.original)
-               AND frozen_reason IS NULL
             """)
     }
 }
