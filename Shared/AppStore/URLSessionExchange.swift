@@ -5,7 +5,7 @@ import ServiceRuntime
 import Synchronization
 
 /// Why an HTTP exchange produced no response.
-enum URLSessionExchangeFailure: Error, Sendable {
+package enum URLSessionExchangeFailure: Error, Sendable {
     case timedOut
     case transport(String)
 }
@@ -14,7 +14,7 @@ enum URLSessionExchangeFailure: Error, Sendable {
 /// the calling task is cancelled (URLSession itself only knows an idle timeout).
 ///
 /// `@unchecked Sendable`: every field is behind `state`'s lock; URLSessionTask.cancel is thread-safe.
-final class URLSessionExchange: @unchecked Sendable {
+package final class URLSessionExchange: @unchecked Sendable {
     private struct State {
         var task: URLSessionDataTask?
         var cancelled = false
@@ -28,11 +28,11 @@ final class URLSessionExchange: @unchecked Sendable {
     /// A URLSession timeout for `duration`: whole seconds, at least one. FoundationNetworking
     /// truncates timeouts to whole seconds (so 0.5 s would fire at once); the exchange's own
     /// timer enforces the exact limit.
-    static func wholeSeconds(_ duration: Duration) -> TimeInterval {
+    package static func wholeSeconds(_ duration: Duration) -> TimeInterval {
         max(1, (duration.inSeconds).rounded(.up))
     }
 
-    static func perform(_ request: URLRequest, on session: URLSession, limit: Duration) async
+    package static func perform(_ request: URLRequest, on session: URLSession, limit: Duration) async
         -> Result<(Data, HTTPURLResponse), URLSessionExchangeFailure>
     {
         let exchange = URLSessionExchange()

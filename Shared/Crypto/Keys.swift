@@ -28,6 +28,8 @@ package final class EVPKey: @unchecked Sendable {
 
     var isRSA: Bool { EVP_PKEY_is_a(handle, "RSA") == 1 }
 
+    var isEd25519: Bool { EVP_PKEY_is_a(handle, "ED25519") == 1 }
+
     var bits: Int { Int(EVP_PKEY_get_bits(handle)) }
 
     /// SubjectPublicKeyInfo DER of the public half.
@@ -59,14 +61,20 @@ package final class EVPKey: @unchecked Sendable {
 
     /// Verifies a DER-encoded signature over SHA-256(message). Do not escape the pointer.
     func verify(derSignature: [UInt8], message: UnsafeRawBufferPointer) -> Bool {
+        verify(signature: derSignature, message: message, digest: FetchedAlgorithms.shared.sha256)
+    }
+
+    /// Verifies `signature` over `message` hashed with `digest`; nil for the algorithms that take
+    /// the whole message in one shot (Ed25519). Do not escape the pointer.
+    func verify(signature: [UInt8], message: UnsafeRawBufferPointer, digest: OpaquePointer?) -> Bool {
         guard let context = EVP_MD_CTX_new() else { return false }
         defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestVerifyInit(context, nil, FetchedAlgorithms.shared.sha256, nil, handle) == 1 else {
+        guard EVP_DigestVerifyInit(context, nil, digest, nil, handle) == 1 else {
             OpenSSLErrorQueue.clear()
             return false
         }
         let result = EVP_DigestVerify(
-            context, derSignature, derSignature.count,
+            context, signature, signature.count,
             message.baseAddress?.assumingMemoryBound(to: UInt8.self), message.count)
         if result != 1 { OpenSSLErrorQueue.clear() }
         return result == 1
@@ -74,9 +82,14 @@ package final class EVPKey: @unchecked Sendable {
 
     /// A DER signature over SHA-256(message).
     func sign(_ message: [UInt8]) throws(CryptoError) -> [UInt8] {
+        try sign(message, digest: FetchedAlgorithms.shared.sha256)
+    }
+
+    /// A signature over `message` hashed with `digest` (nil: one-shot algorithms, Ed25519).
+    func sign(_ message: [UInt8], digest: OpaquePointer?) throws(CryptoError) -> [UInt8] {
         guard let context = EVP_MD_CTX_new() else { throw .openSSL(.internalFailure, "EVP_MD_CTX_new failed") }
         defer { EVP_MD_CTX_free(context) }
-        guard EVP_DigestSignInit(context, nil, FetchedAlgorithms.shared.sha256, nil, handle) == 1 else {
+        guard EVP_DigestSignInit(context, nil, digest, nil, handle) == 1 else {
             throw .openSSL(.invalidKey, "EVP_DigestSignInit failed")
         }
         var length = 0
@@ -279,9 +292,11 @@ public enum JWSAlgorithm: String, Sendable, CaseIterable {
     case es256 = "ES256"
     /// RSASSA-PKCS1-v1_5 with SHA-256.
     case rs256 = "RS256"
+    /// Ed25519 (RFC 8037: `EdDSA` with the curve named by the key).
+    case edDSA = "EdDSA"
 }
 
-/// A public key of any supported type (EC P-256 or RSA ≥ 2048 bits), e.g. an identity
+/// A public key of any supported type (EC P-256, RSA ≥ 2048 bits or Ed25519), e.g. an identity
 /// provider's token-signing key.
 ///
 /// Sendable: it only holds an immutable `EVPKey` (see there for the thread-safety argument).
@@ -292,8 +307,9 @@ public final class PublicKey: Sendable {
     public static let minimumRSABits = 2048
 
     private init(checked key: EVPKey) throws(CryptoError) {
-        guard key.isP256 || (key.isRSA && key.bits >= Self.minimumRSABits) else {
-            throw CryptoError(.invalidKey, "only EC P-256 and RSA keys of at least \(Self.minimumRSABits) bits are supported")
+        guard key.isP256 || key.isEd25519 || (key.isRSA && key.bits >= Self.minimumRSABits) else {
+            throw CryptoError(
+                .invalidKey, "only EC P-256, Ed25519 and RSA keys of at least \(Self.minimumRSABits) bits are supported")
         }
         self.key = key
     }
@@ -308,7 +324,7 @@ public final class PublicKey: Sendable {
     }
 
     /// The algorithm this key can verify.
-    public var algorithm: JWSAlgorithm { key.isP256 ? .es256 : .rs256 }
+    public var algorithm: JWSAlgorithm { key.isP256 ? .es256 : key.isEd25519 ? .edDSA : .rs256 }
 
     /// Whether `signature` (in its JWS encoding) signs `message` under `algorithm`; false when
     /// the algorithm does not match the key type, so a token cannot pick a weaker check.
@@ -321,6 +337,8 @@ public final class PublicKey: Sendable {
                 return key.verify(derSignature: der, message: message)
             case .rs256:
                 return key.verify(derSignature: signature, message: message)
+            case .edDSA:
+                return key.verify(signature: signature, message: message, digest: nil)
             }
         }
     }

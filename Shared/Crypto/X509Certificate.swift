@@ -128,7 +128,7 @@ public final class X509Certificate: @unchecked Sendable, Hashable, CustomStringC
         return try? P256PublicKey(checked: key)
     }
 
-    /// The subject key as a general public key (P-256 or RSA ≥ 2048), else nil.
+    /// The subject key as a general public key (P-256, RSA ≥ 2048 or Ed25519), else nil.
     public var anyPublicKey: PublicKey? {
         guard let key = subjectKey else { return nil }
         return try? PublicKey(derSubjectPublicKeyInfo: key.subjectPublicKeyInfo)

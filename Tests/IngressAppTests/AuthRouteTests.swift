@@ -106,6 +106,73 @@ struct AuthRouteTests {
         }
     }
 
+    /// Sends `token` to one user route; expects the 401 of `expectRefused` with this message.
+    func expectRefused(_ app: IngressTestApp, token: String, message: String) async throws {
+        try await expectRefused(app, [("GET", "/api/v1/credits/balance")], authorization: "Bearer \(token)", message)
+        let response = await app.get("/api/v1/credits/balance", headers: ["Authorization": "Bearer \(token)"])
+        #expect(try response.json()["message"] as? String == message)
+    }
+
+    @Test func identityProviderTokensOpenTheUserRoutesAndRefusalsSayWhy() async throws {
+        try await TestJWKSServer.with { server in
+            let keys = [TestSigningKey(.rs256, kid: "r"), TestSigningKey(.es256, kid: "e"), TestSigningKey(.edDSA, kid: "d")]
+            server.publish(keys)
+            let extra = [
+                "USER_TOKEN_HS256_SECRET": "", "USER_TOKEN_JWKS_URL": server.url.absoluteString,
+                "USER_TOKEN_ISSUER": "https://id.example.com/", "USER_TOKEN_AUDIENCE": "subscriptions",
+            ]
+            try await IngressTestApp.with(extra: extra) { app in
+                let claims = TestTokens.claims(sub: "u1", extra: #","iss":"https://id.example.com/","aud":"subscriptions""#)
+                for key in keys {
+                    let response = await app.get("/api/v1/credits/balance", headers: ["Authorization": "Bearer \(key.token(claims))"])
+                    #expect(response.status == 200, "\(key.key.algorithm): \(response.text)")
+                }
+                guard case .rsa(let modulus, _) = keys[0].key.publicKey.components else { throw TestFailure("not an RSA key") }
+                let refused = [
+                    (
+                        keys[0].token(TestTokens.claims(sub: "u1", extra: #","iss":"https://evil.example.com/","aud":"subscriptions""#)),
+                        "bearer token from another issuer"
+                    ),
+                    (
+                        keys[1].token(TestTokens.claims(sub: "u1", extra: #","iss":"https://id.example.com/","aud":["other"]"#)),
+                        "bearer token for another audience"
+                    ),
+                    (
+                        keys[2].token(
+                            TestTokens.claims(sub: "u1", expiresIn: -120, extra: #","iss":"https://id.example.com/","aud":"subscriptions""#)),
+                        "bearer token expired"
+                    ),
+                    (TestSigningKey(.es256, kid: "e").token(claims), "bearer token signature is invalid"),
+                    (TestSigningKey(.es256, kid: "unknown").token(claims), "bearer token signed with an unknown key"),
+                    (
+                        TestTokens.token(header: TestTokens.header(alg: "HS256", kid: "r"), claims: claims) {
+                            HMACSHA256.authenticate(key: modulus, message: $0)
+                        }, "bearer token algorithm is not accepted"
+                    ),
+                    (
+                        TestTokens.token(header: TestTokens.header(alg: "none", kid: "r"), claims: claims) { _ in [] },
+                        "bearer token algorithm is not accepted"
+                    ),
+                ]
+                for (token, message) in refused { try await expectRefused(app, token: token, message: message) }
+                #expect(app.leakedSecrets().isEmpty, "\(app.leakedSecrets())")
+            }
+        }
+    }
+
+    @Test func namedHS256SecretsOpenTheUserRoutesByKid() async throws {
+        let (old, current) = (Base64URL.encode(SecureRandom.bytes(32)), Base64URL.encode(SecureRandom.bytes(32)))
+        let extra = ["USER_TOKEN_HS256_SECRET": "", "USER_TOKEN_HS256_SECRETS": "old:\(old),current:\(current)"]
+        try await IngressTestApp.with(extra: extra) { app in
+            for token in [TestTokens.hs256(old, kid: "old"), TestTokens.hs256(current, kid: "current"), TestTokens.hs256(current)] {
+                let response = await app.get("/api/v1/credits/balance", headers: ["Authorization": "Bearer \(token)"])
+                #expect(response.status == 200, "\(response.text)")
+            }
+            try await expectRefused(app, token: TestTokens.hs256(old, kid: "current"), message: "bearer token signature is invalid")
+            try await expectRefused(app, token: TestTokens.hs256(old, kid: "older"), message: "bearer token signed with an unknown key")
+        }
+    }
+
     @Test func serviceRoutesRefuseUserTokens() async throws {
         try await IngressTestApp.with { app in
             try await expectRefused(app, Self.serviceRoutes, authorization: "Bearer \(app.userToken("u1"))", "user token")

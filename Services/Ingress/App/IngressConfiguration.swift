@@ -56,7 +56,7 @@ public struct IngressConfiguration: Sendable {
     public var openOrderWindow: TimeInterval
     /// `CURSOR_SIGNING_KEY`: HMAC key of the opaque page cursors (at least 32 bytes). Required.
     public var cursorSigningKey: [UInt8]
-    /// `USER_TOKEN_HS256_SECRET` or `USER_TOKEN_PUBLIC_KEY_PATH`: how client bearer tokens are verified.
+    /// `USER_TOKEN_*`: how client bearer tokens are verified (JWK Set, public key or HS256 secrets).
     public var userTokens: UserTokenSettings
     /// `SERVICE_TOKENS`: the back-end services allowed to use the metering API.
     public var serviceTokens: ServiceTokenSettings
@@ -137,34 +137,102 @@ public struct IngressConfiguration: Sendable {
     }
 }
 
-/// How client bearer tokens (JWTs whose `sub` is the user id) are verified: exactly one of a
-/// shared HS256 secret or a public key file (ES256 or RS256).
+/// How client bearer tokens (JWTs whose `sub` is the user id) are verified: exactly one family of
+/// keys (HS256 secrets, one public key file, or the identity provider's JWK Set) and the claims
+/// every token must carry.
 public struct UserTokenSettings: Sendable {
-    public var hs256Secret: [UInt8]?
-    public var publicKeyPEM: String?
+    /// One HS256 secret and the `kid` that selects it.
+    public struct Secret: Sendable {
+        /// nil: `USER_TOKEN_HS256_SECRET`, which no `kid` names (tried for tokens without one).
+        public var kid: String?
+        public var bytes: [UInt8]
 
-    public init(hs256Secret: [UInt8]? = nil, publicKeyPEM: String? = nil) {
-        self.hs256Secret = hs256Secret
+        public init(kid: String?, bytes: [UInt8]) {
+            self.kid = kid
+            self.bytes = bytes
+        }
+    }
+
+    /// `USER_TOKEN_HS256_SECRET` (no kid) and `USER_TOKEN_HS256_SECRETS` (`kid:secret,…`), each
+    /// at least 32 bytes, used as their UTF-8 text. Both may be set: together they are one family.
+    public var hs256Secrets: [Secret]
+    /// The PEM read from `USER_TOKEN_PUBLIC_KEY_PATH` (EC P-256, RSA or Ed25519).
+    public var publicKeyPEM: String?
+    /// `USER_TOKEN_JWKS_URL`: the identity provider's JWK Set, https (http only to a loopback
+    /// address, for tests and local runs).
+    public var jwksURL: URL?
+    /// `USER_TOKEN_JWKS_MIN_REFRESH_SECONDS`: the JWK Set is fetched at most once per this long,
+    /// whatever unknown `kid`s arrive. Default: 30.
+    public var jwksMinimumRefreshInterval: TimeInterval
+    /// `USER_TOKEN_ISSUER`: when set, `iss` must equal it.
+    public var issuer: String?
+    /// `USER_TOKEN_AUDIENCE`: when set, `aud` (a string or an array) must contain it.
+    public var audience: String?
+
+    public init(
+        hs256Secret: [UInt8]? = nil, hs256Secrets: [Secret] = [], publicKeyPEM: String? = nil, jwksURL: URL? = nil,
+        jwksMinimumRefreshInterval: TimeInterval = 30, issuer: String? = nil, audience: String? = nil
+    ) {
+        self.hs256Secrets = hs256Secret.map { [Secret(kid: nil, bytes: $0)] + hs256Secrets } ?? hs256Secrets
         self.publicKeyPEM = publicKeyPEM
+        self.jwksURL = jwksURL
+        self.jwksMinimumRefreshInterval = jwksMinimumRefreshInterval
+        self.issuer = issuer
+        self.audience = audience
     }
 
     init(reader: ConfigurationReader) {
-        let secret = reader.raw("USER_TOKEN_HS256_SECRET")
-        let path = reader.raw("USER_TOKEN_PUBLIC_KEY_PATH")
-        switch (secret, path) {
-        case (nil, nil):
-            reader.report("USER_TOKEN_HS256_SECRET", nil, "a secret of at least 32 bytes, or USER_TOKEN_PUBLIC_KEY_PATH instead")
-        case (.some, .some):
-            reader.report("USER_TOKEN_PUBLIC_KEY_PATH", path, "unset when USER_TOKEN_HS256_SECRET is set (one verification method)")
-        case (.some(let secret), nil):
-            if secret.utf8.count < 32 { reader.report("USER_TOKEN_HS256_SECRET", secret, "a secret of at least 32 bytes") }
-            hs256Secret = Array(secret.utf8)
-        case (nil, .some(let path)):
+        self.init()
+        let method = "one verification method: USER_TOKEN_JWKS_URL, USER_TOKEN_PUBLIC_KEY_PATH or the HS256 secrets"
+        readSecrets(reader)
+        if let path = reader.raw("USER_TOKEN_PUBLIC_KEY_PATH") {
             if let pem = try? String(contentsOfFile: path, encoding: .utf8) {
                 publicKeyPEM = pem
             } else {
-                reader.report("USER_TOKEN_PUBLIC_KEY_PATH", path, "a readable PEM file with an EC P-256 or RSA public key")
+                reader.report("USER_TOKEN_PUBLIC_KEY_PATH", path, "a readable PEM file with an EC P-256, RSA or Ed25519 public key")
             }
         }
+        if let raw = reader.raw("USER_TOKEN_JWKS_URL") {
+            if let url = URL(string: raw), Self.isAcceptableJWKSURL(url) {
+                jwksURL = url
+            } else {
+                reader.report("USER_TOKEN_JWKS_URL", raw, "an https URL of a JWK Set (http only to 127.0.0.1, ::1 or localhost)")
+            }
+        }
+        jwksMinimumRefreshInterval = TimeInterval(reader.int("USER_TOKEN_JWKS_MIN_REFRESH_SECONDS", default: 30, range: 1...86_400))
+        issuer = reader.raw("USER_TOKEN_ISSUER")
+        audience = reader.raw("USER_TOKEN_AUDIENCE")
+        // Keys of two families side by side would let a token choose which check it faces.
+        let configured = [
+            ("USER_TOKEN_HS256_SECRET", reader.raw("USER_TOKEN_HS256_SECRET") ?? reader.raw("USER_TOKEN_HS256_SECRETS")),
+            ("USER_TOKEN_PUBLIC_KEY_PATH", reader.raw("USER_TOKEN_PUBLIC_KEY_PATH")),
+            ("USER_TOKEN_JWKS_URL", reader.raw("USER_TOKEN_JWKS_URL")),
+        ].filter { $0.1 != nil }
+        if configured.isEmpty {
+            reader.report("USER_TOKEN_JWKS_URL", nil, method)
+        } else if configured.count > 1 {
+            for (name, value) in configured.dropFirst() { reader.report(name, value, "unset: \(method), not several") }
+        }
+    }
+
+    private mutating func readSecrets(_ reader: ConfigurationReader) {
+        let expected = "a secret of at least 32 bytes"
+        if let secret = reader.raw("USER_TOKEN_HS256_SECRET") {
+            if secret.utf8.count < 32 { reader.report("USER_TOKEN_HS256_SECRET", secret, expected) }
+            hs256Secrets.append(Secret(kid: nil, bytes: Array(secret.utf8)))
+        }
+        let listExpected = "kid:secret,… with unique kids and secrets of at least 32 bytes without ','"
+        guard let pairs = reader.pairs("USER_TOKEN_HS256_SECRETS", expected: listExpected) else { return }
+        let kids = pairs.map(\.0)
+        if Set(kids).count != kids.count || pairs.contains(where: { $0.1.utf8.count < 32 }) {
+            reader.report("USER_TOKEN_HS256_SECRETS", reader.raw("USER_TOKEN_HS256_SECRETS"), listExpected)
+        }
+        hs256Secrets += pairs.map { Secret(kid: $0.0, bytes: Array($0.1.utf8)) }
+    }
+
+    /// https anywhere; plain http only to this machine, where nobody on the path can swap the keys.
+    static func isAcceptableJWKSURL(_ url: URL) -> Bool {
+        guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased(), !host.isEmpty else { return false }
+        return scheme == "https" || (scheme == "http" && ["127.0.0.1", "::1", "[::1]", "localhost"].contains(host))
     }
 }

@@ -61,7 +61,7 @@ struct IngressContext: Sendable {
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
         self.cipher = cipher
-        authenticator = try UserAuthenticator(settings: configuration.userTokens)
+        authenticator = try UserAuthenticator(settings: configuration.userTokens, clock: clock, logger: logger)
         services = ServiceAuthenticator(settings: configuration.serviceTokens)
         waiter = FulfillmentWaiter(pool: pool, logger: logger)
         orders = OrderStore(pool: pool)

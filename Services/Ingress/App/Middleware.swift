@@ -10,7 +10,7 @@ struct UserAuthentication: RouterMiddleware {
         next: (HTTPRequest, IngressRequestContext) async throws -> HTTPResponse
     ) async throws -> HTTPResponse {
         var context = context
-        context.user = try authenticator.authenticate(request)
+        context.user = try await authenticator.authenticate(request)
         return try await next(request, context)
     }
 }
