@@ -62,6 +62,22 @@ public struct PostgresQuery: Sendable, ExpressibleByStringInterpolation, CustomS
             sql += fragment.description
         }
 
+        /// Another interpolated query as part of this one (one store's statement inside another's
+        /// CTE): its text, its `$n` renumbered after the binds before it, and its binds. Only an
+        /// interpolated query qualifies: its text holds no `$` but its placeholders.
+        public mutating func appendInterpolation(fragment: PostgresQuery) {
+            let offset = binds.count
+            var text = fragment.sql.utf8[...]
+            while let dollar = text.firstIndex(of: UInt8(ascii: "$")) {
+                sql += String(Substring(text[..<dollar]))
+                let digits = text[text.index(after: dollar)...].prefix { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
+                sql += "$" + (Int(String(Substring(digits))).map { String($0 + offset) } ?? "")
+                text = text[digits.endIndex...]
+            }
+            sql += String(Substring(text))
+            binds += fragment.binds
+        }
+
         /// A table, column, schema or channel name, double-quoted (so it is taken verbatim, case included).
         public mutating func appendInterpolation(identifier: String) {
             sql += PostgresQuery.quoteIdentifier(identifier)

@@ -1,3 +1,4 @@
+import Domain
 import Events
 import Foundation
 import Postgres
@@ -251,6 +252,134 @@ public struct ChainBindingStore: Sendable {
             environment: environment, originalTransactionID: originalTransactionID, codes: ["UNMATCHED_ACCOUNT"], topic: topic,
             on: db)
     }
+
+    // MARK: - The fulfillment statement's parts (one statement per batch of events, for speed)
+
+    /// A verified transaction to store, with the columns Apple signed beside the fact.
+    public struct StoredTransaction: Sendable {
+        public var fact: TransactionFact
+        public var webOrderLineItemID: String?
+        public var revocationType: String?
+        public var revocationReason: Int32?
+        public var offerIdentifier: String?
+        public var price: Int64?
+        public var currency: String?
+        public var payloadHash: String?
+        public var user: String?
+
+        public init(
+            fact: TransactionFact, webOrderLineItemID: String?, revocationType: String?, revocationReason: Int32?,
+            offerIdentifier: String?, price: Int64?, currency: String?, payloadHash: String?, user: String?
+        ) {
+            self.fact = fact
+            self.webOrderLineItemID = webOrderLineItemID
+            self.revocationType = revocationType
+            self.revocationReason = revocationReason
+            self.offerIdentifier = offerIdentifier
+            self.price = price
+            self.currency = currency
+            self.payloadHash = payloadHash
+            self.user = user
+        }
+    }
+
+    /// A chain's projection to store, with its owner and subscription group.
+    public struct StoredProjection: Sendable {
+        public var state: SubscriptionState
+        public var user: String?
+        public var group: String?
+
+        public init(state: SubscriptionState, user: String?, group: String?) {
+            self.state = state
+            self.user = user
+            self.group = group
+        }
+    }
+
+    /// Upserts the chains' transactions; the first attribution stays.
+    public static func storeTransactions(_ t: [StoredTransaction]) -> PostgresQuery {
+        let insert = BatchInsert(
+            into: "apple_transaction",
+            [
+                .init("environment", "text[]", t.map(\.fact.environment), onConflict: .keep),
+                .init("transaction_id", "text[]", t.map(\.fact.transactionID), onConflict: .keep),
+                .init("original_transaction_id", "text[]", t.map(\.fact.originalTransactionID), onConflict: .keep),
+                .init("web_order_line_item_id", "text[]", t.map(\.webOrderLineItemID)),
+                .init("app_account_token", "text[]", t.map(\.fact.appAccountToken), onConflict: .keep),
+                // The first attribution stays: a later fact never moves a transaction to another user.
+                .init("user_id", "text[]", t.map(\.user), onConflict: .set("coalesce(apple_transaction.user_id, EXCLUDED.user_id)")),
+                .init("product_id", "text[]", t.map(\.fact.productID)),
+                .init("transaction_reason", "text[]", t.map(\.fact.transactionReason)),
+                .init("purchase_date", "timestamptz[]", t.map(\.fact.purchaseDate)),
+                .init("original_purchase_date", "timestamptz[]", t.map(\.fact.originalPurchaseDate)),
+                .init("expires_date", "timestamptz[]", t.map(\.fact.expiresDate)),
+                .init("revocation_date", "timestamptz[]", t.map(\.fact.revocationDate)),
+                .init("revocation_type", "text[]", t.map(\.revocationType)),
+                .init("revocation_reason", "integer[]", t.map(\.revocationReason)),
+                .init("revocation_percentage", "integer[]", t.map(\.fact.revocationPercentage)),
+                .init("ownership_type", "text[]", t.map(\.fact.ownershipType)),
+                .init("offer_type", "integer[]", t.map(\.fact.offerType)),
+                .init("offer_identifier", "text[]", t.map(\.offerIdentifier)),
+                .init("offer_discount_type", "text[]", t.map(\.fact.offerDiscountType)),
+                .init("offer_period", "text[]", t.map(\.fact.offerPeriod)),
+                .init("is_upgraded", "boolean[]", t.map(\.fact.isUpgraded)),
+                .init("price_milliunits", "bigint[]", t.map(\.price)),
+                .init("currency", "text[]", t.map(\.currency)),
+                .init("signed_date", "timestamptz[]", t.map(\.fact.signedDate)),
+                .init("payload_hash", "text[]", t.map(\.payloadHash)),
+            ], conflict: .update(target: "(environment, transaction_id)", also: "updated_at = now()"))
+        return "\(insert)"
+    }
+
+    /// Upserts the chains' renewal infos.
+    public static func storeRenewals(_ r: [RenewalFact]) -> PostgresQuery {
+        let insert = BatchInsert(
+            into: "apple_renewal_info",
+            [
+                .init("environment", "text[]", r.map(\.environment), onConflict: .keep),
+                .init("original_transaction_id", "text[]", r.map(\.originalTransactionID), onConflict: .keep),
+                .init("product_id", "text[]", r.map(\.productID)),
+                .init("auto_renew_product_id", "text[]", r.map(\.autoRenewProductID)),
+                .init("auto_renew_enabled", "boolean[]", r.map(\.autoRenewEnabled)),
+                .init("is_in_billing_retry", "boolean[]", r.map(\.isInBillingRetryPeriod)),
+                .init("grace_period_expires_at", "timestamptz[]", r.map(\.gracePeriodExpiresDate)),
+                .init("expiration_intent", "integer[]", r.map(\.expirationIntent)),
+                .init("price_increase_status", "integer[]", r.map(\.priceIncreaseStatus)),
+                .init("renewal_date", "timestamptz[]", r.map(\.renewalDate)),
+                .init("renewal_price", "bigint[]", r.map(\.renewalPrice)),
+                .init("renewal_currency", "text[]", r.map(\.renewalCurrency)),
+                .init("signed_date", "timestamptz[]", r.map(\.signedDate)),
+            ], conflict: .update(target: "(environment, original_transaction_id)", also: "updated_at = now()"))
+        return "\(insert)"
+    }
+
+    /// Upserts the chains' projections; the owner is the first attribution (a conflict freezes the
+    /// chain instead).
+    public static func storeProjections(_ s: [StoredProjection]) -> PostgresQuery {
+        let insert = BatchInsert(
+            into: "user_subscription",
+            [
+                .init("environment", "text[]", s.map(\.state.environment), onConflict: .keep),
+                .init("original_transaction_id", "text[]", s.map(\.state.originalTransactionID), onConflict: .keep),
+                .init("user_id", "text[]", s.map(\.user), onConflict: .keep),
+                .init("subscription_group_id", "text[]", s.map(\.group)),
+                .init("active_product_id", "text[]", s.map(\.state.activeProductID)),
+                .init("pending_product_id", "text[]", s.map(\.state.pendingProductID)),
+                .init("status", "text[]", s.map(\.state.status.rawValue)),
+                .init("auto_renew_enabled", "boolean[]", s.map(\.state.autoRenewEnabled)),
+                .init("expires_at", "timestamptz[]", s.map(\.state.expiresAt)),
+                .init("grace_expires_at", "timestamptz[]", s.map(\.state.graceExpiresAt)),
+                .init("last_transaction_id", "text[]", s.map(\.state.lastTransactionID)),
+                .init("last_signed_date", "timestamptz[]", s.map(\.state.lastSignedDate)),
+                .init("is_family_shared", "boolean[]", s.map(\.state.isFamilyShared)),
+            ],
+            conflict: .update(
+                target: "(environment, original_transaction_id)",
+                also: "version = user_subscription.version + 1, updated_at = now()"))
+        return "\(insert)"
+    }
+
+    // MARK: - Chain state outside the fulfillment statement
 
     /// Nothing moves on a chain with an account conflict until an operator clears it (`unfreeze`):
     /// in the worker's transaction, under the chain's lock.

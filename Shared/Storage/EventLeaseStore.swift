@@ -94,6 +94,53 @@ public struct EventLeaseStore: Sendable {
                 origin: origin))
     }
 
+    /// Keeps the summary of a fact that could not be attributed (`unmatched_fact`), in the worker's
+    /// transaction, so it can be found and replayed; a replayed fact that fails again is kept again.
+    public func keepUnmatched(_ event: ClaimedEvent, reason: String, summary: UnmatchedSummary, on db: PostgresConnection)
+        async throws
+    {
+        try await db.query(
+            """
+            INSERT INTO unmatched_fact (
+                event_kind, event_id, reason, environment, notification_type, subtype, transaction_id,
+                original_transaction_id, product_id, app_account_token, submitted_by)
+            VALUES (\(event.kind.rawValue), \(event.id), \(reason), \(event.payload.environment), \(summary.notificationType),
+                    \(summary.subtype), \(summary.transactionID), \(summary.originalTransactionID), \(summary.productID),
+                    \(summary.appAccountToken), \(summary.submittedBy))
+            ON CONFLICT (event_kind, event_id) DO UPDATE SET
+                reason = EXCLUDED.reason, product_id = EXCLUDED.product_id, app_account_token = EXCLUDED.app_account_token,
+                updated_at = now(), replayed_at = NULL
+            """)
+    }
+
+    // MARK: - The fulfillment statement's parts (one statement per batch of events, for speed)
+
+    /// Marks the batch's events SUCCEEDED (`RETURNING e.kind, e.id`), through their key rows.
+    public static func succeed(_ events: [ClaimedEvent]) -> PostgresQuery {
+        """
+        UPDATE inbound_event e
+           SET process_status = \(sql: EventStatus.succeeded.literal), processed_at = now(), lease_owner = NULL,
+               lease_expires_at = NULL, error_code = NULL, error_message = NULL, updated_at = now()
+          FROM inbound_event_key k
+         WHERE k.id = ANY(\(PostgresArray(events.map(\.id)))::bigint[])
+           AND e.id = k.id AND e.received_at = k.received_at
+        RETURNING e.kind, e.id
+        """
+    }
+
+    /// The proof of each event the CTE `succeeded` (the statement of `succeed`) completed: which
+    /// worker, which attempt (`RETURNING 1`).
+    public static func prove(_ events: [ClaimedEvent], owner: String, succeeded: StaticString) -> PostgresQuery {
+        """
+        INSERT INTO processed_event (event_kind, event_id, worker_id, attempt)
+        SELECT p.kind, p.id, \(owner), p.attempt
+          FROM unnest(\(PostgresArray(events.map(\.kind.rawValue)))::text[], \(PostgresArray(events.map(\.id)))::bigint[],
+                      \(PostgresArray(events.map { $0.retryCount + 1 }))::integer[]) AS p(kind, id, attempt)
+          JOIN \(sql: succeeded) USING (kind, id)
+        RETURNING 1
+        """
+    }
+
     /// Gives the event back for a later attempt (`RETRY_WAIT`), or buries it (`DEAD`) when `retryAt` is nil.
     public func fail(
         _ event: ClaimedEvent, owner: String, code: String, message: String, retryAt delay: Duration?
@@ -258,4 +305,28 @@ public struct EventReplayRefusal: Error, Sendable, CustomStringConvertible {
     public let code: Code
     public let message: String
     public var description: String { "\(code.rawValue): \(message)" }
+}
+
+/// What an operator needs to find an unattributed fact again.
+public struct UnmatchedSummary: Sendable {
+    public var notificationType: String?
+    public var subtype: String?
+    public var transactionID: String?
+    public var originalTransactionID: String?
+    public var productID: String?
+    public var appAccountToken: String?
+    public var submittedBy: String?
+
+    public init(
+        notificationType: String?, subtype: String?, transactionID: String?, originalTransactionID: String?, productID: String?,
+        appAccountToken: String?, submittedBy: String?
+    ) {
+        self.notificationType = notificationType
+        self.subtype = subtype
+        self.transactionID = transactionID
+        self.originalTransactionID = originalTransactionID
+        self.productID = productID
+        self.appAccountToken = appAccountToken
+        self.submittedBy = submittedBy
+    }
 }

@@ -233,6 +233,98 @@ public struct OrderStore: Sendable {
         }
     }
 
+    // MARK: - The fulfillment statement's parts (one statement per batch of events, for speed)
+
+    /// An order a fact fulfils, with the verified transaction's price and token when it is the
+    /// event's own.
+    public struct FulfilledOrder: Sendable {
+        public var change: OrderChange
+        public var price: Int64?
+        public var currency: String?
+        public var appAccountToken: UUID?
+        public var user: String?
+
+        public init(change: OrderChange, price: Int64?, currency: String?, appAccountToken: UUID?, user: String?) {
+            self.change = change
+            self.price = price
+            self.currency = currency
+            self.appAccountToken = appAccountToken
+            self.user = user
+        }
+    }
+
+    /// A status change of an order or a subscription, with the event that caused it.
+    public struct HistoryEntry: Sendable {
+        public var change: StatusChange
+        public var cause: String
+        public var kind: String
+        public var eventID: Int64
+
+        public init(change: StatusChange, cause: String, kind: String, eventID: Int64) {
+            self.change = change
+            self.cause = cause
+            self.kind = kind
+            self.eventID = eventID
+        }
+    }
+
+    /// Marks the users' open orders FULFILLED by their transactions (`RETURNING 1`).
+    public static func fulfil(_ orders: [FulfilledOrder]) -> PostgresQuery {
+        """
+        UPDATE payment_order o
+           SET status = \(OrderStatus.fulfilled.rawValue), transaction_id = l.transaction_id,
+               original_transaction_id = l.original, environment = l.environment, amount_milliunits = l.price,
+               currency = l.currency, failure_code = NULL, updated_at = now()
+          FROM unnest(\(PostgresArray(orders.map(\.change.order.orderNo)))::text[],
+                      \(PostgresArray(orders.map(\.change.order.transactionID)))::text[],
+                      \(PostgresArray(orders.map(\.change.originalTransactionID)))::text[],
+                      \(PostgresArray(orders.map(\.change.environment)))::text[],
+                      \(PostgresArray(orders.map(\.price)))::bigint[],
+                      \(PostgresArray(orders.map(\.currency)))::text[])
+               AS l(order_no, transaction_id, original, environment, price, currency)
+         WHERE o.order_no = l.order_no
+        RETURNING 1
+        """
+    }
+
+    /// Orders a fact creates (renewals, changes, recoveries): born FULFILLED; one already made by
+    /// an earlier attempt is left as it is.
+    public static func insertFulfilled(_ orders: [FulfilledOrder]) -> PostgresQuery {
+        let insert = BatchInsert(
+            into: "payment_order",
+            [
+                .init("order_no", "text[]", orders.map(\.change.order.orderNo)),
+                .init("user_id", "text[]", orders.map(\.user)),
+                .init("product_id", "text[]", orders.map(\.change.order.productID)),
+                .init("subscription_group_id", "text[]", orders.map(\.change.subscriptionGroupID)),
+                .init("order_type", "text[]", orders.map(\.change.order.type.rawValue)),
+                .init("status", "text[]", orders.map { _ in OrderStatus.fulfilled.rawValue }),
+                .init("transaction_id", "text[]", orders.map(\.change.order.transactionID)),
+                .init("original_transaction_id", "text[]", orders.map(\.change.originalTransactionID)),
+                .init("environment", "text[]", orders.map(\.change.environment)),
+                .init("amount_milliunits", "bigint[]", orders.map(\.price)),
+                .init("currency", "text[]", orders.map(\.currency)),
+                .init("app_account_token", "uuid[]", orders.map(\.appAccountToken)),
+            ], conflict: .doNothing)
+        return "\(insert)"
+    }
+
+    /// The status changes of orders and subscriptions an event made.
+    public static func appendHistory(_ entries: [HistoryEntry]) -> PostgresQuery {
+        let insert = BatchInsert(
+            into: "status_history",
+            [
+                .init("entity_type", "text[]", entries.map(\.change.entity.rawValue)),
+                .init("entity_key", "text[]", entries.map(\.change.key)),
+                .init("previous_status", "text[]", entries.map(\.change.previous)),
+                .init("current_status", "text[]", entries.map(\.change.current)),
+                .init("cause", "text[]", entries.map(\.cause)),
+                .init("event_kind", "text[]", entries.map(\.kind)),
+                .init("event_id", "bigint[]", entries.map(\.eventID)),
+            ], conflict: .none)
+        return "\(insert)"
+    }
+
     // MARK: - Statements shared by the operations above
 
     static let openStatuses = OrderStatus.allCases.filter(\.isOpen).map(\.rawValue)

@@ -47,17 +47,13 @@ extension FulfillmentStore {
         case .clientSubmission(_, let user), .observedSubmission(let user): submitter = user
         case .notification: break
         }
-        try await db.query(
-            """
-            INSERT INTO unmatched_fact (
-                event_kind, event_id, reason, environment, notification_type, subtype, transaction_id,
-                original_transaction_id, product_id, app_account_token, submitted_by)
-            VALUES (\(event.kind.rawValue), \(event.id), \(reason.rawValue), \(event.payload.environment), \(type), \(subtype),
-                    \(fact?.transactionID), \(fact?.originalTransactionID ?? verified.renewal?.originalTransactionID),
-                    \(fact?.productID ?? verified.renewal?.productID), \(fact?.appAccountToken), \(submitter))
-            ON CONFLICT (event_kind, event_id) DO UPDATE SET
-                reason = EXCLUDED.reason, product_id = EXCLUDED.product_id, app_account_token = EXCLUDED.app_account_token,
-                updated_at = now(), replayed_at = NULL
-            """)
+        try await leases.keepUnmatched(
+            event, reason: reason.rawValue,
+            summary: UnmatchedSummary(
+                notificationType: type, subtype: subtype, transactionID: fact?.transactionID,
+                originalTransactionID: fact?.originalTransactionID ?? verified.renewal?.originalTransactionID,
+                productID: fact?.productID ?? verified.renewal?.productID, appAccountToken: fact?.appAccountToken,
+                submittedBy: submitter),
+            on: db)
     }
 }
