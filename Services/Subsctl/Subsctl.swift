@@ -34,9 +34,6 @@ enum ExitStatus {
 }
 
 enum Subsctl {
-    /// What `subsctl --version` prints; raised with each release of the operators' interface.
-    static let version = "1.1.0"
-
     static var commands: [any SubsctlCommand.Type] {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
@@ -57,7 +54,7 @@ enum Subsctl {
             return arguments.isEmpty ? ExitStatus.usage : ExitStatus.success
         }
         if arguments == ["--version"] || arguments == ["version"] {
-            printOutput("subsctl \(version)")
+            printOutput(BuildInfo.versionLine(of: "subsctl"))
             return ExitStatus.success
         }
         let options = arguments.prefix { $0 != "--" }
