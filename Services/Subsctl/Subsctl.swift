@@ -107,6 +107,19 @@ enum Subsctl {
     static func printOutput(_ text: String) {
         FileHandle.standardOutput.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
     }
+
+    /// A command's result: `value` as one line of JSON with `--json` (the admin API's conventions:
+    /// sorted keys, RFC 3339 dates), else the operator's `text`.
+    static func printResult(_ value: some Encodable, asJSON: Bool, text: () -> String) throws {
+        guard asJSON else { return printOutput(text()) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(RFC3339.string(from: date))
+        }
+        printOutput(String(decoding: try encoder.encode(value), as: UTF8.self))
+    }
 }
 
 /// Command-line arguments split into `--name value` options, value-less flags (`--json`) and
