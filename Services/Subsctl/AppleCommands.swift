@@ -43,14 +43,30 @@ enum AppleAPIAccess {
 /// and looks the TEST event up in the database (when `DATABASE_URL` is set).
 enum AppleTestNotificationCommand: SubsctlCommand {
     static let path = ["apple", "test-notification"]
-    static let usage = "apple test-notification [--env Production|Sandbox] [--wait SECONDS]"
+    static let usage = "apple test-notification [--env Production|Sandbox] [--wait SECONDS] [--json]"
     static let summary =
         "Ask Apple to send a TEST notification; print Apple's delivery attempts and whether the TEST event was stored."
+
+    /// The `--json` answer, printed once it is all known.
+    struct Output: Encodable {
+        struct Attempt: Encodable {
+            var attemptDate: Date?
+            var sendAttemptResult: String?
+        }
+        var testNotificationToken: String
+        var attempts: [Attempt]
+        var delivered: Bool
+        var notificationUUID: String?
+        /// Absent when it cannot be looked for (no DATABASE_URL or no notification UUID).
+        var stored: Bool?
+        var status: String?
+    }
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let environment = arguments.option("env")
         let wait = FulfillmentTaskRequest.waitSeconds(arguments.option("wait") ?? "60")
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let wait else { return usageError("--wait must be a whole number of seconds from 0 to 86400") }
@@ -67,7 +83,8 @@ enum AppleTestNotificationCommand: SubsctlCommand {
             }
             token = issued
         } catch { return AppleAPIAccess.failed(error) }
-        Subsctl.printOutput("testNotificationToken=\(token)")
+        // The token as soon as Apple gives it: the operator may look for it in the logs meanwhile.
+        if !asJSON { Subsctl.printOutput("testNotificationToken=\(token)") }
 
         // Apple answers "not found" until it has tried to send it.
         let deadline = ContinuousClock.now + .seconds(wait)
@@ -86,15 +103,24 @@ enum AppleTestNotificationCommand: SubsctlCommand {
             try? await Task.sleep(for: .seconds(1))
         }
         let attempts = status?.sendAttempts ?? []
-        for attempt in attempts {
-            Subsctl.printOutput(
-                "attempt=\(attempt.attemptDate.map { RFC3339.string(from: $0) } ?? "-") result=\(attempt.sendAttemptResult ?? "-")")
-        }
         let delivered = attempts.last?.sendAttemptResult == "SUCCESS"
         // The UUID only names the row to look for; the webhook verified the payload when it came.
         let uuid = status?.signedPayload.flatMap { (JWSParts($0)?.payloadJSON as? [String: Any])?["notificationUUID"] as? String }
+        var output = Output(
+            testNotificationToken: token, attempts: attempts.map { .init(attemptDate: $0.attemptDate, sendAttemptResult: $0.sendAttemptResult) },
+            delivered: delivered, notificationUUID: uuid)
+        let attemptLines = attempts.map {
+            "attempt=\($0.attemptDate.map { RFC3339.string(from: $0) } ?? "-") result=\($0.sendAttemptResult ?? "-")"
+        }
         guard let uuid, ProcessInfo.processInfo.environment["DATABASE_URL"] != nil else {
-            Subsctl.printOutput("delivered=\(delivered) stored=unknown (no DATABASE_URL or no notification UUID)")
+            do {
+                try Subsctl.printResult(output, asJSON: asJSON) {
+                    (attemptLines + ["delivered=\(delivered) stored=unknown (no DATABASE_URL or no notification UUID)"]).joined(separator: "\n")
+                }
+            } catch {
+                Subsctl.printError("\(error)")
+                return ExitStatus.refused
+            }
             return delivered ? ExitStatus.success : ExitStatus.refused
         }
         return await Subsctl.withDatabase { pool in
@@ -104,9 +130,12 @@ enum AppleTestNotificationCommand: SubsctlCommand {
                 try await Task.sleep(for: .milliseconds(500))
                 stored = try await events.status(ofNotification: uuid)
             }
-            Subsctl.printOutput(
-                "delivered=\(delivered) notificationUUID=\(uuid) stored=\(stored != nil)"
-                    + (stored.map { " status=\($0.status)" } ?? ""))
+            output.stored = stored != nil
+            output.status = stored?.status
+            try Subsctl.printResult(output, asJSON: asJSON) {
+                (attemptLines + ["delivered=\(delivered) notificationUUID=\(uuid) stored=\(stored != nil)"]).joined(separator: "\n")
+                    + (stored.map { " status=\($0.status)" } ?? "")
+            }
             return delivered && stored != nil ? ExitStatus.success : ExitStatus.refused
         }
     }
@@ -117,7 +146,7 @@ enum AppleTestNotificationCommand: SubsctlCommand {
 enum AppleExtendCommand: SubsctlCommand {
     static let path = ["apple", "extend"]
     static let usage =
-        "apple extend --original-transaction-id ID --days 1-90 --reason-code 0-3 --reason TEXT [--env Production|Sandbox] [--operator NAME]"
+        "apple extend --original-transaction-id ID --days 1-90 --reason-code 0-3 --reason TEXT [--env Production|Sandbox] [--operator NAME] [--json]"
     static let summary =
         "Extend one subscription's renewal date at Apple (reason code 0 undeclared, 1 customer satisfaction, 2 other, 3 service issue); audited."
 
@@ -135,9 +164,18 @@ enum AppleExtendCommand: SubsctlCommand {
         var error: String?
     }
 
+    /// The `--json` answer: what Apple answered for the chain.
+    struct Output: Encodable {
+        var originalTransactionId: String
+        var success: Bool
+        var effectiveDate: Date?
+        var webOrderLineItemId: String?
+    }
+
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let original = arguments.option("original-transaction-id")
+        let asJSON = arguments.flag("json")
         let days = arguments.option("days").flatMap { Int32($0) }
         let reasonCode = arguments.option("reason-code").flatMap { Int32($0) }
         let reason = arguments.option("reason")
@@ -162,6 +200,7 @@ enum AppleExtendCommand: SubsctlCommand {
             requestIdentifier: UUID().uuidString.lowercased())
         return await Subsctl.withDatabase { pool in
             var answered = Answered()
+            var output: Output?
             var status = ExitStatus.success
             do throws(AppStoreAPIError) {
                 let response = try await client.extendSubscriptionRenewalDate(
@@ -170,14 +209,20 @@ enum AppleExtendCommand: SubsctlCommand {
                         extendByDays: days, extendReasonCode: reasonCode, requestIdentifier: asked.requestIdentifier))
                 answered = Answered(
                     success: response.success, effectiveDate: response.effectiveDate, webOrderLineItemId: response.webOrderLineItemId)
-                Subsctl.printOutput(
-                    "originalTransactionId=\(original) success=\(response.success ?? false)"
-                        + " effectiveDate=\(response.effectiveDate.map { RFC3339.string(from: $0) } ?? "-")"
-                        + " webOrderLineItemId=\(response.webOrderLineItemId ?? "-")")
+                output = Output(
+                    originalTransactionId: original, success: response.success ?? false, effectiveDate: response.effectiveDate,
+                    webOrderLineItemId: response.webOrderLineItemId)
                 if response.success != true { status = ExitStatus.refused }
             } catch {
                 answered.error = error.description
                 status = AppleAPIAccess.failed(error)
+            }
+            if let output {
+                try Subsctl.printResult(output, asJSON: asJSON) {
+                    "originalTransactionId=\(original) success=\(output.success)"
+                        + " effectiveDate=\(output.effectiveDate.map { RFC3339.string(from: $0) } ?? "-")"
+                        + " webOrderLineItemId=\(output.webOrderLineItemId ?? "-")"
+                }
             }
             try await AuditLog.record(
                 in: pool, operator: operatorName, action: "RENEWAL_DATE_EXTENDED", reason: reason, before: asked, after: answered)

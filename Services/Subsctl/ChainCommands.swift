@@ -14,6 +14,7 @@ enum ChainCommandOptions {
         var environment: String?
         var reason: String
         var operatorName: String
+        var asJSON: Bool
     }
 
     /// The options both commands take; `userOption` names the user (`user-id`, `owner-user-id`).
@@ -24,6 +25,7 @@ enum ChainCommandOptions {
         let environmentText = arguments.option("env")
         let reason = arguments.option("reason")
         let operatorName = arguments.operatorName()
+        let asJSON = arguments.flag("json")
         try arguments.checkAllOptionsUsed()
         if let extra = arguments.positionals.first { throw .init(description: "unexpected argument \(extra)") }
         guard let original, AppleTransactionID.isValid(original)
@@ -41,11 +43,13 @@ enum ChainCommandOptions {
         guard let reason, !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
             throw .init(description: "--reason is required: say why, for the audit trail")
         }
-        return Parsed(original: original, userID: user, environment: environment, reason: reason, operatorName: operatorName)
+        return Parsed(
+            original: original, userID: user, environment: environment, reason: reason, operatorName: operatorName, asJSON: asJSON)
     }
 
-    /// Runs the action and prints the chain's binding after it, or the refusal's code.
-    static func perform(_ action: (ChainBindingStore) async throws -> ChainActionResult) async -> Int32 {
+    /// Runs the action and prints the chain's binding after it (as the admin API answers with
+    /// `--json`), or the refusal's code.
+    static func perform(asJSON: Bool, _ action: (ChainBindingStore) async throws -> ChainActionResult) async -> Int32 {
         await Subsctl.withDatabase { pool in
             // The services' topic when this runs with their settings; otherwise their sweepers
             // re-publish what was replayed.
@@ -53,11 +57,12 @@ enum ChainCommandOptions {
             do {
                 let result = try await action(ChainBindingStore(pool: pool, topic: topic))
                 let binding = result.binding
-                Subsctl.printOutput(
+                try Subsctl.printResult(result, asJSON: asJSON) {
                     "chain=\(binding.environment):\(binding.originalTransactionId) userId=\(binding.userId)"
                         + " source=\(binding.source.rawValue) appAccountToken=\(binding.appleTokenStatus?.rawValue ?? "-")"
                         + (binding.appleTokenTaskId.map { " task=\($0)" } ?? "") + " replayed=\(result.replayedEvents)"
-                        + " changed=\(result.changed)")
+                        + " changed=\(result.changed)"
+                }
                 return ExitStatus.success
             } catch let refusal as ChainActionRefusal {
                 Subsctl.printError("refused: error=\(refusal.code.rawValue) \(refusal.message)")
@@ -71,7 +76,7 @@ enum ChainCommandOptions {
 enum ChainAttributeCommand: SubsctlCommand {
     static let path = ["chain", "attribute"]
     static let usage =
-        "chain attribute --original-transaction-id ID --user-id USER --reason TEXT [--env Production|Sandbox] [--operator NAME]"
+        "chain attribute --original-transaction-id ID --user-id USER --reason TEXT [--env Production|Sandbox] [--operator NAME] [--json]"
     static let summary =
         "Bind a chain no token attributes (offer codes, existing subscribers) to a user: Set App Account Token at Apple, replay its UNMATCHED_ACCOUNT facts."
 
@@ -80,7 +85,7 @@ enum ChainAttributeCommand: SubsctlCommand {
         do { options = try ChainCommandOptions.parse(arguments, userOption: "user-id") } catch {
             return usageError(error.description)
         }
-        return await ChainCommandOptions.perform { store in
+        return await ChainCommandOptions.perform(asJSON: options.asJSON) { store in
             try await store.attribute(
                 environment: options.environment, originalTransactionID: options.original, userID: options.userID,
                 operator: options.operatorName, reason: options.reason)
@@ -92,7 +97,7 @@ enum ChainAttributeCommand: SubsctlCommand {
 enum ChainUnfreezeCommand: SubsctlCommand {
     static let path = ["chain", "unfreeze"]
     static let usage =
-        "chain unfreeze --original-transaction-id ID --owner-user-id USER --reason TEXT [--env Production|Sandbox] [--operator NAME]"
+        "chain unfreeze --original-transaction-id ID --owner-user-id USER --reason TEXT [--env Production|Sandbox] [--operator NAME] [--json]"
     static let summary =
         "Resolve an ACCOUNT_CONFLICT freeze in favour of one user (over the facts' tokens) and replay the facts the freeze refused."
 
@@ -101,7 +106,7 @@ enum ChainUnfreezeCommand: SubsctlCommand {
         do { options = try ChainCommandOptions.parse(arguments, userOption: "owner-user-id") } catch {
             return usageError(error.description)
         }
-        return await ChainCommandOptions.perform { store in
+        return await ChainCommandOptions.perform(asJSON: options.asJSON) { store in
             try await store.unfreeze(
                 environment: options.environment, originalTransactionID: options.original, ownerUserID: options.userID,
                 operator: options.operatorName, reason: options.reason)

@@ -7,9 +7,16 @@ import Storage
 /// calls it with the user's choice; `unknown` forgets it (counts as no).
 enum ConsentCommand: SubsctlCommand {
     static let path = ["consent"]
-    static let usage = "consent --user-id ID --consumption-data granted|denied|unknown [--reason TEXT] [--operator NAME]"
+    static let usage = "consent --user-id ID --consumption-data granted|denied|unknown [--reason TEXT] [--operator NAME] [--json]"
     static let summary =
         "Record whether a user consented to share consumption data with Apple (refund requests); print before and after."
+
+    /// The `--json` answer: the choice after and before, in the words the option takes.
+    struct Output: Encodable {
+        var userId: String
+        var consumptionData: String
+        var wasConsumptionData: String
+    }
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
@@ -17,6 +24,7 @@ enum ConsentCommand: SubsctlCommand {
         let choice = arguments.option("consumption-data")?.lowercased()
         let reason = arguments.option("reason") ?? "user choice"
         let operatorName = arguments.operatorName()
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user-id must be a user id of 1 to 128 characters") }
@@ -31,7 +39,10 @@ enum ConsentCommand: SubsctlCommand {
                 Subsctl.printError("no user \(user)")
                 return ExitStatus.refused
             }
-            Subsctl.printOutput("user=\(user) consumptionData=\(Self.word(outcome.after)) (was \(Self.word(outcome.before)))")
+            let output = Output(userId: user, consumptionData: word(outcome.after), wasConsumptionData: word(outcome.before))
+            try Subsctl.printResult(output, asJSON: asJSON) {
+                "user=\(user) consumptionData=\(output.consumptionData) (was \(output.wasConsumptionData))"
+            }
             return ExitStatus.success
         }
     }

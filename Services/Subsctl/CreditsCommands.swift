@@ -8,13 +8,14 @@ import ServiceRuntime
 /// the database of `DATABASE_URL`, one audit row per new version.
 enum RatesApplyCommand: SubsctlCommand {
     static let path = ["rates", "apply"]
-    static let usage = "rates apply [--operator NAME] [--reason TEXT] FILE"
+    static let usage = "rates apply [--operator NAME] [--reason TEXT] [--json] FILE"
     static let summary = "Insert the new rate versions of FILE into DATABASE_URL (stored versions never change); print what changed."
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let operatorName = arguments.operatorName()
         let reason = arguments.option("reason")
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.count == 1 else { return usageError("give exactly one FILE") }
         let path = arguments.positionals[0]
@@ -27,8 +28,10 @@ enum RatesApplyCommand: SubsctlCommand {
             let result = try await CreditRates.apply(
                 file, operator: operatorName, reason: reason ?? "subsctl rates apply \(URL(fileURLWithPath: path).lastPathComponent)",
                 pool: pool)
-            let lines = result.inserted.map { "inserted \($0)" } + result.unchanged.map { "unchanged \($0)" }
-            Subsctl.printOutput((lines + ["inserted=\(result.inserted.count) unchanged=\(result.unchanged.count)"]).joined(separator: "\n"))
+            try Subsctl.printResult(["inserted": result.inserted, "unchanged": result.unchanged], asJSON: asJSON) {
+                let lines = result.inserted.map { "inserted \($0)" } + result.unchanged.map { "unchanged \($0)" }
+                return (lines + ["inserted=\(result.inserted.count) unchanged=\(result.unchanged.count)"]).joined(separator: "\n")
+            }
             return ExitStatus.success
         }
     }
@@ -38,15 +41,26 @@ enum RatesApplyCommand: SubsctlCommand {
 /// beside them): welcome credits, yearly months, the daily close of every past day, expiry clearing.
 enum CreditsRunJobsCommand: SubsctlCommand {
     static let path = ["credits", "run-jobs"]
-    static let usage = "credits run-jobs [--now RFC3339] [--welcome-credits N] [--app-key BUNDLE_ID]"
+    static let usage = "credits run-jobs [--now RFC3339] [--welcome-credits N] [--app-key BUNDLE_ID] [--json]"
     static let summary =
         "Run the credit jobs once against DATABASE_URL for the instant --now (default: now); print what they did and how long."
+
+    /// The `--json` answer: what each job did, how long they took, and the ledger check after them.
+    struct Output: Encodable {
+        var welcomeGrants: Int
+        var monthlyGrants: Int
+        var billsClosed: Int
+        var poolsCleared: Int
+        var seconds: Double
+        var ledgerMismatches: Int
+    }
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let nowText = arguments.option("now")
         let welcome = arguments.option("welcome-credits")
         let appKey = arguments.option("app-key") ?? ProcessInfo.processInfo.environment["APPLE_IAP_BUNDLE_ID"] ?? ""
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
         guard let now = nowText.map({ RFC3339.date(from: $0) }) ?? Date() else { return usageError("--now must be an RFC 3339 time") }
@@ -64,12 +78,16 @@ enum CreditsRunJobsCommand: SubsctlCommand {
             let seconds = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
             Subsctl.printProgress("checking every balance against its ledger…")
             let violations = try await jobs.checkInvariant()
-            Subsctl.printOutput(
+            let output = Output(
+                welcomeGrants: report.welcomeGrants, monthlyGrants: report.monthlyGrants, billsClosed: report.billsClosed,
+                poolsCleared: report.poolsCleared, seconds: seconds, ledgerMismatches: violations)
+            try Subsctl.printResult(output, asJSON: asJSON) {
                 """
                 welcome_grants=\(report.welcomeGrants) monthly_grants=\(report.monthlyGrants) \
                 bills_closed=\(report.billsClosed) pools_cleared=\(report.poolsCleared) seconds=\(seconds) \
                 ledger_mismatches=\(violations)
-                """)
+                """
+            }
             return ExitStatus.success
         }
     }
@@ -80,13 +98,14 @@ enum CreditsRunJobsCommand: SubsctlCommand {
 enum CreditsAdjustCommand: SubsctlCommand {
     static let path = ["credits", "adjust"]
     static let usage =
-        "credits adjust --user-id ID --pool SUBSCRIPTION|WELCOME|PERMANENT --amount CREDITS --number ADJUSTMENT_NO --operator NAME --reason TEXT"
+        "credits adjust --user-id ID --pool SUBSCRIPTION|WELCOME|PERMANENT --amount CREDITS --number ADJUSTMENT_NO --operator NAME --reason TEXT [--json]"
     static let summary =
         "Credit (positive --amount, e.g. 3) or debit (negative, e.g. -2.5; never below zero, the rest recorded as unrecoverable) a pool in DATABASE_URL, once per --number."
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let values = [("user-id", arguments.userID())] + ["pool", "amount", "number", "operator", "reason"].map { ($0, arguments.option($0)) }
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
         if let missing = values.first(where: { $0.1?.isEmpty ?? true }) { return usageError("--\(missing.0) is required") }
@@ -105,7 +124,7 @@ enum CreditsAdjustCommand: SubsctlCommand {
                         userID: option["user-id", default: ""], pool: pool, amount: amount, adjustmentNo: option["number", default: ""],
                         operator: option["operator", default: ""], reason: option["reason", default: ""], limits: limits, on: db)
                 }
-                Subsctl.printOutput(line(result))
+                try Subsctl.printResult(Output(result), asJSON: asJSON) { line(result) }
                 return ExitStatus.success
             } catch CreditAdjustmentError.unknownUser(let user) {
                 Subsctl.printError("no user \(user): nothing booked")
@@ -117,6 +136,30 @@ enum CreditsAdjustCommand: SubsctlCommand {
                 Subsctl.printError("adjustment number \(first.adjustmentNo) was used for another adjustment, nothing booked: \(line(first))")
                 return ExitStatus.refused
             }
+        }
+    }
+
+    /// The `--json` answer, the admin API's: amounts as decimal strings of credits.
+    struct Output: Encodable {
+        var adjustmentNo: String
+        var userId: String
+        var pool: String
+        var amount: String
+        var applied: String
+        var unrecoverable: String
+        var balanceAfter: String
+        /// False when this number was booked before: nothing new was, this is the first result.
+        var booked: Bool
+
+        init(_ result: CreditAdjustment) {
+            adjustmentNo = result.adjustmentNo
+            userId = result.userID
+            pool = result.pool.rawValue
+            amount = CreditAmount.decimal(result.amount)
+            applied = CreditAmount.decimal(result.applied)
+            unrecoverable = CreditAmount.decimal(result.unrecoverable)
+            balanceAfter = CreditAmount.decimal(result.balanceAfter)
+            booked = result.booked
         }
     }
 

@@ -9,12 +9,61 @@ import Storage
 /// command then follows the task until it is DONE or FAILED, or `--wait` seconds pass.
 enum FulfillmentTaskRequest {
     /// A task row as the operator sees it.
-    struct Outcome {
+    struct Outcome: Encodable {
         var id: Int64
         var status: String
+        /// The result as the worker wrote it: the text shows only the counters it holds.
         var result: [String: Any]
+        /// The same result with every counter, for `--json`.
+        var counters: TaskResult
         var errorCode: String?
         var errorMessage: String?
+
+        /// A task just stored, not looked at by a worker yet.
+        static func requested(_ id: Int64) -> Outcome {
+            Outcome(
+                id: id, status: TaskStatus.pending.rawValue, result: [:], counters: TaskResult(), errorCode: nil, errorMessage: nil)
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case id = "taskId"
+            case counters = "result"
+            case status, errorCode, errorMessage
+        }
+    }
+
+    /// What `requery` and `recover` print: the task, and for a re-query what Apple's answer did.
+    struct Output: Encodable {
+        /// A re-query's event, once applied.
+        struct Event: Encodable {
+            var eventId: Int64
+            var status: String
+            var errorCode: String?
+        }
+
+        /// A re-queried chain as it stands afterwards.
+        struct Subscription: Encodable {
+            var environment: String
+            var originalTransactionId: String
+            var status: String
+            var activeProductId: String
+            var pendingProductId: String?
+            var expiresAt: Date?
+            var autoRenewEnabled: Bool
+        }
+
+        var task: Outcome
+        var events: [Event]?
+        var subscription: Subscription?
+        /// The lines printed without `--json`.
+        var text: String
+
+        init(task: Outcome) {
+            self.task = task
+            text = FulfillmentTaskRequest.summary(task)
+        }
+
+        enum CodingKeys: String, CodingKey { case task, events, subscription }
     }
 
     /// `--wait SECONDS` (default 120; 0 returns once the request is stored).
@@ -52,7 +101,8 @@ enum FulfillmentTaskRequest {
         guard let task = try await tasks.outcome(of: id) else { throw MissingTask(id: id) }
         let json = try JSONSerialization.jsonObject(with: Data(task.resultJSON.utf8))
         return Outcome(
-            id: id, status: task.status.rawValue, result: json as? [String: Any] ?? [:], errorCode: task.errorCode,
+            id: id, status: task.status.rawValue, result: json as? [String: Any] ?? [:],
+            counters: try JSONDecoder().decode(TaskResult.self, from: Data(task.resultJSON.utf8)), errorCode: task.errorCode,
             errorMessage: task.errorMessage)
     }
 
@@ -73,13 +123,15 @@ enum FulfillmentTaskRequest {
         return line
     }
 
-    /// The exit status of a followed task, after printing what became of it.
-    static func report(_ task: Outcome?, id: Int64, seconds: Int) -> Int32 {
-        guard let task else {
+    /// The exit status of a task request, after printing what became of it (nil: still pending
+    /// after `seconds` of following it).
+    static func report(_ output: Output?, id: Int64, seconds: Int, asJSON: Bool) throws -> Int32 {
+        guard let output else {
             Subsctl.printError("task \(id) is still pending after \(seconds) s (is a worker with the App Store Server API key running?)")
             return ExitStatus.temporaryFailure
         }
-        Subsctl.printOutput(summary(task))
+        try Subsctl.printResult(output, asJSON: asJSON) { output.text }
+        let task = output.task
         if task.status == TaskStatus.failed.rawValue {
             Subsctl.printError("task \(id) failed: \(task.errorCode ?? "") \(task.errorMessage ?? "")")
             return ExitStatus.refused

@@ -6,15 +6,19 @@ import Storage
 /// catalogue and the rates before any service runs. Safe beside starting services (one advisory lock).
 enum MigrateCommand: SubsctlCommand {
     static let path = ["migrate"]
-    static let usage = "migrate"
+    static let usage = "migrate [--json]"
     static let summary = "Apply the database schema migrations not applied yet (DATABASE_URL); print their versions."
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         return await Subsctl.withDatabase { pool in
             let applied = try await Migrator(pool: pool, logger: Subsctl.logger).migrate(Migrator.bundled())
-            Subsctl.printOutput("migrations applied: \(applied.isEmpty ? "none (up to date)" : applied.map(String.init).joined(separator: ","))")
+            try Subsctl.printResult(["applied": applied], asJSON: asJSON) {
+                "migrations applied: \(applied.isEmpty ? "none (up to date)" : applied.map(String.init).joined(separator: ","))"
+            }
             return ExitStatus.success
         }
     }

@@ -9,7 +9,7 @@ import Storage
 enum RecoverCommand: SubsctlCommand {
     static let path = ["recover"]
     static let usage =
-        "recover --from RFC3339 --to RFC3339 --env Production|Sandbox [--reason TEXT] [--operator NAME] [--wait SECONDS]"
+        "recover --from RFC3339 --to RFC3339 --env Production|Sandbox [--reason TEXT] [--operator NAME] [--wait SECONDS] [--json]"
     static let summary =
         "Recover the notifications Apple sent in [from, to) from Get Notification History (run by a worker); print the counts."
 
@@ -21,6 +21,7 @@ enum RecoverCommand: SubsctlCommand {
         let reason = arguments.option("reason") ?? "operator request"
         let operatorName = arguments.operatorName()
         let wait = FulfillmentTaskRequest.waitSeconds(arguments.option("wait"))
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let from, let to else { return usageError("--from and --to must be RFC 3339 times, e.g. 2026-11-29T10:00:00Z") }
@@ -36,12 +37,9 @@ enum RecoverCommand: SubsctlCommand {
             let tasks = TaskStore(pool: pool)
             let id = try await tasks.requestRecovery(
                 environment: environment, start: from, end: min(to, now), reason: reason, operator: operatorName)
-            guard wait > 0 else {
-                Subsctl.printOutput("task=\(id) status=PENDING")
-                return ExitStatus.success
-            }
-            let task = try await FulfillmentTaskRequest.follow(id, seconds: wait, tasks: tasks)
-            return FulfillmentTaskRequest.report(task, id: id, seconds: wait)
+            let task = try await wait > 0 ? FulfillmentTaskRequest.follow(id, seconds: wait, tasks: tasks) : .requested(id)
+            return try FulfillmentTaskRequest.report(
+                task.map(FulfillmentTaskRequest.Output.init(task:)), id: id, seconds: wait, asJSON: asJSON)
         }
     }
 }

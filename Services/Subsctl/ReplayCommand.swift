@@ -7,14 +7,21 @@ import Storage
 /// chain cleared), with an audit row. The sweeper re-publishes them; applying is idempotent.
 enum ReplayCommand: SubsctlCommand {
     static let path = ["replay"]
-    static let usage = "replay --error-code CODE [--reason TEXT] [--operator NAME]"
+    static let usage = "replay --error-code CODE [--reason TEXT] [--operator NAME] [--json]"
     static let summary = "Replay the DEAD events with this error code (e.g. UNMATCHED_PRODUCT after adding the product); print how many."
+
+    /// The `--json` answer, the admin API's.
+    struct Output: Encodable {
+        var errorCode: String
+        var replayed: Int
+    }
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let code = arguments.option("error-code")
         let reason = arguments.option("reason") ?? "cause fixed"
         let operatorName = arguments.operatorName()
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let code, (1...64).contains(code.utf8.count),
@@ -24,7 +31,7 @@ enum ReplayCommand: SubsctlCommand {
             Subsctl.printProgress("replaying the DEAD events with error code \(code)…")
             let replayed = try await EventLeaseStore(pool: pool).replayDead(
                 errorCode: code, operator: operatorName, reason: reason)
-            Subsctl.printOutput("replayed=\(replayed) errorCode=\(code)")
+            try Subsctl.printResult(Output(errorCode: code, replayed: replayed), asJSON: asJSON) { "replayed=\(replayed) errorCode=\(code)" }
             return ExitStatus.success
         }
     }

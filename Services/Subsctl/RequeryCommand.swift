@@ -9,7 +9,7 @@ import Storage
 enum RequeryCommand: SubsctlCommand {
     static let path = ["requery"]
     static let usage =
-        "requery --original-transaction-id ID --env Production|Sandbox [--reason TEXT] [--operator NAME] [--wait SECONDS]"
+        "requery --original-transaction-id ID --env Production|Sandbox [--reason TEXT] [--operator NAME] [--wait SECONDS] [--json]"
     static let summary =
         "Re-project a subscription chain from Apple's Get All Subscription Statuses (run by a worker); print the chain after it."
 
@@ -20,6 +20,7 @@ enum RequeryCommand: SubsctlCommand {
         let reason = arguments.option("reason") ?? "operator request"
         let operatorName = arguments.operatorName()
         let wait = FulfillmentTaskRequest.waitSeconds(arguments.option("wait"))
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let original, AppleTransactionID.isValid(original)
@@ -30,16 +31,14 @@ enum RequeryCommand: SubsctlCommand {
             let tasks = TaskStore(pool: pool)
             let id = try await tasks.requestRequery(
                 environment: environment, originalTransactionID: original, reason: reason, operator: operatorName)
-            guard wait > 0 else {
-                Subsctl.printOutput("task=\(id) status=PENDING")
-                return ExitStatus.success
-            }
             let started = ContinuousClock.now
-            let task = try await FulfillmentTaskRequest.follow(id, seconds: wait, tasks: tasks)
-            let status = FulfillmentTaskRequest.report(task, id: id, seconds: wait)
-            guard status == ExitStatus.success, let task else { return status }
+            let task = try await wait > 0 ? FulfillmentTaskRequest.follow(id, seconds: wait, tasks: tasks) : .requested(id)
+            let followed = task.map(FulfillmentTaskRequest.Output.init(task:))
+            guard var output = followed, output.task.status == TaskStatus.done.rawValue else {
+                return try FulfillmentTaskRequest.report(followed, id: id, seconds: wait, asJSON: asJSON)
+            }
             // The answer travels as events: wait for them before showing the chain.
-            let ids = ((task.result["eventIDs"] as? [Int]) ?? []).map(Int64.init)
+            let ids = output.task.counters.eventIDs
             let events = EventLeaseStore(pool: pool)
             let remaining = max(1, wait - Int((ContinuousClock.now - started).components.seconds))
             let deadline = ContinuousClock.now + .seconds(remaining)
@@ -48,25 +47,29 @@ enum RequeryCommand: SubsctlCommand {
                 let open = states.filter { !$0.status.isFinal }.count
                 if open == 0 { break }
                 if ContinuousClock.now >= deadline {
+                    _ = try FulfillmentTaskRequest.report(output, id: id, seconds: wait, asJSON: asJSON)
                     Subsctl.printError("Apple's answer is stored but \(open) event(s) are not applied yet")
                     return ExitStatus.temporaryFailure
                 }
                 try await Task.sleep(for: .milliseconds(250))
                 states = try await events.statuses(of: ids)
             }
+            output.events = states.map { .init(eventId: $0.id, status: $0.status.rawValue, errorCode: $0.errorCode) }
             for state in states {
-                Subsctl.printOutput(
-                    "event=\(state.id) status=\(state.status.rawValue)" + (state.errorCode.map { " error=\($0)" } ?? ""))
+                output.text += "\nevent=\(state.id) status=\(state.status.rawValue)" + (state.errorCode.map { " error=\($0)" } ?? "")
             }
             if let chain = try await tasks.chain(environment: environment, originalTransactionID: original) {
-                Subsctl.printOutput(
-                    "subscription=\(environment):\(original) status=\(chain.status) product=\(chain.activeProductID)"
-                        + " pending=\(chain.pendingProductID ?? "-") expires=\(chain.expiresAt.map { RFC3339.string(from: $0) } ?? "-")"
-                        + " autoRenew=\(chain.autoRenewEnabled)")
+                output.subscription = .init(
+                    environment: environment, originalTransactionId: original, status: chain.status, activeProductId: chain.activeProductID,
+                    pendingProductId: chain.pendingProductID, expiresAt: chain.expiresAt, autoRenewEnabled: chain.autoRenewEnabled)
+                output.text +=
+                    "\nsubscription=\(environment):\(original) status=\(chain.status) product=\(chain.activeProductID)"
+                    + " pending=\(chain.pendingProductID ?? "-") expires=\(chain.expiresAt.map { RFC3339.string(from: $0) } ?? "-")"
+                    + " autoRenew=\(chain.autoRenewEnabled)"
             } else {
-                Subsctl.printOutput("subscription=\(environment):\(original) none")
+                output.text += "\nsubscription=\(environment):\(original) none"
             }
-            return ExitStatus.success
+            return try FulfillmentTaskRequest.report(output, id: id, seconds: wait, asJSON: asJSON)
         }
     }
 }

@@ -34,9 +34,6 @@ enum ExitStatus {
 }
 
 enum Subsctl {
-    /// What `subsctl --version` prints; raised with each release of the operators' interface.
-    static let version = "1.1.0"
-
     static var commands: [any SubsctlCommand.Type] {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
@@ -57,7 +54,7 @@ enum Subsctl {
             return arguments.isEmpty ? ExitStatus.usage : ExitStatus.success
         }
         if arguments == ["--version"] || arguments == ["version"] {
-            printOutput("subsctl \(version)")
+            printOutput(BuildInfo.versionLine(of: "subsctl"))
             return ExitStatus.success
         }
         let options = arguments.prefix { $0 != "--" }
@@ -109,6 +106,19 @@ enum Subsctl {
 
     static func printOutput(_ text: String) {
         FileHandle.standardOutput.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+    }
+
+    /// A command's result: `value` as one line of JSON with `--json` (the admin API's conventions:
+    /// sorted keys, RFC 3339 dates), else the operator's `text`.
+    static func printResult(_ value: some Encodable, asJSON: Bool, text: () -> String) throws {
+        guard asJSON else { return printOutput(text()) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(RFC3339.string(from: date))
+        }
+        printOutput(String(decoding: try encoder.encode(value), as: UTF8.self))
     }
 }
 

@@ -7,17 +7,6 @@ import Storage
 /// `subsctl lookup`, `subsctl events list|summary`: the support reads of the admin API
 /// (`CaseStore`), on `DATABASE_URL`; `--json` prints what the API answers.
 enum SupportOutput {
-    /// The API's JSON conventions: sorted keys, RFC 3339 dates.
-    static func json(_ value: some Encodable) throws -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .custom { date, encoder in
-            var container = encoder.singleValueContainer()
-            try container.encode(RFC3339.string(from: date))
-        }
-        return String(decoding: try encoder.encode(value), as: UTF8.self)
-    }
-
     static func time(_ date: Date?) -> String { date.map { RFC3339.string(from: $0) } ?? "-" }
 
     static func line(_ event: EventSummary) -> String {
@@ -48,32 +37,32 @@ enum LookupCommand: SubsctlCommand {
                 Subsctl.printError("nothing has the id \(q)")
                 return ExitStatus.refused
             }
-            if asJSON {
-                Subsctl.printOutput(try SupportOutput.json(found))
-                return ExitStatus.success
-            }
-            let c = found.supportCase
-            var text = "matches: " + found.matches.map { "\($0.kind)=\($0.id)" }.joined(separator: " ") + "\n"
-            if let user = c.user {
-                text += "user=\(user.userId) testUser=\(user.isTestUser) appAccountTokens=\(user.appAccountTokens.joined(separator: ","))\n"
-            } else {
-                text += "user=- (no user owns it yet)\n"
-            }
-            for chain in c.chains {
-                text +=
-                    "chain=\(chain.environment):\(chain.originalTransactionId) status=\(chain.status ?? "-")"
-                    + " product=\(chain.activeProductId ?? "-") expires=\(SupportOutput.time(chain.expiresAt))"
-                    + " owner=\(chain.userId ?? chain.binding?.userId ?? "-")"
-                    + (chain.frozenReason.map { " frozen=\($0)" } ?? "") + "\n"
-            }
-            for balance in c.balances { text += "credits \(balance.pool)=\(CreditAmount.decimal(balance.balance))\n" }
-            text += "timeline:\n"
-            for item in c.timeline {
-                text += "  \(SupportOutput.time(item.at))  \(item.kind) \(item.id)  \(item.summary)\n"
-            }
-            Subsctl.printOutput(text)
+            try Subsctl.printResult(found, asJSON: asJSON) { text(found) }
             return ExitStatus.success
         }
+    }
+
+    static func text(_ found: CaseLookup) -> String {
+        let c = found.supportCase
+        var text = "matches: " + found.matches.map { "\($0.kind)=\($0.id)" }.joined(separator: " ") + "\n"
+        if let user = c.user {
+            text += "user=\(user.userId) testUser=\(user.isTestUser) appAccountTokens=\(user.appAccountTokens.joined(separator: ","))\n"
+        } else {
+            text += "user=- (no user owns it yet)\n"
+        }
+        for chain in c.chains {
+            text +=
+                "chain=\(chain.environment):\(chain.originalTransactionId) status=\(chain.status ?? "-")"
+                + " product=\(chain.activeProductId ?? "-") expires=\(SupportOutput.time(chain.expiresAt))"
+                + " owner=\(chain.userId ?? chain.binding?.userId ?? "-")"
+                + (chain.frozenReason.map { " frozen=\($0)" } ?? "") + "\n"
+        }
+        for balance in c.balances { text += "credits \(balance.pool)=\(CreditAmount.decimal(balance.balance))\n" }
+        text += "timeline:\n"
+        for item in c.timeline {
+            text += "  \(SupportOutput.time(item.at))  \(item.kind) \(item.id)  \(item.summary)\n"
+        }
+        return text
     }
 }
 
@@ -103,12 +92,10 @@ enum EventsListCommand: SubsctlCommand {
         if beforeText != nil && before == nil { return usageError("--before-id must be an event id") }
         return await Subsctl.withDatabase { pool in
             let events = try await CaseStore(pool: pool).events(status: status, errorCode: code, beforeID: before, limit: limit)
-            if asJSON {
-                Subsctl.printOutput(try SupportOutput.json(["items": events]))
-            } else if events.isEmpty {
+            if events.isEmpty && !asJSON {
                 Subsctl.printError("no such events")
             } else {
-                Subsctl.printOutput(events.map(SupportOutput.line).joined(separator: "\n"))
+                try Subsctl.printResult(["items": events], asJSON: asJSON) { events.map(SupportOutput.line).joined(separator: "\n") }
             }
             return ExitStatus.success
         }
@@ -127,13 +114,10 @@ enum EventsSummaryCommand: SubsctlCommand {
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         return await Subsctl.withDatabase { pool in
             let counts = try await CaseStore(pool: pool).eventSummary(now: Date())
-            if asJSON {
-                Subsctl.printOutput(try SupportOutput.json(["items": counts]))
-            } else {
-                Subsctl.printOutput(
-                    counts.map {
-                        "status=\($0.status) errorCode=\($0.errorCode ?? "-") count=\($0.count) oldestAgeSeconds=\($0.oldestAgeSeconds)"
-                    }.joined(separator: "\n"))
+            try Subsctl.printResult(["items": counts], asJSON: asJSON) {
+                counts.map {
+                    "status=\($0.status) errorCode=\($0.errorCode ?? "-") count=\($0.count) oldestAgeSeconds=\($0.oldestAgeSeconds)"
+                }.joined(separator: "\n")
             }
             return ExitStatus.success
         }

@@ -9,9 +9,16 @@ import Storage
 /// seen yet is created, so a tester can be flagged before their first purchase.
 enum TestUserCommand: SubsctlCommand {
     static let path = ["test-user"]
-    static let usage = "test-user --user-id ID --enable true|false [--reason TEXT] [--operator NAME]"
+    static let usage = "test-user --user-id ID --enable true|false [--reason TEXT] [--operator NAME] [--json]"
     static let summary =
         "Flag a user as a test user (their Sandbox purchases count on a Production deployment) or clear the flag; print before and after."
+
+    /// The `--json` answer, the admin API's.
+    struct Output: Encodable {
+        var userId: String
+        var isTestUser: Bool
+        var wasTestUser: Bool
+    }
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
@@ -19,6 +26,7 @@ enum TestUserCommand: SubsctlCommand {
         let choice = arguments.option("enable")?.lowercased()
         let reason = arguments.option("reason") ?? "test user"
         let operatorName = arguments.operatorName()
+        let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         guard let user, !user.isEmpty, user.count <= 128 else { return usageError("--user-id must be a user id of 1 to 128 characters") }
@@ -30,7 +38,9 @@ enum TestUserCommand: SubsctlCommand {
         }
         return await Subsctl.withDatabase { pool in
             let before = try await UserStore(pool: pool).setTestUser(user, enabled: enable, operator: operatorName, reason: reason)
-            Subsctl.printOutput("user=\(user) testUser=\(enable) (was \(before))")
+            try Subsctl.printResult(Output(userId: user, isTestUser: enable, wasTestUser: before), asJSON: asJSON) {
+                "user=\(user) testUser=\(enable) (was \(before))"
+            }
             return ExitStatus.success
         }
     }

@@ -6,7 +6,7 @@ import Foundation
 /// verifier and configuration, and prints what it says.
 enum VerifyCommand: SubsctlCommand {
     static let path = ["verify"]
-    static let usage = "verify --kind \(SignedDataKind.choices) [--expect-env Sandbox|Production] FILE|-"
+    static let usage = "verify --kind \(SignedDataKind.choices) [--expect-env Sandbox|Production] [--json] FILE|-"
     static let summary =
         "Verify a JWS or {\"signedPayload\": …} body; print its decoded (and nested decoded) JSON, or the error code and reason."
 
@@ -15,6 +15,8 @@ enum VerifyCommand: SubsctlCommand {
         let kind: SignedDataKind
         let environment: AppStoreEnvironment?
         do { (kind, environment) = try SignedDataKind.options(&arguments) } catch { return usageError(error.description) }
+        // Taken like every read command's, though the answer is JSON either way.
+        _ = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.count == 1 else { return usageError("give exactly one FILE (or - for stdin)") }
 

@@ -7,6 +7,11 @@ public enum BuildInfo {
     public static var revision: String {
         ProcessInfo.processInfo.environment["SUBS_BUILD_REVISION"].flatMap { $0.isEmpty ? nil : $0 } ?? "unknown"
     }
+
+    /// What `--version` prints, the same for every executable: `ingress 0.1.0-dev (revision abc123)`.
+    public static func versionLine(of program: String) -> String {
+        "\(program) \(version) (revision \(revision))"
+    }
 }
 
 /// `subs_build_info` and the standard process metrics, read from /proc at scrape time (Linux):

@@ -12,8 +12,8 @@ import Testing
 struct OpenAPIDocumentTests {
     static let methods = ["get", "post", "put", "delete", "patch"]
 
-    static func document() throws -> [String: Any] {
-        let url = ServiceProcess.packageRoot.appendingPathComponent("Services/Ingress/App/openapi.json")
+    static func document(_ name: String = "openapi.json") throws -> [String: Any] {
+        let url = ServiceProcess.packageRoot.appendingPathComponent("Services/Ingress/App/\(name)")
         return try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any])
     }
 
@@ -23,6 +23,42 @@ struct OpenAPIDocumentTests {
             for method in methods { if let operation = item[method] as? [String: Any] { operations["\(method.uppercased()) \(path)"] = operation } }
         }
         return operations
+    }
+
+    /// A reader of either document sees what each operation takes and answers: every JSON request
+    /// body and every 2xx JSON answer carries an example (`example`, or `examples` values) that
+    /// its own schema accepts.
+    @Test(arguments: ["openapi.json", "admin-openapi.json"])
+    func everyJSONBodyAndSuccessHasAnExampleItsSchemaAccepts(name: String) throws {
+        let document = try Self.document(name)
+        // The examples as typed JSON: booleans and numbers stay apart for the validator.
+        let url = ServiceProcess.packageRoot.appendingPathComponent("Services/Ingress/App/\(name)")
+        let typed = try JSONDecoder().decode(JSONValue.self, from: Data(contentsOf: url))
+        let validator = SchemaValidator(document: document)
+        var checked = 0
+        for (operationName, operation) in Self.operations(document).sorted(by: { $0.key < $1.key }) {
+            let parts = operationName.split(separator: " ", maxSplits: 1).map(String.init)
+            let typedOperation = typed["paths"]?[parts[1]]?[parts[0].lowercased()]
+            var bodies: [(part: String, keys: [String])] = [("request body", ["requestBody"])]
+            for status in (operation["responses"] as? [String: Any] ?? [:]).keys where status.hasPrefix("2") {
+                bodies.append((status, ["responses", status]))
+            }
+            for (part, keys) in bodies {
+                let media = keys.reduce(operation as Any?) { ($0 as? [String: Any])?[$1] }
+                guard let json = ((media as? [String: Any])?["content"] as? [String: Any])?["application/json"] as? [String: Any]
+                else { continue }
+                let typedMedia = keys.reduce(typedOperation) { $0?[$1] }?["content"]?["application/json"]
+                var examples = typedMedia?["example"].map { [$0] } ?? []
+                if case .object(let named)? = typedMedia?["examples"] { examples += named.values.compactMap { $0["value"] } }
+                checked += 1
+                #expect(!examples.isEmpty, "\(name): \(operationName) \(part) has no example")
+                for example in examples {
+                    let problems = validator.validate(example, against: json["schema"] as Any, at: "example")
+                    #expect(problems.isEmpty, "\(name): \(operationName) \(part): \(problems)")
+                }
+            }
+        }
+        #expect(checked >= 10, "\(name): the walk found the operations' JSON bodies")
     }
 
     @Test func isServedWellFormedAndListsEveryRoute() async throws {
@@ -253,6 +289,12 @@ enum JSONValue: Decodable, CustomStringConvertible {
         } else {
             self = .object(try container.decode([String: JSONValue].self))
         }
+    }
+
+    /// An object's member; nil for anything else.
+    subscript(key: String) -> JSONValue? {
+        guard case .object(let object) = self else { return nil }
+        return object[key]
     }
 
     /// The JSON Schema type name.

@@ -11,10 +11,17 @@ as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$
 # Closes every descriptor above stderr, so it only runs in a subshell: `(detached ...)` or
 # `detached exec ... &`, where `exec` makes the background job's pid the server's own.
 detached() {
-    for fd in /proc/$BASHPID/fd/*; do
+    local pid=$BASHPID fd n flags
+    for fd in /proc/$pid/fd/*; do
         n=${fd##*/}
-        # The listing's own descriptor is gone by now: closing it would print "Bad file descriptor".
-        [ "$n" -gt 2 ] && [ -e "$fd" ] && eval "exec $n>&-"
+        # The listing's own descriptor is gone by now.
+        [ "$n" -gt 2 ] && [ -e "$fd" ] || continue
+        # Close-on-exec ones never reach the server, and among them are bash's saved copies of the
+        # descriptors a redirection replaced (`detached ... >/dev/null` saves stdout): bash refuses
+        # to close those ("11: Bad file descriptor", printed whenever stdout was a pipe).
+        flags=$(sed -n 's/^flags:[[:space:]]*//p' "/proc/$pid/fdinfo/$n" 2>/dev/null) || true
+        [ -n "$flags" ] && (((8#$flags & 8#2000000) != 0)) && continue
+        eval "exec $n>&-"
     done
     "$@"
 }
