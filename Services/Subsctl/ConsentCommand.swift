@@ -33,8 +33,8 @@ enum ConsentCommand: SubsctlCommand {
         }
         return await Subsctl.withDatabase { pool in
             guard
-                let outcome = try await ConsentStore.record(
-                    consent, userID: user, createUser: false, recordedBy: operatorName, reason: reason, pool: pool)
+                let outcome = try await ConsentStore(pool: pool).record(
+                    consent, userID: user, createUser: false, recordedBy: operatorName, reason: reason)
             else {
                 Subsctl.printError("no user \(user)")
                 return ExitStatus.refused

@@ -119,11 +119,9 @@ enum CreditsAdjustCommand: SubsctlCommand {
         guard let limits = Subsctl.creditLimits() else { return ExitStatus.configuration }
         return await Subsctl.withDatabase { database in
             do {
-                let result = try await database.transaction { db in
-                    try await CreditLedger.adjust(
-                        userID: option["user-id", default: ""], pool: pool, amount: amount, adjustmentNo: option["number", default: ""],
-                        operator: option["operator", default: ""], reason: option["reason", default: ""], limits: limits, on: db)
-                }
+                let result = try await CreditLedger(pool: database).adjust(
+                    userID: option["user-id", default: ""], pool: pool, amount: amount, adjustmentNo: option["number", default: ""],
+                    operator: option["operator", default: ""], reason: option["reason", default: ""], limits: limits)
                 try Subsctl.printResult(Output(result), asJSON: asJSON) { line(result) }
                 return ExitStatus.success
             } catch CreditAdjustmentError.unknownUser(let user) {

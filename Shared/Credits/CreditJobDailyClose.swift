@@ -131,7 +131,7 @@ extension CreditJobs {
         let accounts = changed.sorted { ($0.user, $0.pool.rawValue) < ($1.user, $1.pool.rawValue) }.compactMap { pair in
             balances[pair.user]?[pair.pool].map { (pair.user, pair.pool, $0) }
         }
-        try await CreditLedger.settle(balances: accounts, burns: burns, entries: entries, on: db)
+        try await ledger.settle(balances: accounts, burns: burns, entries: entries, on: db)
         return (bills.count, failures.count)
     }
 }

@@ -110,7 +110,7 @@ extension CreditJobs {
                           \(PostgresArray(handled.users))::text[], \(PostgresArray(handled.amounts))::bigint[])
             ON CONFLICT DO NOTHING
             """)
-        try await CreditLedger.clearSubscriptionPools(endings: clearedBy, entries: entries, on: db)
+        try await ledger.clearSubscriptionPools(endings: clearedBy, entries: entries, on: db)
         return (handled, clearedBy.count)
     }
 

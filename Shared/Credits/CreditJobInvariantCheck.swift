@@ -8,7 +8,7 @@ extension CreditJobs {
     /// for the other workers and exposes it.
     @discardableResult
     public func checkInvariant() async throws -> Int {
-        let violations = try await pool.withConnection { try await CreditLedger.invariantViolations(on: $0) }
+        let violations = try await pool.withConnection { try await ledger.invariantViolations(on: $0) }
         try await pool.query("UPDATE credit_invariant_check SET checked_at = now(), violations = \(violations)")
         report(violations)
         return violations

@@ -124,7 +124,7 @@ extension CreditJobs {
                        AND s.frozen_reason IS NULL AND t.revocation_date IS NULL
                     """)
                 guard !still.isEmpty else { return 0 }
-                let (booked, refused) = try await CreditLedger.grantRefusingOverLimit(due, limits: configuration.limits, on: db)
+                let (booked, refused) = try await ledger.grantRefusingOverLimit(due, limits: configuration.limits, on: db)
                 recordRefusals(refused)
                 return booked
             }

@@ -25,7 +25,7 @@ extension CreditJobs {
                         userID: try row.decode("user_id"),
                         decision: GrantDecision(grantKey: try row.decode("grant_key"), pool: .welcome, amount: amount, reason: "WELCOME")))
             }
-            let (booked, refused) = try await CreditLedger.grantRefusingOverLimit(grants, limits: configuration.limits, on: db)
+            let (booked, refused) = try await ledger.grantRefusingOverLimit(grants, limits: configuration.limits, on: db)
             recordRefusals(refused)
             // Refused grants count as done for this loop: they are recorded and not candidates again.
             return booked + refused.count

@@ -18,6 +18,8 @@ public struct CreditJobs: Sendable {
     public let appKey: String
     public let configuration: CreditsConfiguration
     public let logger: Logger
+    /// The jobs' writes to the balances, lots and ledger.
+    let ledger: CreditLedger
     let metrics = JobMetrics()
 
     /// The transaction advisory lock every batch takes (an arbitrary constant of this project).
@@ -28,6 +30,7 @@ public struct CreditJobs: Sendable {
         self.appKey = appKey
         self.configuration = configuration
         self.logger = logger
+        ledger = CreditLedger(pool: pool)
     }
 
     /// What one run of every job did.

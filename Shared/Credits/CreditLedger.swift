@@ -105,13 +105,17 @@ public struct UserPool: Sendable, Hashable {
 /// never go below zero (the code never asks for it, and a CHECK refuses it anyway). Every grant
 /// is a lot (`GrantRecord`) and every change of a balance changes its lots by the same amount;
 /// writers lock the account first, then its lots.
-public enum CreditLedger {
+public struct CreditLedger: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
     /// Books the grants whose keys are new; returns how many were. Throws `CreditLimitExceeded`
     /// when a pool would pass `limits.maxBalance`, having booked the others in the same statement:
     /// the caller's transaction must then roll back (a fulfillment event is set aside; a credit
     /// job records the refusal with `refuse` and books the rest again).
     @discardableResult
-    public static func grant(_ grants: [CreditGrant], limits: CreditLimits, on db: PostgresConnection) async throws -> Int {
+    public func grant(_ grants: [CreditGrant], limits: CreditLimits, on db: PostgresConnection) async throws -> Int {
         guard !grants.isEmpty else { return 0 }
         let rows = try await db.query(
             """
@@ -175,7 +179,7 @@ public enum CreditLedger {
     /// the maximum as refused (`refuse`) instead of failing the caller's transaction: what a credit
     /// job does, so one user at the maximum never holds up the others. Returns how many were
     /// booked and the refused grants.
-    public static func grantRefusingOverLimit(_ grants: [CreditGrant], limits: CreditLimits, on db: PostgresConnection)
+    public func grantRefusingOverLimit(_ grants: [CreditGrant], limits: CreditLimits, on db: PostgresConnection)
         async throws -> (booked: Int, refused: [CreditGrant])
     {
         try await db.query("SAVEPOINT credit_grant")
@@ -197,7 +201,7 @@ public enum CreditLedger {
     /// does not try them again; an operator reads them in `credit_grant_refusal`. Returns how many
     /// were new.
     @discardableResult
-    public static func refuse(_ grants: [CreditGrant], code: String, on db: PostgresConnection) async throws -> Int {
+    public func refuse(_ grants: [CreditGrant], code: String, on db: PostgresConnection) async throws -> Int {
         guard !grants.isEmpty else { return 0 }
         let rows = try await db.query(
             """
@@ -218,7 +222,7 @@ public enum CreditLedger {
     /// A refund of the transaction that earned the lot: takes `percentage` (nil: all) of what
     /// remains of it (`CreditRules.revoke`). A second call takes nothing. Returns what was taken.
     @discardableResult
-    public static func revoke(grantKey: String, percentage: Int?, on db: PostgresConnection) async throws -> MicroCredits {
+    public func revoke(grantKey: String, percentage: Int?, on db: PostgresConnection) async throws -> MicroCredits {
         -(try await change(lotsWhere: "grant_key = $1", [grantKey], entryType: "REVOCATION", reference: grantKey, on: db) {
             -CreditRules.revoke(&$0, percentage: percentage)
         })
@@ -226,7 +230,7 @@ public enum CreditLedger {
 
     /// A reversed refund gives back what the refund took from the lot. Returns the amount given back.
     @discardableResult
-    public static func restore(grantKey: String, on db: PostgresConnection) async throws -> MicroCredits {
+    public func restore(grantKey: String, on db: PostgresConnection) async throws -> MicroCredits {
         try await change(lotsWhere: "grant_key = $1", [grantKey], entryType: "RESTORATION", reference: grantKey, on: db) {
             CreditRules.restore(&$0)
         }
@@ -235,7 +239,7 @@ public enum CreditLedger {
     /// Undoes the clearing of a chain's ending (`CreditRules.endingKey`) for `userID`: each lot it
     /// cleared gets back what it took. Returns the amount given back.
     @discardableResult
-    public static func restoreClearing(ending: String, userID: String, on db: PostgresConnection) async throws -> MicroCredits {
+    public func restoreClearing(ending: String, userID: String, on db: PostgresConnection) async throws -> MicroCredits {
         try await change(
             lotsWhere: "user_id = $1 AND pool = 'SUBSCRIPTION' AND cleared_by = $2", [userID, ending], entryType: "RESTORATION",
             reference: "expiry:\(ending)", on: db
@@ -246,7 +250,7 @@ public enum CreditLedger {
     /// change, then books their sum per pool on the account and the ledger (one entry per pool,
     /// none when nothing changed); returns the total change. The account is locked first, then
     /// the lots.
-    private static func change(
+    private func change(
         lotsWhere condition: String, _ binds: [String], entryType: String, reference: String, on db: PostgresConnection,
         _ rule: (inout GrantRecord) -> MicroCredits
     ) async throws -> MicroCredits {
@@ -269,7 +273,7 @@ public enum CreditLedger {
             var lots: [GrantRecord] = []
             var delta: MicroCredits = 0
             for row in rows {
-                var lot = try lot(row)
+                var lot = try Self.lot(row)
                 // Each lot gives back at most what it was granted, but many lots of a pool that an
                 // operator filled past the bounds could add up beyond the 64-bit range.
                 let (sum, overflow) = delta.addingReportingOverflow(rule(&lot))
@@ -312,7 +316,7 @@ public enum CreditLedger {
     /// daily close burns for a whole batch of users (100,000 users' day: 7.4 s; with a statement per
     /// burn, the SQL function `credit_burn_lots` kept for the usage function, 37.8 s in a loaded
     /// run). Call it holding the accounts' locks.
-    public static func burnLots(_ burns: [(user: String, pool: CreditPool, amount: MicroCredits)], on db: PostgresConnection)
+    public func burnLots(_ burns: [(user: String, pool: CreditPool, amount: MicroCredits)], on db: PostgresConnection)
         async throws
     {
         guard !burns.isEmpty else { return }
@@ -337,7 +341,7 @@ public enum CreditLedger {
 
     /// Books ledger entries in order (ids follow the array order) for balance changes a job wrote
     /// with `setBalances` or `clearSubscriptionPools`.
-    static func insert(_ entries: LedgerEntries, on db: PostgresConnection) async throws {
+    func insert(_ entries: LedgerEntries, on db: PostgresConnection) async throws {
         guard !entries.userIDs.isEmpty else { return }
         try await db.query(
             """
@@ -350,7 +354,7 @@ public enum CreditLedger {
 
     /// The daily close's settlement: the new balances of the pools it drew from, the burns of their
     /// lots and their ledger entries, under the accounts' locks the caller holds.
-    static func settle(
+    func settle(
         balances: [(user: String, pool: CreditPool, balance: MicroCredits)],
         burns: [(user: String, pool: CreditPool, amount: MicroCredits)], entries: LedgerEntries, on db: PostgresConnection
     ) async throws {
@@ -370,7 +374,7 @@ public enum CreditLedger {
     /// Empties the SUBSCRIPTION pools of users whose chain truly ended, each lot remembering what
     /// the clearing took and which ending took it (`CreditRules.clear`), so that a reversed refund
     /// gives exactly that back; with their ledger entries. The caller holds the accounts' locks.
-    static func clearSubscriptionPools(endings: [String: String], entries: LedgerEntries, on db: PostgresConnection)
+    func clearSubscriptionPools(endings: [String: String], entries: LedgerEntries, on db: PostgresConnection)
         async throws
     {
         guard !endings.isEmpty else { return }
@@ -413,7 +417,20 @@ public enum CreditLedger {
     /// unrecoverable. The balance change is one ADJUSTMENT ledger entry (none when a debit finds
     /// the pool empty); every booking gets an audit row.
     @discardableResult
-    public static func adjust(
+    public func adjust(
+        userID: String, pool creditPool: CreditPool, amount: MicroCredits, adjustmentNo: String, operator operatorName: String,
+        reason: String, limits: CreditLimits
+    ) async throws -> CreditAdjustment {
+        try await pool.transaction { db in
+            try await adjust(
+                userID: userID, pool: creditPool, amount: amount, adjustmentNo: adjustmentNo, operator: operatorName, reason: reason,
+                limits: limits, on: db)
+        }
+    }
+
+    /// The same inside the caller's transaction.
+    @discardableResult
+    public func adjust(
         userID: String, pool: CreditPool, amount: MicroCredits, adjustmentNo: String, operator operatorName: String,
         reason: String, limits: CreditLimits, on db: PostgresConnection
     ) async throws -> CreditAdjustment {
@@ -489,7 +506,7 @@ public enum CreditLedger {
 
     /// The first result of an adjustment number, or nil when it is new; throws when it was booked
     /// for another user, pool or amount.
-    private static func storedAdjustment(
+    private func storedAdjustment(
         _ adjustmentNo: String, matching request: (userID: String, pool: CreditPool, amount: MicroCredits),
         on db: PostgresConnection
     ) async throws -> CreditAdjustment? {
@@ -516,7 +533,7 @@ public enum CreditLedger {
     /// Accounts whose balance is negative or differs from the sum of their ledger entries or from
     /// the sum of their lots' remaining amounts (and ledger entries or lots without an account):
     /// must be zero.
-    public static func invariantViolations(on db: PostgresConnection) async throws -> Int {
+    public func invariantViolations(on db: PostgresConnection) async throws -> Int {
         let rows = try await db.query(
             """
             SELECT count(*) AS violations

@@ -158,7 +158,11 @@ public enum CreditAmount {
 
 /// Real-time metering: usage deducted at once from SUBSCRIPTION, then WELCOME, then PERMANENT,
 /// or refused changing nothing; each accepted cost also counts toward the user's open daily bill.
-public enum CreditMeter {
+public struct CreditMeter: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
     /// The largest cost one call may have (10⁹ credits).
     public static let maximumCost: MicroCredits = 1_000_000_000 * Credits.micro
     /// The largest `units` one call may have.
@@ -167,7 +171,7 @@ public enum CreditMeter {
     /// Charges a call: one statement, its own transaction. A concurrent first use of the same key
     /// loses the race on the unique key (the whole statement rolls back) and is answered from the
     /// winner's stored answer.
-    public static func use(_ request: UsageRequest, now: Date, pool: PostgresPool) async throws -> UsageOutcome {
+    public func use(_ request: UsageRequest, now: Date) async throws -> UsageOutcome {
         var attempt = 0
         while true {
             attempt += 1
@@ -181,7 +185,7 @@ public enum CreditMeter {
 
     /// Charges a call with one statement on `db`; throws `UsageError` when refused, having changed
     /// nothing. Inside a caller's transaction, a lost race on the key aborts that transaction.
-    public static func use(_ request: UsageRequest, now: Date, on db: PostgresConnection) async throws -> UsageOutcome {
+    public func use(_ request: UsageRequest, now: Date, on db: PostgresConnection) async throws -> UsageOutcome {
         let occurredAt = request.occurredAt ?? now
         let row = try await db.query(
             PostgresQuery(
@@ -192,7 +196,7 @@ public enum CreditMeter {
                     occurredAt.postgresData, UTCDay(containing: now).text.postgresData, Self.maximumCost.postgresData,
                     RFC3339.string(from: occurredAt, fractional: true).postgresData,
                 ]))[0]
-        return try outcome(of: request, row).get()
+        return try Self.outcome(of: request, row).get()
     }
 
     /// Charges concurrent calls together, each with the instant it arrived: one statement, one
@@ -201,16 +205,14 @@ public enum CreditMeter {
     /// `UsageError` results. When the statement fails on the server (a deadlock, a key a concurrent
     /// call stored first), nothing of it stays and each call is charged alone, in order, so no
     /// caller gets an error it would not get alone; trouble reaching the database is every call's.
-    public static func use(batch calls: [(request: UsageRequest, now: Date)], pool: PostgresPool) async
-        -> [Result<UsageOutcome, any Error>]
-    {
-        if calls.count == 1 { return [await result { try await use(calls[0].request, now: calls[0].now, pool: pool) }] }
+    public func use(batch calls: [(request: UsageRequest, now: Date)]) async -> [Result<UsageOutcome, any Error>] {
+        if calls.count == 1 { return [await Self.result { try await use(calls[0].request, now: calls[0].now) }] }
         do {
             return try await pool.withConnection { db in try await use(batch: calls, on: db) }.map { $0.mapError { $0 } }
         } catch let error as PostgresError where error.sqlState != nil {
-            batchFallbacks.increment()
+            Self.batchFallbacks.increment()
             var outcomes: [Result<UsageOutcome, any Error>] = []
-            for call in calls { outcomes.append(await result { try await use(call.request, now: call.now, pool: pool) }) }
+            for call in calls { outcomes.append(await Self.result { try await use(call.request, now: call.now) }) }
             return outcomes
         } catch {
             return calls.map { _ in .failure(error) }
@@ -220,7 +222,7 @@ public enum CreditMeter {
     /// The calls of a batch with one statement on `db` (see `use(batch:pool:)`), with no fallback:
     /// throws when that statement fails, having changed nothing (inside a caller's transaction, it
     /// aborts that transaction).
-    public static func use(batch calls: [(request: UsageRequest, now: Date)], on db: PostgresConnection) async throws
+    public func use(batch calls: [(request: UsageRequest, now: Date)], on db: PostgresConnection) async throws
         -> [Result<UsageOutcome, UsageError>]
     {
         let occurredAt = calls.map { $0.request.occurredAt ?? $0.now }
@@ -245,7 +247,7 @@ public enum CreditMeter {
             throw PostgresError.server(
                 sqlState: "XX000", message: "credit_charge_usage_batch answered \(rows.count) rows for \(calls.count) calls", constraint: nil)
         }
-        return try zip(calls, rows).map { try outcome(of: $0.request, $1) }
+        return try zip(calls, rows).map { try Self.outcome(of: $0.request, $1) }
     }
 
     /// A call's answer from its row of `credit_charge_usage`: the stored or new answer, or the refusal.
@@ -290,7 +292,12 @@ public enum CreditMeter {
         """
 
     /// Whether `units` at the rate in force now can be afforded by the user's balance now.
-    public static func check(userID: String, units: Int64, rateCode: String, now: Date, on db: PostgresConnection)
+    public func check(userID: String, units: Int64, rateCode: String, now: Date) async throws -> Affordability {
+        try await pool.withConnection { try await check(userID: userID, units: units, rateCode: rateCode, now: now, on: $0) }
+    }
+
+    /// The same on the caller's connection.
+    public func check(userID: String, units: Int64, rateCode: String, now: Date, on db: PostgresConnection)
         async throws -> Affordability
     {
         let row = try await db.query(

@@ -20,9 +20,13 @@ public enum ConsumptionConsent: String, Sendable, Codable, CaseIterable {
 
 /// The one place consent is read and written (the user's REST call and the operator's command),
 /// so both leave the same audit trail.
-public enum ConsentStore {
+public struct ConsentStore: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
     /// The user's current choice (unknown for a user never seen).
-    public static func load(userID: String, pool: PostgresPool) async throws -> ConsumptionConsent {
+    public func load(userID: String) async throws -> ConsumptionConsent {
         let rows = try await pool.query(
             "SELECT granted FROM user_consent WHERE user_id = \(userID) AND purpose = 'CONSUMPTION_DATA'")
         return ConsumptionConsent(try rows.first?.decode("granted", as: Bool.self))
@@ -31,9 +35,8 @@ public enum ConsentStore {
     /// Records a choice with an audit row naming who recorded it and why; returns the choice
     /// before and after, or nil when the user does not exist and `createUser` is false (an
     /// operator's typo must not invent an account; an authenticated user may choose before buying).
-    public static func record(
-        _ consent: ConsumptionConsent, userID: String, createUser: Bool, recordedBy: String, reason: String,
-        pool: PostgresPool
+    public func record(
+        _ consent: ConsumptionConsent, userID: String, createUser: Bool, recordedBy: String, reason: String
     ) async throws -> (before: ConsumptionConsent, after: ConsumptionConsent)? {
         try await pool.transaction { db in
             if createUser { try await UserStore.ensureUser(userID, on: db) }

@@ -15,7 +15,7 @@ struct CreditAdjustmentTests {
         _ f: CreditsFixture, _ amount: MicroCredits, _ number: String, user: String = "alice", pool: CreditPool = .permanent
     ) async throws -> CreditAdjustment {
         try await f.pool.transaction {
-            try await CreditLedger.adjust(
+            try await CreditLedger(pool: f.pool).adjust(
                 userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: "ops", reason: "test", limits: CreditLimits(), on: $0)
         }
     }

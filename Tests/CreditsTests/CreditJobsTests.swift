@@ -128,7 +128,7 @@ struct CreditJobsTests {
                     {
                         try await Task.sleep(for: .milliseconds(5))
                     }
-                    let receipt = try await CreditMeter.use(
+                    let receipt = try await CreditMeter(pool: f.pool).use(
                         UsageRequest(service: "svc", idempotencyKey: "held", userID: "alice", units: 2, rateCode: "call", occurredAt: nil),
                         now: late, on: tx
                     ).receipt()

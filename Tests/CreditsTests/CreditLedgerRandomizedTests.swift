@@ -61,11 +61,11 @@ struct CreditLedgerRandomizedTests {
                 case 55..<65:
                     guard let key = grantKeys.randomElement(using: &random) else { continue }
                     let percentage = [nil, 50_000, Int.random(in: 0...100_000, using: &random)].randomElement(using: &random)!
-                    try await f.pool.transaction { try await CreditLedger.revoke(grantKey: key, percentage: percentage, on: $0) }
+                    try await f.pool.transaction { try await CreditLedger(pool: f.pool).revoke(grantKey: key, percentage: percentage, on: $0) }
                     counts["refund", default: 0] += 1
                 case 65..<72:
                     guard let key = grantKeys.randomElement(using: &random) else { continue }
-                    try await f.pool.transaction { try await CreditLedger.restore(grantKey: key, on: $0) }
+                    try await f.pool.transaction { try await CreditLedger(pool: f.pool).restore(grantKey: key, on: $0) }
                     counts["reversal", default: 0] += 1
                 case 72..<78:
                     // Each user has two chains whose status moves (a new transaction each time).

@@ -17,8 +17,8 @@ struct CreditLedgerTests {
                 CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k1", pool: .subscription, amount: 5 * Self.credit, reason: "T")),
                 CreditGrant(userID: "alice", decision: GrantDecision(grantKey: "k2", pool: .subscription, amount: 7 * Self.credit, reason: "T")),
             ]
-            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, limits: CreditLimits(), on: $0) } == 2)
-            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, limits: CreditLimits(), on: $0) } == 0)
+            #expect(try await f.pool.transaction { try await CreditLedger(pool: f.pool).grant(grants, limits: CreditLimits(), on: $0) } == 2)
+            #expect(try await f.pool.transaction { try await CreditLedger(pool: f.pool).grant(grants, limits: CreditLimits(), on: $0) } == 0)
             #expect(try await f.balances("alice") == [.subscription: 12 * Self.credit])
             let after = try await f.pool.query("SELECT balance_after FROM credit_ledger ORDER BY id").map { try $0.decode(0, as: Int64.self) }
             #expect(after == [5 * Self.credit, 12 * Self.credit])
@@ -57,7 +57,7 @@ struct CreditLedgerTests {
                 burns.append(burn)
                 CreditRules.burn(burn.amount, from: &expected[burn.user + "/" + burn.pool.rawValue, default: []])
             }
-            try await f.pool.transaction { try await CreditLedger.burnLots(burns, on: $0) }
+            try await f.pool.transaction { try await CreditLedger(pool: f.pool).burnLots(burns, on: $0) }
             let burned = try await lots()
             for (key, lots) in expected where !lots.isEmpty {
                 #expect(burned[key]?.map(\.remaining) == lots.map(\.remaining), "\(key) after \(burns)")
@@ -71,17 +71,17 @@ struct CreditLedgerTests {
             try await f.rate("call", micro: 400 * Self.credit)
             _ = try await f.use("alice", units: 1)
 
-            let revoked = try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", percentage: nil, on: $0) }
+            let revoked = try await f.pool.transaction { try await CreditLedger(pool: f.pool).revoke(grantKey: "g", percentage: nil, on: $0) }
             #expect(revoked == 600 * Self.credit)
             #expect(try await f.total("alice") == 0)
             #expect(try await f.count("SELECT unrecoverable_amount FROM credit_grant WHERE grant_key = 'g'") == 400 * Int(Self.credit))
             // Again: nothing left to take.
-            #expect(try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "g", percentage: nil, on: $0) } == 0)
+            #expect(try await f.pool.transaction { try await CreditLedger(pool: f.pool).revoke(grantKey: "g", percentage: nil, on: $0) } == 0)
             #expect(try await f.count("SELECT count(*) FROM credit_ledger WHERE entry_type = 'REVOCATION'") == 1)
 
-            #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 600 * Self.credit)
+            #expect(try await f.pool.transaction { try await CreditLedger(pool: f.pool).restore(grantKey: "g", on: $0) } == 600 * Self.credit)
             #expect(try await f.total("alice") == 600 * Self.credit)
-            #expect(try await f.pool.transaction { try await CreditLedger.restore(grantKey: "g", on: $0) } == 0)
+            #expect(try await f.pool.transaction { try await CreditLedger(pool: f.pool).restore(grantKey: "g", on: $0) } == 0)
             #expect(try await f.violations() == 0)
         }
     }
@@ -102,18 +102,18 @@ struct CreditLedgerTests {
             _ = try await f.use("bea", units: 55)
             #expect(try await f.remaining() == ["old": 0, "new": 0, "welcome": 5 * Self.credit, "pack": 50 * Self.credit])
             // The old grant's refund takes nothing: its lot was used up; the newer lots are untouched.
-            #expect(try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "old", percentage: nil, on: $0) } == 0)
+            #expect(try await f.pool.transaction { try await CreditLedger(pool: f.pool).revoke(grantKey: "old", percentage: nil, on: $0) } == 0)
             #expect(try await f.remaining()["welcome"] == 5 * Self.credit)
             // A 50% refund of the pack: half of what remains, the rest stays spendable.
             try await f.fund("bea", .permanent, micro: 7 * Self.credit + 1, key: "pack2")
             #expect(
-                try await f.pool.transaction { try await CreditLedger.revoke(grantKey: "pack2", percentage: 50_000, on: $0) }
+                try await f.pool.transaction { try await CreditLedger(pool: f.pool).revoke(grantKey: "pack2", percentage: 50_000, on: $0) }
                     == 3_500_000)
             #expect(try await f.remaining()["pack2"] == 3_500_001)
             #expect(try await f.violations() == 0)
             // A debit by an operator burns the lots too.
             try await f.pool.transaction {
-                try await CreditLedger.adjust(
+                try await CreditLedger(pool: f.pool).adjust(
                     userID: "bea", pool: .permanent, amount: -51 * Self.credit, adjustmentNo: "D1", operator: "ops", reason: "test",
                     limits: CreditLimits(), on: $0)
             }
@@ -130,7 +130,7 @@ struct CreditLedgerTests {
             try await f.user("alice")
             for _ in 0..<2 {
                 try await f.pool.transaction {
-                    try await CreditLedger.adjust(
+                    try await CreditLedger(pool: f.pool).adjust(
                         userID: "alice", pool: .permanent, amount: 3 * Self.credit, adjustmentNo: "ADJ-1", operator: "ops",
                         reason: "goodwill", limits: CreditLimits(), on: $0)
                 }
@@ -159,7 +159,7 @@ struct CreditLedgerTests {
             await #expect(throws: UsageError.creditsExhausted(cost: Self.credit, available: 0)) { try await f.use("rita", units: 1) }
             #expect(try await f.balances("rita")[.subscription] == 10 * Self.credit, "the pool is kept")
             let refusedCheck = try await f.pool.withConnection { db in
-                try await CreditMeter.check(userID: "rita", units: 1, rateCode: "call", now: now, on: db).affordable
+                try await CreditMeter(pool: f.pool).check(userID: "rita", units: 1, rateCode: "call", now: now, on: db).affordable
             }
             #expect(!refusedCheck)
 
@@ -173,7 +173,7 @@ struct CreditLedgerTests {
                 user: "rita", original: "9100", transaction: "9101", product: "plan", status: "ACTIVE", purchase: now, expires: now + 86_400 * 30)
             #expect(try await f.use("rita", units: 2).receipt().drawn == PoolAmounts([.subscription: 2 * Self.credit]))
             let recoveredCheck = try await f.pool.withConnection { db in
-                try await CreditMeter.check(userID: "rita", units: 1, rateCode: "call", now: now, on: db).affordable
+                try await CreditMeter(pool: f.pool).check(userID: "rita", units: 1, rateCode: "call", now: now, on: db).affordable
             }
             #expect(recoveredCheck)
             #expect(try await f.violations() == 0)
@@ -262,7 +262,7 @@ struct CreditLedgerTests {
             }
             await #expect(throws: UsageError.unknownRate("none")) { try await f.use("alice", units: 1, rate: "none", now: now) }
             let check = try await f.pool.withConnection {
-                try await CreditMeter.check(userID: "alice", units: 50, rateCode: "img", now: now, on: $0)
+                try await CreditMeter(pool: f.pool).check(userID: "alice", units: 50, rateCode: "img", now: now, on: $0)
             }
             #expect(!check.affordable && check.costMicroCredits == 100 * Self.credit && check.balance.creditsBalance == 93)
             // An unknown user can afford nothing.

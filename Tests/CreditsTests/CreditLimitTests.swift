@@ -19,7 +19,7 @@ struct CreditLimitTests {
         -> CreditAdjustment
     {
         try await f.pool.transaction {
-            try await CreditLedger.adjust(
+            try await CreditLedger(pool: f.pool).adjust(
                 userID: "alice", pool: .permanent, amount: amount, adjustmentNo: number, operator: "ops", reason: "test", limits: limits,
                 on: $0)
         }
@@ -64,19 +64,20 @@ struct CreditLimitTests {
             // Exactly the maximum, in one statement of several grants.
             #expect(
                 try await f.pool.transaction {
-                    try await CreditLedger.grant(
+                    try await CreditLedger(pool: f.pool).grant(
                         [grant("alice", "a1", 12 * Self.credit), grant("alice", "a2", 8 * Self.credit)], limits: Self.limits, on: $0)
                 } == 2)
             // One micro-credit more, beside a grant that fits: the transaction must roll back both.
             await #expect(throws: CreditLimitExceeded(pools: [UserPool(user: "alice", pool: .subscription)])) {
                 try await f.pool.transaction {
-                    try await CreditLedger.grant([grant("alice", "a3", 1), grant("bob", "b1", Self.credit)], limits: Self.limits, on: $0)
+                    try await CreditLedger(pool: f.pool).grant(
+                        [grant("alice", "a3", 1), grant("bob", "b1", Self.credit)], limits: Self.limits, on: $0)
                 }
             }
             // A new account whose first grants alone pass the maximum (their sum is numeric in SQL).
             await #expect(throws: CreditLimitExceeded.self) {
                 try await f.pool.transaction {
-                    try await CreditLedger.grant(
+                    try await CreditLedger(pool: f.pool).grant(
                         [grant("bob", "b2", .max, .permanent), grant("bob", "b3", .max, .permanent)], limits: Self.limits, on: $0)
                 }
             }
@@ -86,7 +87,7 @@ struct CreditLimitTests {
 
             // A job books what fits and records the rest, once.
             let (booked, refused) = try await f.pool.transaction {
-                try await CreditLedger.grantRefusingOverLimit(
+                try await CreditLedger(pool: f.pool).grantRefusingOverLimit(
                     [grant("alice", "a3", 1), grant("bob", "b1", Self.credit)], limits: Self.limits, on: $0)
             }
             #expect(booked == 1 && refused.map(\.decision.grantKey) == ["a3"])
@@ -113,13 +114,13 @@ struct CreditLimitTests {
                     )
                 }
             }
-            #expect(try await f.pool.transaction { try await CreditLedger.grant(grants, limits: widest, on: $0) } == 150)
+            #expect(try await f.pool.transaction { try await CreditLedger(pool: f.pool).grant(grants, limits: widest, on: $0) } == 150)
             #expect(try await f.balances("u7") == [.subscription: widest.maxBalance, .welcome: widest.maxBalance, .permanent: widest.maxBalance])
             #expect(try await f.violations() == 0, "the check sums 150 maxima as numeric")
             // Every pool full: one more micro-credit to any of them is refused.
             await #expect(throws: CreditLimitExceeded.self) {
                 try await f.pool.transaction {
-                    try await CreditLedger.grant(
+                    try await CreditLedger(pool: f.pool).grant(
                         [CreditGrant(userID: "u0", decision: GrantDecision(grantKey: "one-more", pool: .welcome, amount: 1, reason: "TEST"))],
                         limits: widest, on: $0)
                 }
@@ -128,7 +129,7 @@ struct CreditLimitTests {
             try await f.rate("call", micro: 1)
             #expect(try await f.use("u0", units: 1).receipt().balance.microCredits == 3 * widest.maxBalance - 1)
             let taken = try await f.pool.transaction {
-                try await CreditLedger.revoke(grantKey: "max-1-PERMANENT", percentage: nil, on: $0)
+                try await CreditLedger(pool: f.pool).revoke(grantKey: "max-1-PERMANENT", percentage: nil, on: $0)
             }
             #expect(taken == widest.maxBalance)
             #expect(try await f.violations() == 0)
@@ -145,7 +146,7 @@ struct CreditLimitTests {
             try await f.rate("call", micro: 300_000)
 
             let check = try await f.pool.withConnection {
-                try await CreditMeter.check(userID: "alice", units: 1, rateCode: "call", now: Date(), on: $0)
+                try await CreditMeter(pool: f.pool).check(userID: "alice", units: 1, rateCode: "call", now: Date(), on: $0)
             }
             #expect(check.affordable)
             #expect(check.balance.microCredits == .max, "the total is shown saturated")
@@ -160,7 +161,7 @@ struct CreditLimitTests {
             // An adjustment on it is refused with a reason instead of killing the ingress.
             await #expect(throws: CreditAdjustmentError.self) {
                 try await f.pool.transaction {
-                    try await CreditLedger.adjust(
+                    try await CreditLedger(pool: f.pool).adjust(
                         userID: "alice", pool: .permanent, amount: 1, adjustmentNo: "A-1", operator: "ops", reason: "test",
                         limits: CreditLimits(), on: $0)
                 }

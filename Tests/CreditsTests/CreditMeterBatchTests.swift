@@ -25,7 +25,7 @@ struct CreditMeterBatchTests {
             try await f.fund("bob", .permanent, micro: 5 * Self.credit)
             try await f.rate("call", micro: Self.credit)
             let outcomes = try await f.pool.withConnection { db in
-                try await CreditMeter.use(
+                try await CreditMeter(pool: f.pool).use(
                     batch: [Self.call("alice", units: 2), Self.call("bob", units: 1), Self.call("alice", units: 2)], on: db)
             }
             #expect(try outcomes[0].get().receipt().balance.microCredits == Self.credit)
@@ -43,7 +43,7 @@ struct CreditMeterBatchTests {
             try await f.fund("alice", .subscription, micro: 10 * Self.credit)
             try await f.rate("call", micro: Self.credit)
             let outcomes = try await f.pool.withConnection { db in
-                try await CreditMeter.use(
+                try await CreditMeter(pool: f.pool).use(
                     batch: [Self.call("alice", units: 2, key: "k"), Self.call("alice", units: 2, key: "k"), Self.call("alice", units: 3, key: "k")],
                     on: db)
             }
@@ -69,9 +69,9 @@ struct CreditMeterBatchTests {
             try await f.rate("call", micro: Self.credit)
             let batch = try await f.pool.withConnection { db in
                 try await db.transaction { tx in
-                    _ = try await CreditMeter.use(Self.call("bob", units: 1, key: "k").request, now: Self.now, on: tx)
+                    _ = try await CreditMeter(pool: f.pool).use(Self.call("bob", units: 1, key: "k").request, now: Self.now, on: tx)
                     let batch = Task {
-                        await CreditMeter.use(batch: [Self.call("alice", units: 2, key: "a"), Self.call("alice", units: 3, key: "k")], pool: f.pool)
+                        await CreditMeter(pool: f.pool).use(batch: [Self.call("alice", units: 2, key: "a"), Self.call("alice", units: 3, key: "k")])
                     }
                     while try await f.count(
                         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == 0
@@ -133,12 +133,12 @@ struct CreditMeterBatchTests {
                     var expected: [Answer] = []
                     for call in calls {
                         do {
-                            expected.append(.success(try await CreditMeter.use(call.request, now: call.now, pool: alone.pool)))
+                            expected.append(.success(try await CreditMeter(pool: alone.pool).use(call.request, now: call.now)))
                         } catch let error as UsageError {
                             expected.append(.failure(error))
                         }
                     }
-                    let answers = try await batched.pool.withConnection { try await CreditMeter.use(batch: calls, on: $0) }
+                    let answers = try await batched.pool.withConnection { try await CreditMeter(pool: batched.pool).use(batch: calls, on: $0) }
                     #expect(answers == expected, "seed \(seed)")
                     for answer in answers {
                         switch answer {

@@ -34,7 +34,7 @@ struct CreditsFixture {
     func fund(_ user: String, _ pool: CreditPool, micro: MicroCredits, key: String = UUID().uuidString) async throws {
         try await self.user(user)
         try await self.pool.transaction { db in
-            try await CreditLedger.grant(
+            try await CreditLedger(pool: self.pool).grant(
                 [CreditGrant(userID: user, decision: GrantDecision(grantKey: key, pool: pool, amount: micro, reason: "TEST"))],
                 limits: CreditLimits(), on: db)
         }
@@ -62,9 +62,9 @@ struct CreditsFixture {
         _ user: String, units: Int64, rate: String = "call", key: String = UUID().uuidString, service: String = "svc",
         at occurred: Date? = nil, now: Date = Date()
     ) async throws -> UsageOutcome {
-        try await CreditMeter.use(
+        try await CreditMeter(pool: pool).use(
             UsageRequest(service: service, idempotencyKey: key, userID: user, units: units, rateCode: rate, occurredAt: occurred),
-            now: now, pool: pool)
+            now: now)
     }
 
     /// What remains of each lot, by grant key.
@@ -77,7 +77,7 @@ struct CreditsFixture {
     }
 
     func violations() async throws -> Int {
-        try await pool.withConnection { try await CreditLedger.invariantViolations(on: $0) }
+        try await pool.withConnection { try await CreditLedger(pool: self.pool).invariantViolations(on: $0) }
     }
 
     func count(_ sql: String) async throws -> Int { try await database.count(sql) }

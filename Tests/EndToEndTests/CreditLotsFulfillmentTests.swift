@@ -19,9 +19,9 @@ struct CreditLotsFulfillmentTests {
 
     /// Spends `credits` of the user's balance through the metering rules (one credit per unit).
     func use(_ fixture: Fixture, _ user: String, credits: Int64) async throws {
-        _ = try await CreditMeter.use(
+        _ = try await CreditMeter(pool: fixture.database.pool).use(
             UsageRequest(service: "test", idempotencyKey: UUID().uuidString, userID: user, units: credits, rateCode: "unit", occurredAt: nil),
-            now: Date(), pool: fixture.database.pool)
+            now: Date())
     }
 
     func prepare(_ fixture: Fixture) async throws {
@@ -47,7 +47,7 @@ struct CreditLotsFulfillmentTests {
     }
 
     func violations(_ fixture: Fixture) async throws -> Int {
-        try await fixture.database.pool.withConnection { try await CreditLedger.invariantViolations(on: $0) }
+        try await fixture.database.pool.withConnection { try await CreditLedger(pool: fixture.database.pool).invariantViolations(on: $0) }
     }
 
     func apply(_ fixture: Fixture, _ facts: Fact...) async throws {

@@ -53,7 +53,7 @@ struct CreditsEndToEndTests {
             try await Self.rates(harness.pool)
             try await harness.pool.query("INSERT INTO app_user (user_id) VALUES ('alice')")
             try await harness.pool.transaction { db in
-                try await CreditLedger.grant(
+                try await CreditLedger(pool: harness.pool).grant(
                     [
                         CreditGrant(
                             userID: "alice", decision: GrantDecision(grantKey: "seed", pool: .subscription, amount: 10 * Self.credit, reason: "TEST"))
@@ -77,11 +77,11 @@ struct CreditsEndToEndTests {
             #expect(accepted.count == 10)
             #expect(answers.filter { $0.status == 402 && Self.code($0) == "CREDITS_EXHAUSTED" }.count == 40)
             #expect(try await harness.read("/api/v1/credits/balance", as: "alice")["microCredits"] as? Int == 0)
-            #expect(try await harness.pool.withConnection { try await CreditLedger.invariantViolations(on: $0) } == 0)
+            #expect(try await harness.pool.withConnection { try await CreditLedger(pool: harness.pool).invariantViolations(on: $0) } == 0)
 
             // A retried key gets the first answer; another request under it is a conflict.
             try await harness.pool.transaction { db in
-                try await CreditLedger.grant(
+                try await CreditLedger(pool: harness.pool).grant(
                     [
                         CreditGrant(
                             userID: "alice", decision: GrantDecision(grantKey: "more", pool: .permanent, amount: 5 * Self.credit, reason: "TEST"))
@@ -179,7 +179,7 @@ struct CreditsEndToEndTests {
         let purchase = harness.transaction(id, purchase: now - 31 * Self.day, token: token, signed: now - 7200)
         #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
         try await harness.pool.transaction { db in
-            try await CreditLedger.adjust(
+            try await CreditLedger(pool: harness.pool).adjust(
                 userID: "bob", pool: .permanent, amount: 5 * Self.credit, adjustmentNo: "E2E-1", operator: "e2e", reason: "test",
                 limits: CreditLimits(), on: db)
         }

@@ -53,14 +53,14 @@ extension FulfillmentStore {
                 }
             }
         }
-        let booked = try await CreditLedger.grant(grants.flatMap { $0 }, limits: creditLimits, on: db)
+        let booked = try await ledger.grant(grants.flatMap { $0 }, limits: creditLimits, on: db)
         for (_, plan) in batch {
             for grant in plan.revocations {
-                try await CreditLedger.revoke(grantKey: grant.grantKey, percentage: plan.revocationPercentage, on: db)
+                try await ledger.revoke(grantKey: grant.grantKey, percentage: plan.revocationPercentage, on: db)
             }
-            for grant in plan.restorations { try await CreditLedger.restore(grantKey: grant.grantKey, on: db) }
+            for grant in plan.restorations { try await ledger.restore(grantKey: grant.grantKey, on: db) }
             if let ending = plan.restoreClearing, let user = plan.user {
-                try await CreditLedger.restoreClearing(ending: ending, userID: user.userID, on: db)
+                try await ledger.restoreClearing(ending: ending, userID: user.userID, on: db)
             }
         }
         // The ledger counts the batch; each event's share is what it planned (grant keys are unique

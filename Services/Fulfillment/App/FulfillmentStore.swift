@@ -58,6 +58,8 @@ struct FulfillmentStore: Sendable {
     let topic: String
     /// What a grant may not take a pool past (`CREDITS_MAX_BALANCE`).
     let creditLimits: CreditLimits
+    /// The grants, revocations and restorations an event books.
+    let ledger: CreditLedger
 
     /// Reads the JSON documents of the queries (dates are milliseconds, like Apple's) with the
     /// strict parser the verifier uses: Foundation's JSONDecoder was a tenth of a worker's CPU.
@@ -71,6 +73,7 @@ struct FulfillmentStore: Sendable {
     ) {
         self.leases = leases
         self.creditLimits = creditLimits
+        ledger = CreditLedger(pool: leases.pool)
         self.topic = topic
         self.appKey = appKey
         self.everyoneIsTestUser = everyoneIsTestUser

@@ -1,11 +1,15 @@
 import AppStore
+import Catalogue
+import Credits
 import HTTPServer
 import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
 
-/// What every route group of the ingress works with, built once at start-up.
+/// What the application assembles once at start-up: the settings, the stores on the pools, the
+/// verifiers and authenticators. The routers hand each route group the parts it calls; no route
+/// group holds this or a pool.
 struct IngressContext: Sendable {
     let configuration: IngressConfiguration
     let pool: PostgresPool
@@ -30,6 +34,17 @@ struct IngressContext: Sendable {
     /// The credit statements (grants, daily bills), on `readPool`.
     let statements: CreditStatementStore
     let imports: ImportStore
+    let consents: ConsentStore
+    let catalogue: CatalogueStore
+    let meter: CreditMeter
+    let ledger: CreditLedger
+    let cases: CaseStore
+    /// The event queue's lists and counts, on `readPool`.
+    let queue: CaseStore
+    let leases: EventLeaseStore
+    let chains: ChainBindingStore
+    let tasks: TaskStore
+    let consoleSessions: ConsoleSessionStore
     /// The Apple endpoints' budgets per source.
     let notificationLimits: NotificationLimits
     /// What `/readyz` reports; the application runs it as a service.
@@ -70,6 +85,27 @@ struct IngressContext: Sendable {
         credits = CreditStatementStore(pool: pool)
         statements = CreditStatementStore(pool: self.readPool)
         imports = ImportStore(pool: pool)
+        consents = ConsentStore(pool: pool)
+        catalogue = CatalogueStore(pool: pool)
+        meter = CreditMeter(pool: pool)
+        ledger = CreditLedger(pool: pool)
+        cases = CaseStore(pool: pool)
+        queue = CaseStore(pool: self.readPool)
+        leases = EventLeaseStore(pool: pool)
+        chains = ChainBindingStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        tasks = TaskStore(pool: pool)
+        consoleSessions = ConsoleSessionStore(pool: pool)
+    }
+
+    /// The metering routes' store and clock.
+    var creditsRoutes: CreditsRoutes { CreditsRoutes(credits: meter, clock: clock) }
+
+    /// The upload routes, which the import routes also verify signed transactions with.
+    var submissionRoutes: SubmissionRoutes {
+        SubmissionRoutes(
+            events: store, intake: intake, orders: orders, users: users, subscriptions: subscriptions, verifier: verifier,
+            cipher: cipher, waiter: waiter, environment: configuration.appStore.environment,
+            fulfillmentWait: configuration.fulfillmentWait, refusals: refusals, clock: clock, logger: logger)
     }
 }
 

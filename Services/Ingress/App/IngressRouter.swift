@@ -1,3 +1,4 @@
+import AppStore
 import HTTPServer
 
 /// The ingress's routes on `context`, with their middleware; nothing is started (tests call
@@ -12,16 +13,34 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
     router.add(middleware: DatabaseErrors())
     HealthRoutes(readiness: context.readiness).register(in: &router)
     try OpenAPIRoutes().register(in: &router)
-    router.group(NotificationRoutes.prefix) { NotificationRoutes(context: context).register(in: &$0) }
+    router.group(NotificationRoutes.prefix) {
+        NotificationRoutes(
+            verifier: context.verifier, intake: context.intake, cipher: context.cipher, limits: context.notificationLimits,
+            refusals: context.refusals, logger: context.logger
+        ).register(in: &$0)
+    }
+    let appStore = context.configuration.appStore
+    let submissions = context.submissionRoutes
     router.group("/api/v1", middleware: [UserAuthentication(authenticator: context.authenticator)]) { api in
-        OrderRoutes(context: context).register(in: &api)
-        SubmissionRoutes(context: context).register(in: &api)
-        ImportRoutes(context: context).register(in: &api)
-        CatalogueRoutes(context: context).register(in: &api)
-        AccountRoutes(context: context).register(in: &api)
+        OrderRoutes(
+            orders: context.orders, appStore: appStore, openOrderWindow: context.configuration.openOrderWindow, clock: context.clock
+        ).register(in: &api)
+        submissions.register(in: &api)
+        ImportRoutes(
+            imports: context.imports, receiptVerifier: context.receiptVerifier, submissions: submissions,
+            fulfillmentWait: context.configuration.fulfillmentWait
+        ).register(in: &api)
+        CatalogueRoutes(
+            catalogue: context.catalogue, subscriptions: context.subscriptions, appKey: appStore.bundleId, clock: context.clock
+        ).register(in: &api)
+        AccountRoutes(
+            subscriptions: context.subscriptions, consents: context.consents, credits: context.credits,
+            statements: context.statements, cursors: PageCursorSigner(key: context.configuration.cursorSigningKey),
+            clock: context.clock
+        ).register(in: &api)
     }
     router.group("/api/v1/credits", middleware: [ServiceAuthentication(authenticator: context.services)]) { metering in
-        CreditsRoutes(context: context).register(in: &metering)
+        context.creditsRoutes.register(in: &metering)
     }
     return router
 }

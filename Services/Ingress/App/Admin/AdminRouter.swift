@@ -1,5 +1,6 @@
 import Credits
 import HTTPServer
+import Pipeline
 import Storage
 
 /// The admin listener's routes (`ADMIN_HTTP_*`), apart from the public ones: the support lookup
@@ -12,14 +13,19 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
     router.add(middleware: DatabaseErrors())
     router.add(middleware: AdminRefusals())
     try OpenAPIRoutes(resource: "admin-openapi", path: "/admin/openapi.json").register(in: &router)
-    let routes = AdminRoutes(context: context)
+    let routes = AdminRoutes(
+        cases: context.cases, queue: context.queue, events: context.leases, chains: context.chains, tasks: context.tasks,
+        users: context.users, ledger: context.ledger, cursors: PageCursorSigner(key: context.configuration.cursorSigningKey),
+        eventTopic: context.configuration.pipeline.eventTopic, creditLimits: context.configuration.creditLimits,
+        clock: context.clock)
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .viewer)]) {
         routes.registerReads(in: &$0)
     }
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .operator)]) {
         routes.registerActions(in: &$0)
     }
-    let sessions = ConsoleSessions(context: context, authenticator: authenticator)
+    let sessions = ConsoleSessions(
+        store: context.consoleSessions, settings: context.configuration.admin, authenticator: authenticator, clock: context.clock)
     let console = Console(routes: routes, sessions: sessions)
     console.registerSignIn(in: &router)
     router.group("/admin", middleware: [ConsoleSession(sessions: sessions)]) {

@@ -11,7 +11,6 @@ import Storage
 /// actions, each the same store call as its `subsctl` twin, with its audit row naming the token's
 /// name as operator, answering the state it left.
 struct AdminRoutes: Sendable {
-    let context: IngressContext
     let cases: CaseStore
     /// The event queue's lists and counts, on the read pool (`DATABASE_READ_URL`).
     let queue: CaseStore
@@ -19,23 +18,18 @@ struct AdminRoutes: Sendable {
     let chains: ChainBindingStore
     let tasks: TaskStore
     let users: UserStore
+    let ledger: CreditLedger
     let cursors: PageCursorSigner
-
-    init(context: IngressContext) {
-        self.context = context
-        cases = CaseStore(pool: context.pool)
-        queue = CaseStore(pool: context.readPool)
-        events = EventLeaseStore(pool: context.pool)
-        chains = ChainBindingStore(pool: context.pool, topic: context.configuration.pipeline.eventTopic)
-        tasks = TaskStore(pool: context.pool)
-        users = UserStore(pool: context.pool)
-        cursors = PageCursorSigner(key: context.configuration.cursorSigningKey)
-    }
+    /// Where replayed events are queued at once.
+    let eventTopic: String
+    /// `CREDITS_MAX_BALANCE`, `CREDITS_MAX_ADJUSTMENT`.
+    let creditLimits: CreditLimits
+    let clock: any WallClock
 
     func registerReads(in admin: inout RouterGroup<AdminRequestContext>) {
         admin.get("lookup") { request, _ in try await lookup(request) }
         admin.get("events") { request, _ in try await listEvents(request) }
-        admin.get("events/summary") { _, _ in .json(["items": try await queue.eventSummary(now: context.clock.now())]) }
+        admin.get("events/summary") { _, _ in .json(["items": try await queue.eventSummary(now: clock.now())]) }
     }
 
     func registerActions(in admin: inout RouterGroup<AdminRequestContext>) {
@@ -67,7 +61,7 @@ struct AdminRoutes: Sendable {
         guard let q = request.query("q")?.trimmingCharacters(in: .whitespaces), (1...200).contains(q.count) else {
             throw APIError.invalidRequest("q must be an id of 1 to 200 characters")
         }
-        guard let found = try await cases.lookup(q, now: context.clock.now()) else {
+        guard let found = try await cases.lookup(q, now: clock.now()) else {
             throw APIError.notFound("nothing has the id \(q)")
         }
         return .json(found)
@@ -140,7 +134,7 @@ struct AdminRoutes: Sendable {
         }
         let reason = try Self.reason(try request.decodeJSON(ReasonBody.self).reason)
         try await events.replayDead(
-            eventID: id, topic: context.configuration.pipeline.eventTopic, operator: principal.name, reason: reason)
+            eventID: id, topic: eventTopic, operator: principal.name, reason: reason)
         guard let event = try await cases.event(id) else { throw APIError.notFound("no event \(id)") }
         return .json(event)
     }
@@ -270,11 +264,9 @@ struct AdminRoutes: Sendable {
             throw APIError.invalidRequest("number (the adjustment number, 1 to 128 characters) is required")
         }
         let reason = try Self.reason(body.reason)
-        let result = try await context.pool.transaction { db in
-            try await CreditLedger.adjust(
-                userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: principal.name, reason: reason,
-                limits: context.configuration.creditLimits, on: db)
-        }
+        let result = try await ledger.adjust(
+            userID: user, pool: pool, amount: amount, adjustmentNo: number, operator: principal.name, reason: reason,
+            limits: creditLimits)
         return .json(
             AdjustmentAnswer(
                 adjustmentNo: result.adjustmentNo, userId: result.userID, pool: result.pool.rawValue,
@@ -318,7 +310,7 @@ struct AdminRoutes: Sendable {
             throw APIError.invalidRequest("environment must be Production or Sandbox")
         }
         let reason = try Self.reason(body.reason)
-        let now = context.clock.now()
+        let now = clock.now()
         if let problem = TaskStore.recoveryRangeProblem(from: from, to: to, environment: environment, now: now) {
             throw APIError.invalidRequest(problem)
         }

@@ -19,11 +19,10 @@ struct ConsoleSessions: Sendable {
     let lifetime: ConsoleSessionStore.Lifetime
     let secureCookies: Bool
 
-    init(context: IngressContext, authenticator: AdminAuthenticator) {
-        let settings = context.configuration.admin
-        store = ConsoleSessionStore(pool: context.pool)
+    init(store: ConsoleSessionStore, settings: AdminSettings, authenticator: AdminAuthenticator, clock: any WallClock) {
+        self.store = store
         self.authenticator = authenticator
-        clock = context.clock
+        self.clock = clock
         lifetime = ConsoleSessionStore.Lifetime(absolute: settings.sessionLifetime, idle: settings.sessionIdleTimeout)
         secureCookies = !settings.cookieInsecure
     }
@@ -178,7 +177,7 @@ struct Console: Sendable {
         let csrf = context.csrf ?? ""
         let q = request.query("q")?.trimmingCharacters(in: .whitespaces) ?? ""
         guard (1...200).contains(q.count) else { return home(context) }
-        guard let found = try await routes.cases.lookup(q, now: routes.context.clock.now()) else {
+        guard let found = try await routes.cases.lookup(q, now: routes.clock.now()) else {
             return ConsoleHTML.page(
                 title: "Not found", principal: context.principal, csrf: csrf, status: 404,
                 Self.searchForm(q) + "<p class=\"error\">Nothing has the id <code>\(e(q))</code>.</p>")
@@ -309,7 +308,7 @@ struct Console: Sendable {
     func queuePage(_ context: AdminRequestContext) async throws -> HTTPResponse {
         let e = ConsoleHTML.escape
         let csrf = context.csrf ?? ""
-        let counts = try await routes.queue.eventSummary(now: routes.context.clock.now())
+        let counts = try await routes.queue.eventSummary(now: routes.clock.now())
         var html = ""
         let groups: [(String, (EventCount) -> Bool)] = [
             ("Unmatched", { $0.status == "DEAD" && ($0.errorCode ?? "").hasPrefix("UNMATCHED_") }),

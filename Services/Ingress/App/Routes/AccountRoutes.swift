@@ -11,13 +11,13 @@ import Storage
 /// strings of credits (`"1000"`, `"0.25"`) so no client parses money through a float, and the
 /// balance adds the whole credits spendable now and the exact micro-credit total.
 struct AccountRoutes: Sendable {
-    let context: IngressContext
+    let subscriptions: SubscriptionStore
+    let consents: ConsentStore
+    let credits: CreditStatementStore
+    /// The credit statements (grants, daily bills), on the read pool.
+    let statements: CreditStatementStore
     let cursors: PageCursorSigner
-
-    init(context: IngressContext) {
-        self.context = context
-        cursors = PageCursorSigner(key: context.configuration.cursorSigningKey)
-    }
+    let clock: any WallClock
 
     func register(in api: inout RouterGroup<IngressRequestContext>) {
         api.get("subscriptions/current") { _, context in try await current(user: try context.requireUser()) }
@@ -39,15 +39,14 @@ struct AccountRoutes: Sendable {
     }
 
     func consent(user: AuthenticatedUser) async throws -> HTTPResponse {
-        let consent = try await ConsentStore.load(userID: user.userID, pool: context.pool)
+        let consent = try await consents.load(userID: user.userID)
         return .json(ConsentView(consumptionData: consent))
     }
 
     func recordConsent(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let body = try request.decodeJSON(ConsentView.self)
-        let outcome = try await ConsentStore.record(
-            body.consumptionData, userID: user.userID, createUser: true, recordedBy: "user", reason: "user choice through the app",
-            pool: context.pool)
+        let outcome = try await consents.record(
+            body.consumptionData, userID: user.userID, createUser: true, recordedBy: "user", reason: "user choice through the app")
         // Never nil: the user row is created with the choice.
         return .json(ConsentView(consumptionData: outcome?.after ?? body.consumptionData))
     }
@@ -114,8 +113,8 @@ struct AccountRoutes: Sendable {
     }
 
     func current(user: AuthenticatedUser) async throws -> HTTPResponse {
-        let rows = try await context.subscriptions.subscriptions(userID: user.userID)
-        let now = context.clock.now()
+        let rows = try await subscriptions.subscriptions(userID: user.userID)
+        let now = clock.now()
         return .json(
             CurrentSubscriptions(
                 subscriptions: rows.map { row in
@@ -133,7 +132,7 @@ struct AccountRoutes: Sendable {
     // MARK: - Balance
 
     func balance(user: AuthenticatedUser) async throws -> HTTPResponse {
-        let pools = try await context.credits.balances(userID: user.userID)
+        let pools = try await credits.balances(userID: user.userID)
         return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: CreditBalance(pools).json)
     }
 
@@ -153,7 +152,7 @@ struct AccountRoutes: Sendable {
 
     func grants(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let page = try PageRequest(request, list: "grants", userID: user.userID, cursors: cursors)
-        let grants = try await context.statements.grants(
+        let grants = try await statements.grants(
             userID: user.userID, after: page.after.map { (Self.date(micros: $0.position), $0.id) }, limit: page.limit + 1)
         return .json(
             Page(
@@ -187,7 +186,7 @@ struct AccountRoutes: Sendable {
 
     func dailyBills(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
         let page = try PageRequest(request, list: "daily-bills", userID: user.userID, cursors: cursors)
-        let bills = try await context.statements.dailyBills(
+        let bills = try await statements.dailyBills(
             userID: user.userID, after: page.after.map { ($0.position, $0.id) }, limit: page.limit + 1)
         return .json(
             Page(

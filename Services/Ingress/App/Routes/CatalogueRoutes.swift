@@ -9,13 +9,11 @@ import Storage
 /// caller's current plan in its group, so the app can label buttons (upgrade now, downgrade at
 /// the next renewal…) without knowing Apple's level rules.
 struct CatalogueRoutes: Sendable {
-    let context: IngressContext
     let catalogue: CatalogueStore
-
-    init(context: IngressContext) {
-        self.context = context
-        catalogue = CatalogueStore(pool: context.pool)
-    }
+    let subscriptions: SubscriptionStore
+    /// The app whose products are on offer (the bundle id).
+    let appKey: String
+    let clock: any WallClock
 
     func register(in api: inout RouterGroup<IngressRequestContext>) {
         api.get("subscriptions/products") { _, context in try await products(user: try context.requireUser()) }
@@ -40,11 +38,11 @@ struct CatalogueRoutes: Sendable {
     }
 
     func products(user: AuthenticatedUser) async throws -> HTTPResponse {
-        let products = try await catalogue.products(appKey: context.configuration.appStore.bundleId)
-        let subscriptions = try await context.subscriptions.subscriptions(userID: user.userID)
+        let products = try await catalogue.products(appKey: appKey)
+        let subscriptions = try await subscriptions.subscriptions(userID: user.userID)
         // All known products, disabled ones included: a withdrawn product can still be someone's plan.
         let byID = Dictionary(products.map { ($0.productID, $0) }) { first, _ in first }
-        let now = context.clock.now()
+        let now = clock.now()
         var current: [String: CatalogueProduct] = [:]
         // Rows come latest expiry first, so the first plan with service in a group is the current one.
         for subscription in subscriptions where subscription.status(at: now).hasService {

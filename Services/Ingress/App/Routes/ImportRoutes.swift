@@ -10,14 +10,19 @@ import Storage
 /// verified here (a bare transaction id is never trusted: ids are guessable). A worker then asks
 /// Apple's Get Transaction History with it; the answer waits a bounded time for it like an upload.
 struct ImportRoutes: Sendable {
-    let context: IngressContext
+    let imports: ImportStore
+    let receiptVerifier: AppReceiptVerifier
+    /// Verifies a signed transaction as an upload does.
+    let submissions: SubmissionRoutes
+    /// How long an answer waits for the worker.
+    let fulfillmentWait: Duration
 
     func register(in api: inout RouterGroup<IngressRequestContext>) {
         api.post("subscriptions/import") { request, context in try await start(request, user: try context.requireUser()) }
         api.get("subscriptions/import/{importId}") { request, context in
             let user = try context.requireUser()
             guard let id = request.pathParameter("importId").flatMap(Int64.init), id > 0,
-                let state = try await self.context.imports.state(id, userID: user.userID)
+                let state = try await self.imports.state(id, userID: user.userID)
             else { throw APIError.notFound("no such import") }
             return try answer(state)
         }
@@ -41,7 +46,7 @@ struct ImportRoutes: Sendable {
         let proof: (environment: String, lookup: String, source: ImportSource)
         switch (body.signedTransaction, body.appReceipt) {
         case (let jws?, nil):
-            let transaction = try await SubmissionRoutes(context: context).verify(jws)
+            let transaction = try await submissions.verify(jws)
             guard let original = transaction.originalTransactionId, let environment = transaction.rawEnvironment else {
                 throw APIError.transactionInvalid("the transaction lacks its identifiers")
             }
@@ -51,12 +56,12 @@ struct ImportRoutes: Sendable {
         default:
             throw APIError.invalidRequest("send exactly one of signedTransaction and appReceipt")
         }
-        let id = try await context.imports.request(
+        let id = try await imports.request(
             userID: user.userID, environment: proof.environment, source: proof.source, lookupTransactionID: proof.lookup)
         // The worker's task and the events it stores take a few steps: poll the import, bounded.
-        let deadline = ContinuousClock.now + context.configuration.fulfillmentWait
+        let deadline = ContinuousClock.now + fulfillmentWait
         while true {
-            guard let state = try await context.imports.state(id, userID: user.userID) else {
+            guard let state = try await imports.state(id, userID: user.userID) else {
                 throw APIError.notFound("no such import")
             }
             if state.status != .pending || ContinuousClock.now >= deadline { return try answer(state) }
@@ -67,9 +72,8 @@ struct ImportRoutes: Sendable {
     /// A receipt's proof: verified to Apple's roots, its bundle id, and the transaction Apple's
     /// ReceiptUtility would take from it.
     private func verify(receipt: String) async throws -> (environment: String, lookup: String, source: ImportSource) {
-        let submissions = SubmissionRoutes(context: context)
         let verified: AppReceipt
-        do { verified = try await context.receiptVerifier.verify(receipt) } catch {
+        do { verified = try await receiptVerifier.verify(receipt) } catch {
             if error.isRetryable { throw APIError.serviceUnavailable("the receipt could not be verified now") }
             submissions.refuse("app receipt refused", reason: error.code.rawValue)
             throw HTTPError(status: 422, code: error.code.rawValue, message: "the app receipt was refused")

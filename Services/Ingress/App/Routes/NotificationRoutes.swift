@@ -18,7 +18,13 @@ struct NotificationRoutes: Sendable {
     static let productionPath = prefix + "/production"
     static let sandboxPath = prefix + "/sandbox"
 
-    let context: IngressContext
+    let verifier: SignedDataVerifier
+    let intake: NotificationIntake
+    let cipher: PayloadCipher
+    /// The Apple endpoints' budgets per source.
+    let limits: NotificationLimits
+    let refusals: ThrottledLog
+    let logger: Logger
     private let received = MetricsRegistry.shared.counter(
         "subs_notifications_received_total", help: "Notification requests that passed verification")
 
@@ -51,11 +57,11 @@ struct NotificationRoutes: Sendable {
         }
         let payload: ResponseBodyV2DecodedPayload
         do {
-            payload = try await context.verifier.verifyNotification(body.signedPayload, expectedEnvironment: endpoint)
+            payload = try await verifier.verifyNotification(body.signedPayload, expectedEnvironment: endpoint)
         } catch {
             try spendUnverified(request)
             Self.count(error.code.rawValue.lowercased())
-            context.refusals.record(
+            refusals.record(
                 "notification refused", reason: error.code.rawValue,
                 [
                     "error.code": .string(error.code.rawValue), "error.reason": .string(error.reason),
@@ -70,7 +76,7 @@ struct NotificationRoutes: Sendable {
             throw HTTPError(status: 400, code: "MALFORMED", message: "notificationUUID and notificationType are required")
         }
         // Only what Apple signed spends Apple's budget: junk from the same source cannot starve it.
-        guard context.notificationLimits.verified.allow(request.head.clientAddress) else {
+        guard limits.verified.allow(request.head.clientAddress) else {
             Self.count("rate_limited")
             throw APIError.rateLimited()
         }
@@ -81,27 +87,27 @@ struct NotificationRoutes: Sendable {
             event = try NewNotificationEvent.sealing(
                 signedPayload: body.signedPayload, notificationUUID: uuid, type: type, subtype: payload.rawSubtype,
                 environment: environment, signedDate: payload.signedDate,
-                signedTransactionInfo: payload.data?.signedTransactionInfo, cipher: context.cipher, traceID: request.traceID)
+                signedTransactionInfo: payload.data?.signedTransactionInfo, cipher: cipher, traceID: request.traceID)
         } catch {
             throw APIError.serviceUnavailable("could not seal the payload")
         }
         let stored: StoredEvent
         do {
-            stored = try await context.intake.accept(event)
+            stored = try await intake.accept(event)
         } catch let error as UnstorableNotification {
             Self.count("malformed")
             throw APIError.invalidRequest("the field \(error.field) holds a character that cannot be stored")
         } catch {
             // Never 200 for an event that is not durable: Apple retries a 5xx.
             Self.count("storage_unavailable")
-            context.logger.error(
+            logger.error(
                 "notification not stored", ["error": .string("\(error)"), "trace.id": .string(request.traceID)])
             throw APIError.serviceUnavailable("the notification could not be stored; retry later")
         }
         // Debug, not info: a line per notification cost more CPU than storing it. The row, its
         // trace id and the counters are the record; LOG_LEVEL=debug brings the line back.
-        if context.logger.level <= .debug {
-            context.logger.debug(
+        if logger.level <= .debug {
+            logger.debug(
                 "notification accepted",
                 [
                     "appstore.notification_uuid": .string(uuid), "appstore.notification_type": .string(type),
@@ -116,7 +122,7 @@ struct NotificationRoutes: Sendable {
     /// A request that failed verification draws from its source's own, smaller budget; beyond it
     /// the answer is 429 instead of the refusal (and nothing is logged).
     private func spendUnverified(_ request: HTTPRequest) throws(HTTPError) {
-        guard context.notificationLimits.unverified.allow(request.head.clientAddress) else {
+        guard limits.unverified.allow(request.head.clientAddress) else {
             Self.count("rate_limited_unverified")
             throw APIError.rateLimited()
         }

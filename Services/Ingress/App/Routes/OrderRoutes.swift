@@ -14,7 +14,11 @@ import Storage
 /// fix): the order then waits for the charge and a second purchase in its group is refused with
 /// PURCHASE_PENDING.
 struct OrderRoutes: Sendable {
-    let context: IngressContext
+    let orders: OrderStore
+    /// The deployment's app and environment, and how long an unpaid order keeps its group.
+    let appStore: AppStoreVerifierConfiguration
+    let openOrderWindow: TimeInterval
+    let clock: any WallClock
 
     func register(in api: inout RouterGroup<IngressRequestContext>) {
         api.post("subscriptions/orders") { request, context in try await create(request, user: try context.requireUser()) }
@@ -74,15 +78,15 @@ struct OrderRoutes: Sendable {
         guard Self.isAcceptableIdentifier(body.productId, maxLength: 255) else {
             throw APIError.invalidRequest("productId is required (at most 255 printable characters)")
         }
-        let now = context.clock.now()
+        let now = clock.now()
         let outcome: OrderCreationOutcome
         do {
-            outcome = try await context.orders.create(
+            outcome = try await orders.create(
                 OrderRequest(
                     userID: user.userID, productID: body.productId, requestID: requestID,
-                    appKey: context.configuration.appStore.bundleId,
-                    environment: context.configuration.appStore.environment.rawValue, newOrderNo: Self.newOrderNumber(now: now),
-                    now: now, openOrderWindow: context.configuration.openOrderWindow))
+                    appKey: appStore.bundleId,
+                    environment: appStore.environment.rawValue, newOrderNo: Self.newOrderNumber(now: now),
+                    now: now, openOrderWindow: openOrderWindow))
         } catch is OrderNotCreated {
             throw APIError.serviceUnavailable("order not created")
         }
@@ -105,7 +109,7 @@ struct OrderRoutes: Sendable {
     }
 
     func read(_ request: HTTPRequest, user: AuthenticatedUser) async throws -> HTTPResponse {
-        guard let order = try await context.orders.order(request.pathParameter("orderNo") ?? "", userID: user.userID) else {
+        guard let order = try await orders.order(request.pathParameter("orderNo") ?? "", userID: user.userID) else {
             throw APIError.notFound("no such order")
         }
         return .json(OrderView(order))
@@ -117,7 +121,7 @@ struct OrderRoutes: Sendable {
         -> HTTPResponse
     {
         let orderNo = request.pathParameter("orderNo") ?? ""
-        switch try await context.orders.reportByClient(orderNo, userID: user.userID, moving: target, cause: cause) {
+        switch try await orders.reportByClient(orderNo, userID: user.userID, moving: target, cause: cause) {
         case .notFound: throw APIError.notFound("no such order")
         case .answered(let order): return .json(OrderView(order))
         case .refused(let order):

@@ -13,7 +13,21 @@ import Storage
 /// (`POST …/apple-transactions/observed`). Verified here, stored, published to the same
 /// processing path as notifications, then awaited a bounded time for the worker's result.
 struct SubmissionRoutes: Sendable {
-    let context: IngressContext
+    let events: EventIntakeStore
+    let intake: NotificationIntake
+    let orders: OrderStore
+    let users: UserStore
+    let subscriptions: SubscriptionStore
+    let verifier: SignedDataVerifier
+    let cipher: PayloadCipher
+    let waiter: FulfillmentWaiter
+    /// The deployment's environment (a transaction of the other one is refused).
+    let environment: AppStoreEnvironment
+    /// How long an upload waits for the worker before answering 202.
+    let fulfillmentWait: Duration
+    let refusals: ThrottledLog
+    let clock: any WallClock
+    let logger: Logger
 
     func register(in api: inout RouterGroup<IngressRequestContext>) {
         api.post("subscriptions/orders/{orderNo}/apple-transaction") { request, context in
@@ -64,7 +78,7 @@ struct SubmissionRoutes: Sendable {
         if let orderNo {
             try await checkOrder(orderNo, user: user, productID: productID, transactionID: transactionID)
         }
-        let owner = try await context.users.owner(
+        let owner = try await users.owner(
             ofTransaction: transactionID, originalTransactionID: originalID, environment: environment,
             appAccountToken: transaction.appAccountToken)
         let ownedByAnother = owner.map { $0 != user.userID } ?? false
@@ -76,30 +90,29 @@ struct SubmissionRoutes: Sendable {
         {
             return .json(existing)
         }
-        if orderNo != nil, let expires = transaction.expiresDate, expires <= context.clock.now() {
+        if orderNo != nil, let expires = transaction.expiresDate, expires <= clock.now() {
             throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
         }
 
         let hash = SignedContent.hash(of: body.signedTransaction)
-        let sealed = try context.cipher.seal(Array(body.signedTransaction.utf8), context: "submission:" + hash)
-        let stored = try await context.store.insertSubmission(
+        let sealed = try cipher.seal(Array(body.signedTransaction.utf8), context: "submission:" + hash)
+        let stored = try await events.insertSubmission(
             NewSubmission(
                 kind: orderNo == nil ? "OBSERVED" : "CLIENT", userID: user.userID, orderNo: orderNo,
                 environment: environment, transactionID: transactionID, originalTransactionID: originalID,
                 payloadHash: hash, sealedPayload: sealed.sealed, payloadKeyID: sealed.keyID, traceID: request.traceID))
         if ownedByAnother {
-            if let outbox = stored.outbox { await context.intake.publisher.publish([outbox]) }
+            if let outbox = stored.outbox { await intake.publisher.publish([outbox]) }
             throw accountConflict(transactionID)
         }
         let key = "\(EventKind.submission.rawValue):\(stored.eventID)"
-        let waiter = context.waiter
         let ticket = waiter.register(key)
-        if let outbox = stored.outbox { await context.intake.publisher.publish([outbox]) }
-        let state = try await context.store.status(of: .submission, id: stored.eventID)
+        if let outbox = stored.outbox { await intake.publisher.publish([outbox]) }
+        let state = try await events.status(of: .submission, id: stored.eventID)
         if state?.status == "SUCCEEDED" || state?.status == "DEAD" {
             waiter.cancel(key, ticket: ticket)
         } else {
-            _ = await waiter.wait(key, ticket: ticket, timeout: context.configuration.fulfillmentWait)
+            _ = await waiter.wait(key, ticket: ticket, timeout: fulfillmentWait)
         }
         return try await answer(
             submissionID: stored.eventID, transactionID: transactionID, environment: environment, orderNo: orderNo, user: user,
@@ -110,14 +123,14 @@ struct SubmissionRoutes: Sendable {
     /// too (test users; the worker enforces who may use them); a Sandbox one only Sandbox. Ids in
     /// another form than Apple's are refused here (400), before anything is stored.
     func verify(_ jws: String) async throws -> JWSTransactionDecodedPayload {
-        let configured = context.configuration.appStore.environment
+        let configured = environment
         let claimed = Self.environmentClaim(of: jws)
         let expected: AppStoreEnvironment =
             configured == .production && claimed == AppStoreEnvironment.sandbox.rawValue
             ? .sandbox : configured
         let transaction: JWSTransactionDecodedPayload
         do {
-            transaction = try await context.verifier.verifyTransaction(jws, expectedEnvironment: expected)
+            transaction = try await verifier.verifyTransaction(jws, expectedEnvironment: expected)
         } catch {
             if error.isRetryable { throw APIError.serviceUnavailable("the transaction could not be verified now") }
             refuse("client transaction refused", reason: error.code.rawValue, ["error.reason": .string(error.reason)])
@@ -142,11 +155,11 @@ struct SubmissionRoutes: Sendable {
             "subs_client_refusals_total", help: "Client uploads (signed transactions, app receipts) refused, by reason",
             labels: ["reason": reason]
         ).increment()
-        context.refusals.record(message, reason: reason, metadata.merging(["error.code": .string(reason)]) { own, _ in own })
+        refusals.record(message, reason: reason, metadata.merging(["error.code": .string(reason)]) { own, _ in own })
     }
 
     private func checkOrder(_ orderNo: String, user: AuthenticatedUser, productID: String, transactionID: String) async throws {
-        guard let order = try await context.orders.order(orderNo, userID: user.userID) else {
+        guard let order = try await orders.order(orderNo, userID: user.userID) else {
             throw APIError.notFound("no such order")
         }
         guard order.productID == productID else {
@@ -164,18 +177,18 @@ struct SubmissionRoutes: Sendable {
         MetricsRegistry.shared.counter(
             "subs_account_conflicts_total", help: "Transactions submitted by another business user than their owner"
         ).increment()
-        context.logger.warning("account conflict on a client submission", ["appstore.transaction_id": .string(transactionID)])
+        logger.warning("account conflict on a client submission", ["appstore.transaction_id": .string(transactionID)])
         return APIError.accountConflict("this purchase belongs to another account")
     }
 
     /// An already fulfilled transaction answers with its current result: re-uploads and restores
     /// never create anything new.
     private func existingResult(transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> Result? {
-        guard let linkedOrder = try await context.orders.fulfilledOrderNo(environment: environment, transactionID: transactionID)
+        guard let linkedOrder = try await orders.fulfilledOrderNo(environment: environment, transactionID: transactionID)
         else { return nil }
         if let orderNo, orderNo != linkedOrder {
             // An old JWS on a new order: the existing result, never a second grant.
-            context.logger.info("transaction already fulfilled another order", ["order.no": .string(orderNo)])
+            logger.info("transaction already fulfilled another order", ["order.no": .string(orderNo)])
         }
         return try await result(transactionID: transactionID, environment: environment, orderNo: linkedOrder, user: user)
     }
@@ -183,7 +196,7 @@ struct SubmissionRoutes: Sendable {
     private func answer(
         submissionID: Int64, transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser, traceID: String
     ) async throws -> HTTPResponse {
-        let state = try await context.store.status(of: .submission, id: submissionID)
+        let state = try await events.status(of: .submission, id: submissionID)
         if state?.status == "DEAD" {
             switch state?.errorCode {
             case "ACCOUNT_CONFLICT": throw APIError.accountConflict("this purchase belongs to another account")
@@ -192,9 +205,9 @@ struct SubmissionRoutes: Sendable {
             case nil: throw APIError.transactionInvalid("the transaction was not applied")
             }
         }
-        let order = try await context.orders.linkedOrder(environment: environment, transactionID: transactionID)
+        let order = try await orders.linkedOrder(environment: environment, transactionID: transactionID)
         if orderNo == nil, state?.status == "SUCCEEDED" {
-            let applied = try await context.subscriptions.purchaseResult(
+            let applied = try await subscriptions.purchaseResult(
                 transactionID: transactionID, environment: environment, orderNo: order?.orderNo, userID: user.userID)
             // Applied to someone else's chain (another member bound this family access first).
             if let owner = applied.chainOwner, owner != user.userID { throw accountConflict(transactionID) }
@@ -213,7 +226,7 @@ struct SubmissionRoutes: Sendable {
             let pending = APIError.fulfillmentPending("the purchase is being processed; query the order for its result")
             // Not linked to the transaction yet: the uploaded-for order's own status (CREATED, PENDING…).
             var status = orderStatus
-            if order == nil, let orderNo { status = try await context.orders.order(orderNo, userID: user.userID)?.status }
+            if order == nil, let orderNo { status = try await orders.order(orderNo, userID: user.userID)?.status }
             return .json(
                 Pending(
                     code: pending.code, message: pending.message, traceId: traceID, orderNo: resolvedOrder,
@@ -224,7 +237,7 @@ struct SubmissionRoutes: Sendable {
     }
 
     private func result(transactionID: String, environment: String, orderNo: String?, user: AuthenticatedUser) async throws -> Result {
-        let result = try await context.subscriptions.purchaseResult(
+        let result = try await subscriptions.purchaseResult(
             transactionID: transactionID, environment: environment, orderNo: orderNo, userID: user.userID)
         return Result(
             orderNo: result.orderNo, orderStatus: result.orderStatus?.rawValue, transactionId: transactionID,
