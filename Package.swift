@@ -62,11 +62,11 @@ let package = Package(
             name: "AppStore", dependencies: ["Crypto", "ServiceRuntime", "StrictJSON"], path: "Shared/AppStore",
             swiftSettings: swiftSettings),
 
-        // Storage: migrations and the stores, each owning its tables' SQL (event intake, leases and outbox, tasks,
-        // consumption answers, orders, users, subscription and credit reads, consent, audit).
+        // Storage: migrations and the stores, each the one writer of its tables (Shared/Storage/README.md
+        // lists table -> store): chains, orders, users, consent, tasks, imports, events, audit, sessions.
         .target(
             name: "Storage", dependencies: ["Postgres", "ServiceRuntime", "Events", "Domain"], path: "Shared/Storage",
-            resources: [.copy("Migrations")], swiftSettings: swiftSettings),
+            exclude: ["README.md"], resources: [.copy("Migrations")], swiftSettings: swiftSettings),
         // The event pipeline shared by both services: settings, start-up, outbox relay, sweeper.
         .target(
             name: "Pipeline", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Crypto", "AppStore"],
@@ -77,8 +77,9 @@ let package = Package(
         .target(
             name: "Catalogue", dependencies: ["Domain", "Postgres", "Storage"], path: "Shared/Catalogue", exclude: ["README.md"],
             swiftSettings: swiftSettings),
-        // Credits: every write to the credit tables (grants, revocations, usage, daily close,
-        // schedules), on the caller's connection so it joins the caller's transaction.
+        // Credits: every write to the credit tables (CreditLedger: balances, lots, ledger; CreditMeter:
+        // usage; CreditJobs: bills, clearings, checks), on the caller's connection when it joins the
+        // caller's transaction; its audit rows and chain marks through Storage's owners.
         .target(
             name: "Credits", dependencies: ["Postgres", "Domain", "ServiceRuntime", "Storage"], path: "Shared/Credits",
             swiftSettings: swiftSettings),

@@ -224,8 +224,8 @@ enum AppleExtendCommand: SubsctlCommand {
                         + " webOrderLineItemId=\(output.webOrderLineItemId ?? "-")"
                 }
             }
-            try await AuditLog.record(
-                in: pool, operator: operatorName, action: "RENEWAL_DATE_EXTENDED", reason: reason, before: asked, after: answered)
+            try await AuditLog(pool: pool).record(
+                operator: operatorName, action: "RENEWAL_DATE_EXTENDED", reason: reason, before: asked, after: answered)
             return status
         }
     }

@@ -25,9 +25,8 @@ enum RatesApplyCommand: SubsctlCommand {
             return ExitStatus.refused
         }
         return await Subsctl.withDatabase { pool in
-            let result = try await CreditRates.apply(
-                file, operator: operatorName, reason: reason ?? "subsctl rates apply \(URL(fileURLWithPath: path).lastPathComponent)",
-                pool: pool)
+            let result = try await CreditRates(pool: pool).apply(
+                file, operator: operatorName, reason: reason ?? "subsctl rates apply \(URL(fileURLWithPath: path).lastPathComponent)")
             try Subsctl.printResult(["inserted": result.inserted, "unchanged": result.unchanged], asJSON: asJSON) {
                 let lines = result.inserted.map { "inserted \($0)" } + result.unchanged.map { "unchanged \($0)" }
                 return (lines + ["inserted=\(result.inserted.count) unchanged=\(result.unchanged.count)"]).joined(separator: "\n")

@@ -92,7 +92,7 @@ public struct CatalogueStore: Sendable {
                     result.updated.append(product.productID)
                 }
                 let after = StoredProduct(product: product, version: version, deleted: false)
-                try await AuditLog.record(
+                try await AuditLog(pool: pool).record(
                     on: connection, operator: operatorName,
                     action: before == nil ? "CATALOGUE_PRODUCT_CREATED" : "CATALOGUE_PRODUCT_UPDATED", reason: reason,
                     before: try before.map { try $0.audit(file) }, after: try after.audit(file))

@@ -120,7 +120,7 @@ extension CreditJobs {
     /// the clearing rows, which the search still checks.
     private func markHandled(_ endings: Endings) async throws {
         try await pool.withConnection { db in
-            try await ChainBindingStore.markEndingsCleared(
+            try await ChainBindingStore(pool: pool, topic: nil).markEndingsCleared(
                 environments: endings.environments, originals: endings.originals, lasts: endings.lasts,
                 statuses: endings.statuses, on: db)
         }

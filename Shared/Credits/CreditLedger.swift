@@ -483,7 +483,7 @@ public struct CreditLedger: Sendable {
         let booked = try rows[0].decode("booked", as: Int.self) == 1
         if booked {
             if applied < 0 { try await burnLots([(userID, pool, -applied)], on: db) }
-            try await AuditLog.record(
+            try await AuditLog(pool: self.pool).record(
                 on: db, operator: operatorName, action: "CREDITS_ADJUSTED", reason: reason,
                 before: AdjustmentAudit(userId: userID, pool: pool.rawValue, balance: balance),
                 after: AdjustmentAudit(

@@ -74,13 +74,15 @@ public struct RatesApplyResult: Sendable, Hashable {
 
 /// Rate versions are history: what was charged must stay explainable, so a version once stored
 /// never changes; a new price is a new version with a later `effectiveFrom`.
-public enum CreditRates {
+public struct CreditRates: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
     /// Inserts the file's new versions in one transaction (an audit row each); identical ones are
     /// left alone; a stored version with other values refuses the whole file.
     @discardableResult
-    public static func apply(_ file: RatesFile, operator operatorName: String, reason: String, pool: PostgresPool)
-        async throws -> RatesApplyResult
-    {
+    public func apply(_ file: RatesFile, operator operatorName: String, reason: String) async throws -> RatesApplyResult {
         try await pool.transaction { db in
             var result = RatesApplyResult()
             for rate in file.rates {
@@ -100,7 +102,7 @@ public enum CreditRates {
                                AND micro_credits_per_unit = \(rate.microCreditsPerUnit) AND effective_from = \(effective)) AS same
                     """)
                 if try rows[0].decode("inserted", as: Int.self) == 1 {
-                    try await AuditLog.record(
+                    try await AuditLog(pool: pool).record(
                         on: db, operator: operatorName, action: "CREDIT_RATE_VERSION_CREATED", reason: reason, before: nil,
                         after: rate)
                     result.inserted.append(name)

@@ -4,10 +4,14 @@ import Postgres
 /// The trail of manual actions (`audit_log`): who did what, why, and the state before and after.
 ///
 /// Written inside the action's own transaction, so an action and its audit row commit together.
-public enum AuditLog {
+public struct AuditLog: Sendable {
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
     /// Records one action; `before` and `after` are stored as jsonb (keys sorted, so equal states
     /// read back equal).
-    public static func record(
+    public func record(
         on db: PostgresConnection, operator operatorName: String, action: String, reason: String,
         before: (any Encodable & Sendable)?, after: (any Encodable & Sendable)?
     ) async throws {
@@ -20,9 +24,9 @@ public enum AuditLog {
     }
 
     /// Records an action taken outside the database (a call to Apple), in a transaction of its own.
-    public static func record(
-        in pool: PostgresPool, operator operatorName: String, action: String, reason: String,
-        before: (any Encodable & Sendable)?, after: (any Encodable & Sendable)?
+    public func record(
+        operator operatorName: String, action: String, reason: String, before: (any Encodable & Sendable)?,
+        after: (any Encodable & Sendable)?
     ) async throws {
         try await pool.withConnection { db in
             try await record(on: db, operator: operatorName, action: action, reason: reason, before: before, after: after)
@@ -30,7 +34,7 @@ public enum AuditLog {
     }
 
     /// Records one action whose states are already JSON (a row read back as jsonb, say).
-    public static func record(
+    public func record(
         on db: PostgresConnection, operator operatorName: String, action: String, reason: String,
         before: PostgresJSON?, after: PostgresJSON?
     ) async throws {

@@ -104,7 +104,7 @@ public struct ChainBindingStore: Sendable {
                 topic: topic, on: db)
             let after = try await Self.binding(environment, originalTransactionID, on: db)!
             let result = ChainActionResult(binding: after, replayedEvents: replayed, changed: changed)
-            try await AuditLog.record(
+            try await AuditLog(pool: pool).record(
                 on: db, operator: operatorName, action: "CHAIN_ATTRIBUTED", reason: reason, before: before, after: result)
             return result
         }
@@ -166,7 +166,7 @@ public struct ChainBindingStore: Sendable {
             let result = ChainActionResult(
                 binding: try await Self.binding(environment, originalTransactionID, on: db)!, replayedEvents: replayed,
                 changed: true)
-            try await AuditLog.record(
+            try await AuditLog(pool: pool).record(
                 on: db, operator: operatorName, action: "CHAIN_UNFROZEN", reason: reason, before: before, after: result)
             return result
         }
@@ -238,9 +238,9 @@ public struct ChainBindingStore: Sendable {
     /// Binds a family member's shared access to them (the first binding stands) and replays the
     /// chain's facts that waited for an owner, in the worker's transaction under the chain lock.
     /// Apple is not asked for a token: it refuses one on family transactions.
-    public static func bindFamilyMember(
-        _ userID: String, environment: String, originalTransactionID: String, topic: String, on db: PostgresConnection
-    ) async throws {
+    public func bindFamilyMember(_ userID: String, environment: String, originalTransactionID: String, on db: PostgresConnection)
+        async throws
+    {
         try await UserStore.ensureUser(userID, on: db)
         try await db.query(
             """
@@ -383,7 +383,7 @@ public struct ChainBindingStore: Sendable {
 
     /// Nothing moves on a chain with an account conflict until an operator clears it (`unfreeze`):
     /// in the worker's transaction, under the chain's lock.
-    public static func freeze(environment: String, originalTransactionID: String, on db: PostgresConnection) async throws {
+    public func freeze(environment: String, originalTransactionID: String, on db: PostgresConnection) async throws {
         try await db.query(
             """
             UPDATE user_subscription SET frozen_reason = 'ACCOUNT_CONFLICT', updated_at = now()
@@ -395,7 +395,7 @@ public struct ChainBindingStore: Sendable {
     /// Marks each chain's ending (`last transaction:status`) as cleared by the credit jobs, unless
     /// the chain moved on since: the expiry clearing's search reads an index of the unmarked
     /// endings only.
-    public static func markEndingsCleared(
+    public func markEndingsCleared(
         environments: [String], originals: [String], lasts: [String], statuses: [String], on db: PostgresConnection
     ) async throws {
         try await db.query(

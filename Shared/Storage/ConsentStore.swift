@@ -59,7 +59,7 @@ public struct ConsentStore: Sendable {
             } else {
                 try await db.query("DELETE FROM user_consent WHERE user_id = \(userID) AND purpose = 'CONSUMPTION_DATA'")
             }
-            try await AuditLog.record(
+            try await AuditLog(pool: pool).record(
                 on: db, operator: recordedBy, action: "CONSENT_RECORDED", reason: reason,
                 before: ConsentAudit(userId: userID, consumptionData: before.granted),
                 after: ConsentAudit(userId: userID, consumptionData: consent.granted))

@@ -195,7 +195,7 @@ public struct EventLeaseStore: Sendable {
         return try await pool.transaction { db in
             let replayed: Int = try await db.query("SELECT replay_dead_events(\(errorCode)) AS replayed").first!
                 .decode("replayed")
-            try await AuditLog.record(
+            try await AuditLog(pool: pool).record(
                 on: db, operator: operatorName, action: "DEAD_EVENTS_REPLAYED", reason: reason,
                 before: Before(errorCode: errorCode, dead: replayed), after: After(errorCode: errorCode, replayed: replayed))
             return replayed
@@ -242,7 +242,7 @@ public struct EventLeaseStore: Sendable {
             }
             _ = try await Self.replayDead(
                 eventID: eventID, environment: nil, originalTransactionID: nil, codes: nil, kind: nil, topic: topic, on: db)
-            try await AuditLog.record(
+            try await AuditLog(pool: pool).record(
                 on: db, operator: operatorName, action: "DEAD_EVENT_REPLAYED", reason: reason,
                 before: State(eventId: eventID, status: EventStatus.dead.rawValue, errorCode: errorCode),
                 after: State(eventId: eventID, status: EventStatus.received.rawValue, errorCode: nil))

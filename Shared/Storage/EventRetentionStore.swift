@@ -66,7 +66,7 @@ public struct EventRetentionStore: Sendable {
                 """
             ).map { Created(partition: try $0.decode("name"), month: try $0.decode("month")) }
             for partition in created {
-                try await AuditLog.record(
+                try await AuditLog(pool: pool).record(
                     on: db, operator: actor, action: "EVENT_PARTITION_CREATED",
                     reason: "partitions are kept \(ahead) months ahead", before: nil, after: partition)
             }
@@ -103,7 +103,7 @@ public struct EventRetentionStore: Sendable {
             ).first!
             let redacted = Int(try row.decode("redacted", as: Int64.self))
             if redacted > 0 {
-                try await AuditLog.record(
+                try await AuditLog(pool: pool).record(
                     on: db, operator: actor, action: "EVENT_PAYLOADS_REDACTED", reason: reason, before: nil,
                     after: Redacted(
                         receivedBefore: cutoff, redacted: redacted, firstEventId: try row.decode("first"),
@@ -144,7 +144,7 @@ public struct EventRetentionStore: Sendable {
                         try await db.query("SELECT detach_inbound_event_partition(\(partition.name)) AS done").first!
                             .decode("done", as: Bool.self)
                     else { return false }
-                    try await AuditLog.record(
+                    try await AuditLog(pool: pool).record(
                         on: db, operator: actor, action: "EVENT_PARTITION_DETACHED",
                         reason: "EVENT_RETENTION_MONTHS=\(retentionMonths)", before: nil,
                         after: Detached(partition: partition.name, month: partition.month))
@@ -186,7 +186,7 @@ public struct EventRetentionStore: Sendable {
                         "SELECT release_inbound_event_keys(\(name), \(after), \(batchSize)::int) AS last"
                     ).first!.decode("last")
                     if last == nil {
-                        try await AuditLog.record(
+                        try await AuditLog(pool: pool).record(
                             on: db, operator: actor, action: "EVENT_PARTITION_KEYS_RELEASED",
                             reason: "the month was detached", before: nil, after: Released(partition: name))
                     }

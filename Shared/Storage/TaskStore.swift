@@ -239,7 +239,7 @@ public struct TaskStore: Sendable {
         let task: PostgresJSON = try await db.query(
             "SELECT to_jsonb(t) - 'result' AS task FROM fulfillment_task t WHERE t.id = \(id)"
         ).first!.decode("task")
-        try await AuditLog.record(
+        try await AuditLog(pool: pool).record(
             on: db, operator: operatorName, action: action, reason: reason, before: nil, after: task)
     }
 

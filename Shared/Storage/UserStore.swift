@@ -65,7 +65,7 @@ public struct UserStore: Sendable {
             guard let row = try await Self.lockUser(userID, on: db) else { throw PostgresError.decoding(column: "user_id", reason: "no such user") }
             let before: Bool = try row.decode("is_test_user")
             try await db.query("UPDATE app_user SET is_test_user = \(enabled) WHERE user_id = \(userID)")
-            try await AuditLog.record(
+            try await AuditLog(pool: pool).record(
                 on: db, operator: operatorName, action: "TEST_USER_FLAGGED", reason: reason,
                 before: TestUserState(userId: userID, isTestUser: before), after: TestUserState(userId: userID, isTestUser: enabled))
             return before

@@ -24,12 +24,12 @@ struct CreditsEndToEndTests {
     static func id() -> String { String(UInt64.random(in: 3_000_000_000_000_000...3_999_999_999_999_999)) }
 
     static func rates(_ pool: PostgresPool) async throws {
-        try await CreditRates.apply(
+        try await CreditRates(pool: pool).apply(
             RatesFile(rates: [
                 RateVersion(code: "chat", version: 1, microCreditsPerUnit: 250_000, effectiveFrom: "2026-01-01T00:00:00Z"),
                 RateVersion(code: "unit", version: 1, microCreditsPerUnit: credit, effectiveFrom: "2026-01-01T00:00:00Z"),
                 RateVersion(code: "big", version: 1, microCreditsPerUnit: 400 * credit, effectiveFrom: "2026-01-01T00:00:00Z"),
-            ]), operator: "e2e", reason: "fixture", pool: pool)
+            ]), operator: "e2e", reason: "fixture")
     }
 
     static func use(

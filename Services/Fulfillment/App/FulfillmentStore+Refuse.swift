@@ -20,7 +20,7 @@ extension FulfillmentStore {
                 retryAt: nil, on: db)
         case .accountConflict(let attributed, let other):
             if plan.freezeChain, let chain = pending.facts {
-                try await ChainBindingStore.freeze(environment: chain.environment, originalTransactionID: chain.original, on: db)
+                try await chains.freeze(environment: chain.environment, originalTransactionID: chain.original, on: db)
             }
             try await leases.fail(
                 event, owner: owner, code: "ACCOUNT_CONFLICT",

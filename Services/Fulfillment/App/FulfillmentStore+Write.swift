@@ -17,8 +17,7 @@ extension FulfillmentStore {
         // Before the rows that name the member as a chain's owner (the user row may be new).
         for (pending, plan) in batch {
             guard let member = plan.bindFamilyMember, let chain = pending.facts else { continue }
-            try await ChainBindingStore.bindFamilyMember(
-                member, environment: chain.environment, originalTransactionID: chain.original, topic: topic, on: db)
+            try await chains.bindFamilyMember(member, environment: chain.environment, originalTransactionID: chain.original, on: db)
         }
         let rows = WriteRows(batch)
         let events = batch.map(\.pending.event)

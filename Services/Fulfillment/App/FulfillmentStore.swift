@@ -60,6 +60,8 @@ struct FulfillmentStore: Sendable {
     let creditLimits: CreditLimits
     /// The grants, revocations and restorations an event books.
     let ledger: CreditLedger
+    /// The chains' owners: family members bound, conflicting chains frozen.
+    let chains: ChainBindingStore
 
     /// Reads the JSON documents of the queries (dates are milliseconds, like Apple's) with the
     /// strict parser the verifier uses: Foundation's JSONDecoder was a tenth of a worker's CPU.
@@ -74,6 +76,7 @@ struct FulfillmentStore: Sendable {
         self.leases = leases
         self.creditLimits = creditLimits
         ledger = CreditLedger(pool: leases.pool)
+        chains = ChainBindingStore(pool: leases.pool, topic: topic)
         self.topic = topic
         self.appKey = appKey
         self.everyoneIsTestUser = everyoneIsTestUser
