@@ -13,6 +13,16 @@ public struct EventKind: RawRepresentable, Hashable, Sendable, Codable, CustomSt
     public var description: String { rawValue }
 }
 
+/// How a worker tells the ingress that a stored event is done: a PostgreSQL NOTIFY on `channel`
+/// whose payload is the event's `key` (`<kind>:<id>`). Both services use this one definition.
+public enum EventCompletion {
+    /// The NOTIFY channel the ingress listens on.
+    public static let channel = "fulfillment_events"
+
+    /// `<kind>:<id>`, the payload naming one event.
+    public static func key(kind: EventKind, id: Int64) -> String { "\(kind.rawValue):\(id)" }
+}
+
 /// The Kafka message of the event topic: a reference to a stored event, never its payload.
 ///
 /// PostgreSQL is the source of truth; the message only tells a worker which row to claim, so a

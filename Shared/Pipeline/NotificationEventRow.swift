@@ -28,15 +28,9 @@ extension NewNotificationEvent {
     public static func routingIdentifiers(of signedTransaction: String?) -> (
         transactionID: String?, originalTransactionID: String?
     ) {
-        guard var token = signedTransaction else { return (nil, nil) }
-        let payload = token.withUTF8 { utf8 -> [UInt8]? in
-            guard let first = utf8.firstIndex(of: UInt8(ascii: ".")),
-                let second = utf8[(first + 1)...].firstIndex(of: UInt8(ascii: ".")),
-                !utf8[(second + 1)...].contains(UInt8(ascii: "."))
-            else { return nil }
-            return Base64URL.decode(bytes: UnsafeBufferPointer(rebasing: utf8[(first + 1)..<second]))
-        }
-        guard let payload, let claims = try? AppStoreJSON.decode(RoutingClaims.self, from: payload) else {
+        guard let token = signedTransaction, let parts = JWSParts(token), let payload = Base64URL.decode(parts.payload),
+            let claims = try? AppStoreJSON.decode(RoutingClaims.self, from: payload)
+        else {
             return (nil, nil)
         }
         func identifier(_ value: String?) -> String? {

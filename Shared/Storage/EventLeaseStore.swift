@@ -13,9 +13,6 @@ public struct EventLeaseStore: Sendable {
         self.pool = pool
     }
 
-    /// The NOTIFY channel on which the ingress waits for `<kind>:<eventId>`.
-    public static let completionChannel = "fulfillment_events"
-
     /// Claims many events at once in one statement (the worker's group commit of claims); returns
     /// one result per envelope, in order. An event named twice is claimed for its first envelope
     /// only, as two claims one after the other would have done. An envelope whose kind is not the
@@ -70,7 +67,7 @@ public struct EventLeaseStore: Sendable {
     }
 
     /// "kind:id", the identity an envelope names.
-    private static func key(_ envelope: EventEnvelope) -> String { "\(envelope.kind.rawValue):\(envelope.eventID)" }
+    private static func key(_ envelope: EventEnvelope) -> String { EventCompletion.key(kind: envelope.kind, id: envelope.eventID) }
 
     private static func claimedEvent(_ row: PostgresRow) throws -> ClaimedEvent {
         let kind = EventKind(rawValue: try row.decode("kind"))
@@ -175,9 +172,9 @@ public struct EventLeaseStore: Sendable {
 
     /// Wakes the ingress requests waiting for these events, in one statement.
     public func announceCompleted(_ events: [(kind: EventKind, id: Int64)]) async throws {
-        let payloads = events.map { "\($0.kind.rawValue):\($0.id)" }
+        let payloads = events.map { EventCompletion.key(kind: $0.kind, id: $0.id) }
         try await pool.query(
-            "SELECT pg_notify(\(Self.completionChannel), p) FROM unnest(\(PostgresArray(payloads))::text[]) AS p")
+            "SELECT pg_notify(\(EventCompletion.channel), p) FROM unnest(\(PostgresArray(payloads))::text[]) AS p")
     }
 
     /// Puts every DEAD event with this error code back to RECEIVED (`replay_dead_events`, which the

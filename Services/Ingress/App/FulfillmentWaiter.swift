@@ -1,15 +1,15 @@
+import Events
 import Postgres
 import ServiceRuntime
 import Synchronization
 
 /// Lets a request wait (bounded) for the worker that processes its event.
 ///
-/// One LISTEN connection per ingress process receives `fulfillment_events` notifications
-/// (`<kind>:<eventId>`, sent by a worker after its transaction commits) and wakes the requests
+/// One LISTEN connection per ingress process receives the notifications of `EventCompletion`
+/// (`<kind>:<eventId>` on its channel, sent by a worker after its transaction commits) and wakes the requests
 /// registered for that key. Register before checking the database, so a notification that
 /// arrives between the check and the wait is never missed.
 final class FulfillmentWaiter: Service {
-    static let channel = "fulfillment_events"
     let name = "fulfillment-waiter"
     private let pool: PostgresPool
     private let logger: Logger
@@ -34,7 +34,7 @@ final class FulfillmentWaiter: Service {
     func run() async throws {
         while !state.withLock({ $0.stopped }) {
             do {
-                let listener = try await pool.listen(Self.channel)
+                let listener = try await pool.listen(EventCompletion.channel)
                 let stopped = state.withLock { s -> Bool in
                     s.listener = listener
                     return s.stopped

@@ -105,7 +105,7 @@ struct SubmissionRoutes: Sendable {
             if let outbox = stored.outbox { await intake.publisher.publish([outbox]) }
             throw accountConflict(transactionID)
         }
-        let key = "\(EventKind.submission.rawValue):\(stored.eventID)"
+        let key = EventCompletion.key(kind: .submission, id: stored.eventID)
         let ticket = waiter.register(key)
         if let outbox = stored.outbox { await intake.publisher.publish([outbox]) }
         let state = try await events.status(of: .submission, id: stored.eventID)
