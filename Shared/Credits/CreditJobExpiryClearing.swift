@@ -29,7 +29,7 @@ extension CreditJobs {
     func overdueClearings(before start: Date) async throws -> Int {
         try await pool.query(
             PostgresQuery(unsafeSQL: "SELECT count(*) AS overdue FROM (\(Self.dueEndings)) d", binds: [start.postgresData])
-        ).first!.decode("overdue")
+        ).single().decode("overdue")
     }
 
     /// Endings due for clearing and not handled yet: found through the chains' marks of their

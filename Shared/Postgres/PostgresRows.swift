@@ -80,3 +80,14 @@ public struct PostgresRow: Sendable {
         }
     }
 }
+
+extension PostgresRows {
+    /// The one row a statement answers (an aggregate, a function call, a single-row RETURNING); a
+    /// clear error instead of a trap when the database answers otherwise.
+    public func single() throws -> PostgresRow {
+        guard count == 1 else {
+            throw PostgresError.decoding(column: "*", reason: "the statement answered \(count) rows where it answers one")
+        }
+        return self[startIndex]
+    }
+}

@@ -74,7 +74,7 @@ public struct ConsumptionStore: Sendable {
                      WHERE channel = 'APPLE' AND product_id = \(productID) AND NOT deleted LIMIT 1) AS refund_preference
               FROM who
             """
-        ).first!
+        ).single()
         return StoredConsumptionFacts(
             answered: try row.decode("answered"), userID: try row.decode("user_id", as: String?.self),
             consent: try row.decode("consent", as: Bool?.self),

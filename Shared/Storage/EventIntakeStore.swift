@@ -247,7 +247,7 @@ public struct EventIntakeStore: Sendable {
                        AND coalesce(order_no, '') = coalesce(\(submission.orderNo)::text, '')
                        AND payload_hash = \(submission.payloadHash)
                     """)
-                return StoredEvent(eventID: try existing.first!.decode("id", as: Int64.self), isNew: false, outbox: nil)
+                return StoredEvent(eventID: try existing.single().decode("id", as: Int64.self), isNew: false, outbox: nil)
             }
             let id = try row.decode("id", as: Int64.self)
             let entry = try await outbox.enqueue(

@@ -190,7 +190,7 @@ public struct EventLeaseStore: Sendable {
             var replayed: Int
         }
         return try await pool.transaction { db in
-            let replayed: Int = try await db.query("SELECT replay_dead_events(\(errorCode)) AS replayed").first!
+            let replayed: Int = try await db.query("SELECT replay_dead_events(\(errorCode)) AS replayed").single()
                 .decode("replayed")
             try await AuditLog(pool: pool).record(
                 on: db, operator: operatorName, action: "DEAD_EVENTS_REPLAYED", reason: reason,
@@ -276,7 +276,7 @@ public struct EventLeaseStore: Sendable {
             )
             SELECT count(*) AS replayed FROM replayed
             """
-        ).first!.decode("replayed", as: Int.self)
+        ).single().decode("replayed", as: Int.self)
     }
 
     /// Where several events stand (the `subsctl requery` follow-up), by id.

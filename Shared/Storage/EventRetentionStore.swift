@@ -100,7 +100,7 @@ public struct EventRetentionStore: Sendable {
                 )
                 SELECT count(*) AS redacted, min(id) AS first, max(id) AS last FROM redacted
                 """
-            ).first!
+            ).single()
             let redacted = Int(try row.decode("redacted", as: Int64.self))
             if redacted > 0 {
                 try await AuditLog(pool: pool).record(
@@ -133,7 +133,7 @@ public struct EventRetentionStore: Sendable {
             SELECT (date_trunc('month', \(now)::timestamptz AT TIME ZONE 'UTC') - make_interval(months => \(retentionMonths)::int))
                    AT TIME ZONE 'UTC' AS cutoff
             """
-        ).first!.decode("cutoff")
+        ).single().decode("cutoff")
         var detached: [String] = []
         for partition in try await partitions() where partition.end <= cutoff {
             let done =
@@ -141,7 +141,7 @@ public struct EventRetentionStore: Sendable {
                     // Detaching needs the parent to itself: give up rather than queue every writer behind a long reader.
                     try await db.query("SET LOCAL lock_timeout = '5s'")
                     guard
-                        try await db.query("SELECT detach_inbound_event_partition(\(partition.name)) AS done").first!
+                        try await db.query("SELECT detach_inbound_event_partition(\(partition.name)) AS done").single()
                             .decode("done", as: Bool.self)
                     else { return false }
                     try await AuditLog(pool: pool).record(
@@ -160,7 +160,7 @@ public struct EventRetentionStore: Sendable {
     public func monthsAhead(now: Date) async throws -> Int {
         let current: Date = try await pool.query(
             "SELECT date_trunc('month', \(now)::timestamptz AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS current"
-        ).first!.decode("current")
+        ).single().decode("current")
         return try await partitions().filter { $0.month > current }.count
     }
 
@@ -184,7 +184,7 @@ public struct EventRetentionStore: Sendable {
                 let step = try await locked { db -> Int64? in
                     let last: Int64? = try await db.query(
                         "SELECT release_inbound_event_keys(\(name), \(after), \(batchSize)::int) AS last"
-                    ).first!.decode("last")
+                    ).single().decode("last")
                     if last == nil {
                         try await AuditLog(pool: pool).record(
                             on: db, operator: actor, action: "EVENT_PARTITION_KEYS_RELEASED",

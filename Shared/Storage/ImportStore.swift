@@ -71,7 +71,7 @@ public struct ImportStore: Sendable {
                        updated_at = now()
                 RETURNING id, status
                 """
-            ).first!
+            ).single()
             let id: Int64 = try row.decode("id")
             if try row.decode("status", as: String.self) == "PENDING" {
                 try await TaskStore.requestImport(importID: id, environment: environment, requestedBy: userID, on: db)

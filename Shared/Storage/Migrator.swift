@@ -89,7 +89,7 @@ public struct Migrator: Sendable {
         return try await pool.withConnection { connection in
             let key: Int32 = try await connection.query(
                 "SELECT hashtext(coalesce(current_schema(), '')) AS key"
-            ).first!.decode("key")
+            ).single().decode("key")
             try await connection.query("SELECT pg_advisory_lock(\(Self.lockClass), \(key))")
             do {
                 let applied = try await apply(migrations, on: connection)

@@ -28,7 +28,7 @@ public struct OutboxStore: Sendable {
             RETURNING id
             """)
         return OutboxEntry(
-            id: try rows.first!.decode("id", as: Int64.self),
+            id: try rows.single().decode("id", as: Int64.self),
             envelope: EventEnvelope(kind: kind, eventID: eventID, traceID: traceID), topic: topic,
             routingKey: routingKey)
     }

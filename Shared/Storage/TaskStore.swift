@@ -142,7 +142,7 @@ public struct TaskStore: Sendable {
                    range_end = greatest(fulfillment_task.range_end, EXCLUDED.range_end), updated_at = now()
             RETURNING id
             """
-        ).first!.decode("id", as: Int64.self)
+        ).single().decode("id", as: Int64.self)
     }
 
     /// How far back Apple keeps the notification history: 180 days in Production, 30 in Sandbox.
@@ -191,7 +191,7 @@ public struct TaskStore: Sendable {
                 DO UPDATE SET next_attempt_at = least(fulfillment_task.next_attempt_at, now()), updated_at = now()
                 RETURNING id
                 """
-            ).first!.decode("id")
+            ).single().decode("id")
             try await audit(id, action: "REQUERY_REQUESTED", operator: operatorName, reason: reason, on: db)
             return id
         }
@@ -211,7 +211,7 @@ public struct TaskStore: Sendable {
             DO UPDATE SET next_attempt_at = least(fulfillment_task.next_attempt_at, now()), updated_at = now()
             RETURNING id
             """
-        ).first!.decode("id")
+        ).single().decode("id")
     }
 
     /// Asks a worker to run a user's import, inside the transaction that records it.
@@ -238,7 +238,7 @@ public struct TaskStore: Sendable {
     {
         let task: PostgresJSON = try await db.query(
             "SELECT to_jsonb(t) - 'result' AS task FROM fulfillment_task t WHERE t.id = \(id)"
-        ).first!.decode("task")
+        ).single().decode("task")
         try await AuditLog(pool: pool).record(
             on: db, operator: operatorName, action: action, reason: reason, before: nil, after: task)
     }

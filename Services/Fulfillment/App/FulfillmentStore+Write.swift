@@ -36,7 +36,7 @@ extension FulfillmentStore {
             )
             SELECT (SELECT count(*) FROM proof) AS completed
             """)
-        guard try completed.first!.decode("completed", as: Int.self) == batch.count else {
+        guard try completed.single().decode("completed", as: Int.self) == batch.count else {
             // Cannot happen under the row locks taken at the start; rolled back and retried if it does.
             throw ProcessingFailure.retryable(code: "FULFILLMENT_FAILED", message: "a leased event row was not completed")
         }
