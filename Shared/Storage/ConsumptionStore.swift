@@ -60,9 +60,9 @@ public struct ConsumptionStore: Sendable {
                    (SELECT granted FROM user_consent WHERE user_id = who.user_id AND purpose = 'CONSUMPTION_DATA') AS consent,
                    (SELECT epoch_ms(created_at) FROM app_user WHERE user_id = who.user_id) AS account_created_ms,
                    (SELECT app_account_token FROM user_account_token WHERE user_id = who.user_id) AS token,
-                   (SELECT sum(amount)::bigint FROM credit_grant
+                   (SELECT least(sum(amount), 9223372036854775807)::bigint FROM credit_grant
                      WHERE environment = \(environment) AND transaction_id = \(transactionID)) AS granted,
-                   (SELECT sum(greatest(0, amount - remaining - revoked_amount - cleared_amount))::bigint FROM credit_grant
+                   (SELECT least(sum(greatest(0, amount - remaining - revoked_amount - cleared_amount)), 9223372036854775807)::bigint FROM credit_grant
                      WHERE environment = \(environment) AND transaction_id = \(transactionID)) AS used,
                    EXISTS (SELECT 1 FROM apple_transaction
                             WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)

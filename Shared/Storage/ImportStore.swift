@@ -118,7 +118,7 @@ public struct ImportStore: Sendable {
                 SELECT i.status, i.error_code, i.original_transaction_ids, i.environment,
                        (SELECT count(*) FROM inbound_event e
                          WHERE e.id = ANY(i.event_ids) AND e.process_status NOT IN ('SUCCEEDED', 'DEAD')) AS open_events,
-                       (SELECT coalesce(sum(balance), 0)::bigint FROM credit_account WHERE user_id = i.user_id) AS balance,
+                       (SELECT least(coalesce(sum(balance), 0), 9223372036854775807)::bigint FROM credit_account WHERE user_id = i.user_id) AS balance,
                        (SELECT json_agg(json_build_object(
                                  'originalTransactionId', s.original_transaction_id, 'subscriptionStatus', s.status,
                                  'activeProductId', s.active_product_id,

@@ -112,7 +112,7 @@ public struct SubscriptionStore: Sendable {
             """
             SELECT o.order_no, o.status AS order_status, s.status AS subscription_status, s.active_product_id, s.expires_at,
                    s.user_id AS chain_owner,
-                   (SELECT coalesce(sum(balance), 0)::bigint FROM credit_account WHERE user_id = \(userID)) AS balance
+                   (SELECT least(coalesce(sum(balance), 0), 9223372036854775807)::bigint FROM credit_account WHERE user_id = \(userID)) AS balance
               FROM (SELECT 1) AS one
               LEFT JOIN payment_order o ON o.order_no = \(orderNo)
               LEFT JOIN apple_transaction t ON t.environment = \(environment) AND t.transaction_id = \(transactionID)
