@@ -22,15 +22,6 @@ struct UserTokenJWKSTests {
     }
 
     /// The 401 message of a refused token, or nil when it was accepted.
-    func refusal(_ authenticator: UserAuthenticator, _ token: String) async -> String? {
-        do throws(HTTPError) {
-            _ = try await authenticator.verify(token)
-            return nil
-        } catch {
-            #expect(error.status == 401 && error.code == "UNAUTHORIZED", "\(error)")
-            return error.message
-        }
-    }
 
     @Test func rs256ES256AndEdDSATokensOfTheSetAreAccepted() async throws {
         try await TestJWKSServer.with { server in

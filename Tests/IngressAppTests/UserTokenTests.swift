@@ -16,15 +16,6 @@ import Testing
     }
 
     /// The 401 message of a refused token, or nil when it was accepted.
-    func refusal(_ authenticator: UserAuthenticator, _ token: String) async -> String? {
-        do throws(HTTPError) {
-            _ = try await authenticator.verify(token)
-            return nil
-        } catch {
-            #expect(error.status == 401 && error.code == "UNAUTHORIZED", "\(error)")
-            return error.message
-        }
-    }
 
     @Test(arguments: JWSAlgorithm.allCases)
     func tokensFromTheConfiguredKeyAreAccepted(_ algorithm: JWSAlgorithm) async throws {
@@ -126,5 +117,16 @@ import Testing
         #expect(settings.jwksMinimumRefreshInterval == 30)
         #expect(settings.issuer == "https://id.example.com/" && settings.audience == "api")
         #expect(settings.hs256Secrets.isEmpty && settings.publicKeyPEM == nil)
+    }
+}
+
+/// Why `authenticator` refuses `token` (the 401's message), or nil when it accepts it.
+func refusal(_ authenticator: UserAuthenticator, _ token: String) async -> String? {
+    do throws(HTTPError) {
+        _ = try await authenticator.verify(token)
+        return nil
+    } catch {
+        #expect(error.status == 401 && error.code == "UNAUTHORIZED", "\(error)")
+        return error.message
     }
 }
