@@ -48,9 +48,10 @@ public struct KafkaConfiguration: Sendable {
             if let deliveryTimeout {
                 rendered["message.timeout.ms"] = String(deliveryTimeout.inMilliseconds)
             }
-        case .consumer(let groupID):
+        case .consumer(let groupID, let instanceID):
             rendered.merge(Self.consumerChoices) { _, choice in choice }
             rendered["group.id"] = groupID
+            if let instanceID { rendered["group.instance.id"] = instanceID }
         case .admin:
             break
         }
@@ -78,13 +79,16 @@ public struct KafkaConfiguration: Sendable {
         "enable.auto.commit": "true",
         "auto.commit.interval.ms": "1000",
         "auto.offset.reset": "earliest",
+        // Feeds the broker reachability that readiness reports.
+        "statistics.interval.ms": "1000",
     ]
 }
 
 /// The kind of librdkafka client a configuration is rendered for.
 enum KafkaClientKind {
     case producer
-    case consumer(groupID: String)
+    /// `instanceID`: static membership (`group.instance.id`), nil for a dynamic member.
+    case consumer(groupID: String, instanceID: String?)
     /// The short-lived clients of `KafkaAdmin` (librdkafka producers that never send).
     case admin
 }
@@ -113,6 +117,14 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// partition refetches what was dropped at the pause and waits up to ~1 s for librdkafka
     /// to fetch again, so the half left should last that long.
     public var maxBufferedMessagesPerPartition = 2000
+    /// Static membership (`group.instance.id`): a member that comes back under the same id within
+    /// the session timeout gets its partitions back and nothing moves. Unique per live member.
+    /// A stopping member still leaves the group, so a replaced one hands over at once. Default nil.
+    public var instanceID: String?
+    /// How long `shutdown()` waits for the last handlers, the final commit and the goodbye to the
+    /// group; past it the consumer is left to the process exit (a broker that is gone never
+    /// answers). Default 10 s.
+    public var closeTimeout: Duration = .seconds(10)
 
     public init(kafka: KafkaConfiguration, groupID: String, topics: [String], maxConcurrentPartitions: Int = 8) {
         self.kafka = kafka

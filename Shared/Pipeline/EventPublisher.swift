@@ -48,9 +48,15 @@ public struct EventPublisher: Sendable {
                             headers: headers)
                         return entry.id
                     } catch {
-                        logger.warning(
-                            "publish failed, left for the outbox relay",
-                            ["event.id": .int(entry.envelope.eventID), "error": .string("\(error)")])
+                        // Every message fails while the broker is away: one line per window says so.
+                        if let suppressed = LogThrottle.shared.admit("publish-failed") {
+                            logger.warning(
+                                "publish failed, left for the outbox relay",
+                                [
+                                    "event.id": .int(entry.envelope.eventID), "error": .string("\(error)"),
+                                    "kafka.suppressed": .int(Int64(suppressed)),
+                                ])
+                        }
                         return nil
                     }
                 }

@@ -31,7 +31,9 @@ public struct FulfillmentApplication: Sendable {
         self.configuration = configuration
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
-        producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
+        producer = try KafkaProducer(
+            configuration: configuration.pipeline.kafka, logger: logger,
+            shutdownTimeout: configuration.pipeline.producerFlushTimeout)
         let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
@@ -46,6 +48,8 @@ public struct FulfillmentApplication: Sendable {
             kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
             topics: [configuration.pipeline.eventTopic], maxConcurrentPartitions: configuration.concurrency)
         consumerConfiguration.maxInFlightPerPartition = configuration.inFlightPerPartition
+        // Half the grace: the services stopped after the consumer (producer, pool) keep the rest.
+        consumerConfiguration.closeTimeout = configuration.pipeline.shutdownGrace / 2
         consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger, handler: processor.handle)
         consumer.onAssignmentChange { assigned in
             logger.info(
@@ -108,7 +112,9 @@ public struct FulfillmentApplication: Sendable {
         try operations.start()
         logger.info(
             "fulfillment worker starting",
-            ["kafka.group": .string(configuration.groupID), "http.port": .int(Int64(operations.port))])
-        try await ServiceGroup(services: services, logger: logger).run()
+            [
+                "kafka.group": .string(configuration.groupID), "http.port": .int(Int64(operations.port)),
+            ])
+        try await ServiceGroup(services: services, logger: logger, gracefulTimeout: configuration.pipeline.shutdownGrace).run()
     }
 }
