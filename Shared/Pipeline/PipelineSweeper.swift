@@ -21,11 +21,11 @@ public final class PipelineSweeper: Service {
     private let requeued = MetricsRegistry.shared.counter(
         "subs_events_requeued_total", help: "Events re-published by the sweeper (retries, expired leases, stuck)")
 
-    /// `ensureTopic` runs before publishing while the topic is not known to exist (`topicReady`
-    /// false: a process that started without the broker) and after a pass whose publishing
-    /// failed: a broker that lost its storage (Tansu in memory) or a deleted topic must get the
-    /// topic back with its partition count before anything can be published again. It answers
-    /// whether the topic exists.
+    /// `ensureTopic` runs before publishing until it answers that the topic exists, when the
+    /// process started without knowing (`topicReady` false: the broker did not answer at start-up),
+    /// and after a pass whose publishing failed: a broker that lost its storage (Tansu in memory)
+    /// or a deleted topic must get the topic back with its partition count before anything can be
+    /// published again.
     public init(
         publisher: EventPublisher, interval: Duration, stuckAfter: Duration, logger: Logger,
         ensureTopic: (@Sendable () async -> Bool)? = nil, topicReady: Bool = true
@@ -78,7 +78,7 @@ public final class PipelineSweeper: Service {
                 let acknowledged = await publisher.publish(due)
                 published += acknowledged
                 if acknowledged < due.count {
-                    if let ensureTopic { topicReady.store(await ensureTopic(), ordering: .relaxed) }
+                    _ = await ensureTopic?()
                     break
                 }
                 if due.count < 500 || stop.isFired { break }
