@@ -18,10 +18,12 @@ public struct KafkaConsumerHealth: Sendable, Equatable {
     public var backlogFor: Duration?
     /// Since a message was last handled (or the loop started).
     public var sinceLastProgress: Duration?
+    /// How long no broker connection has been up (nil: one is, or nothing is known yet).
+    public var brokersDownFor: Duration?
 
     public init(
         phase: Phase, sinceLastTurn: Duration?, assignmentReceived: Bool, assignedPartitions: Int, backlogFor: Duration?,
-        sinceLastProgress: Duration?
+        sinceLastProgress: Duration?, brokersDownFor: Duration? = nil
     ) {
         self.phase = phase
         self.sinceLastTurn = sinceLastTurn
@@ -29,6 +31,7 @@ public struct KafkaConsumerHealth: Sendable, Equatable {
         self.assignedPartitions = assignedPartitions
         self.backlogFor = backlogFor
         self.sinceLastProgress = sinceLastProgress
+        self.brokersDownFor = brokersDownFor
     }
 
     /// A verdict and the reason an operator reads on the endpoint.
@@ -56,11 +59,16 @@ public struct KafkaConsumerHealth: Sendable, Equatable {
         }
     }
 
-    /// Ready when alive, placed in the group (an empty assignment counts: the group has more
-    /// members than partitions), and not sitting on a backlog without handling anything for `stall`.
+    /// Ready when alive, in touch with the broker, placed in the group (an empty assignment
+    /// counts: the group has more members than partitions), and not sitting on a backlog without
+    /// handling anything for `stall`. Without the broker a worker applies nothing, whatever its
+    /// last assignment says (the group may have given its partitions away meanwhile).
     public func readiness(stall: Duration) -> Verdict {
         let live = liveness(stall: stall)
         guard live.ok, phase == .running else { return Verdict(ok: false, reason: phase == .running ? live.reason : "starting") }
+        if let down = brokersDownFor {
+            return Verdict(ok: false, reason: "broker unreachable for \(Int(down.inSeconds)) s")
+        }
         guard assignmentReceived else { return Verdict(ok: false, reason: "joining the consumer group") }
         if let backlog = backlogFor, backlog > stall, let idle = sinceLastProgress, idle > stall {
             return Verdict(
@@ -98,7 +106,8 @@ extension KafkaConsumer {
             phase: !started ? .notStarted : core.finished.isFired ? .stopped : .running,
             sinceLastTurn: since(core.lastTurn.load(ordering: .relaxed)), assignmentReceived: received,
             assignedPartitions: assigned, backlogFor: since(core.backlogSince.load(ordering: .relaxed)),
-            sinceLastProgress: since(core.lastProgress.load(ordering: .relaxed)))
+            sinceLastProgress: since(core.lastProgress.load(ordering: .relaxed)),
+            brokersDownFor: since(core.brokersDownSince.load(ordering: .relaxed)))
     }
 
     /// The group's lag on every partition of its topics, asked of the brokers (the group

@@ -32,9 +32,12 @@ public final class KafkaConsumer: Service, Sendable {
         let context = ClientContext(
             logger: logger,
             onError: { error in if error.isFatal { core.fail(error) } },
+            onStatistics: { json in core.observeBrokers(statistics: json) },
             onRebalance: { rk, err, partitions in core.rebalance(rk, err, partitions) })
         client = try RdKafkaClient(
-            type: RD_KAFKA_CONSUMER, properties: configuration.kafka.librdkafkaProperties(for: .consumer(groupID: configuration.groupID)),
+            type: RD_KAFKA_CONSUMER,
+            properties: configuration.kafka.librdkafkaProperties(
+                for: .consumer(groupID: configuration.groupID, instanceID: configuration.instanceID)),
             context: context)
         // Every event (rebalances, errors) is then served by rd_kafka_consumer_poll.
         rd_kafka_poll_set_consumer(client.handle)
@@ -78,14 +81,19 @@ public final class KafkaConsumer: Service, Sendable {
         }
     }
 
-    /// Asks the consumer to stop and waits until it has left the group (if it was running).
-    /// Not from inside the handler: stopping waits for the running handlers.
+    /// Asks the consumer to stop and waits until it has left the group (if it was running), at
+    /// most `closeTimeout`. Not from inside the handler: stopping waits for the running handlers.
     public func shutdown() async {
         let started = core.state.withLock { state in
             state.stopRequested = true
             return state.started
         }
-        if started { await core.finished.wait() }
+        guard started else { return }
+        if !(await core.finished.wait(timeout: core.configuration.closeTimeout)) {
+            core.logger.warning(
+                "kafka consumer did not close in time; left to the process exit",
+                ["timeout_ms": .int(core.configuration.closeTimeout.inMilliseconds)])
+        }
     }
 }
 
@@ -113,6 +121,9 @@ final class ConsumerCore: Sendable {
     let lastTurn = Atomic<UInt64>(0)
     let lastProgress = Atomic<UInt64>(0)
     let backlogSince = Atomic<UInt64>(0)
+    /// Since when no broker connection has been up, by the statistics (0: one is up, or no
+    /// statistics yet).
+    let brokersDownSince = Atomic<UInt64>(0)
     private let handler: @Sendable (KafkaMessage) async throws -> Void
     private let scheduler: PartitionScheduler
     private let handled: Counter
@@ -140,6 +151,19 @@ final class ConsumerCore: Sendable {
     }
 
     func requestStop() { state.withLock { $0.stopRequested = true } }
+
+    /// Notes whether any broker connection is up in a statistics document: librdkafka writes each
+    /// broker's `"state":"UP"` (the group's own state is lower case).
+    func observeBrokers(statistics json: String) {
+        if json.contains(#""state":"UP""#) {
+            brokersDownSince.store(0, ordering: .relaxed)
+        } else if brokersDownSince.load(ordering: .relaxed) == 0 {
+            brokersDownSince.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
+        }
+    }
+
+    /// No broker connection was up at the last statistics.
+    var brokersDown: Bool { brokersDownSince.load(ordering: .relaxed) != 0 }
 
     func fail(_ error: KafkaError) {
         state.withLock { state in if state.fatal == nil { state.fatal = error } }
@@ -215,15 +239,37 @@ final class ConsumerCore: Sendable {
         }
 
         let fatal = state.withLock { $0.fatal }
+        // A commit or a goodbye waits for the group's coordinator: with the broker gone it would
+        // take the whole grace. Handled offsets not committed are handed out again, and the
+        // handlers' claims make that harmless.
+        let reachable = !brokersDown
         let assigned = scheduler.assigned
         setPaused(rk, assigned, true)  // stop fetching while the last handlers finish
-        release(rk, assigned, commit: fatal == nil)
+        release(rk, assigned, commit: fatal == nil && reachable)
+        if fatal == nil, reachable, configuration.instanceID != nil { leaveGroup(rk) }
         let closed = rd_kafka_consumer_close(rk)  // serves the final revocation, leaves the group
         if closed != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("kafka consumer close failed", ["error": .string(KafkaError(closed).description)])
         }
         logger.info("kafka consumer stopped")
         if let fatal { throw fatal }
+    }
+
+    /// A static member's close does not leave the group (KIP-345): its partitions would wait out
+    /// the session. Unsubscribing first does leave, so whoever replaces this member (a new pod has
+    /// a new name) gets them at once; only a crash keeps them for a restart under the same id.
+    private func leaveGroup(_ rk: OpaquePointer) {
+        let err = rd_kafka_unsubscribe(rk)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            logger.warning("kafka unsubscribe failed", ["error": .string(KafkaError(err).description)])
+            return
+        }
+        // The revocation is served by the poll; the leave request follows it.
+        let deadline = ContinuousClock.now + .seconds(2)
+        while ContinuousClock.now < deadline {
+            if let message = rd_kafka_consumer_poll(rk, 50) { rd_kafka_message_destroy(message) }
+            if state.withLock({ $0.assignment.isEmpty }) { break }
+        }
     }
 
     private func consume(_ message: UnsafeMutablePointer<rd_kafka_message_t>, _ rk: OpaquePointer) {
@@ -237,12 +283,15 @@ final class ConsumerCore: Sendable {
         case RD_KAFKA_RESP_ERR__FATAL:
             fail(fatalErrorOf(rk) ?? KafkaError(err))
         default:
+            // Repeats for as long as a broker is away: one line per kind and window.
+            guard let suppressed = LogThrottle.shared.admit("consumer:\(err.rawValue)") else { return }
             let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
             logger.warning(
                 "kafka consumer error",
                 [
                     "kafka.topic": .string(topic),
                     "error": .string(KafkaError(err, reason: String(cString: rd_kafka_message_errstr(message))).description),
+                    "kafka.suppressed": .int(Int64(suppressed)),
                 ])
         }
     }

@@ -102,12 +102,13 @@ private let logCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CC
         default: .debug
         }
     guard mapped >= context.logger.level else { return }
-    context.logger.log(
-        mapped, "librdkafka",
-        [
-            "kafka.facility": .string(facility.map { String(cString: $0) } ?? ""),
-            "kafka.detail": .string(text.map { String(cString: $0) } ?? ""),
-        ])
+    let facilityName = facility.map { String(cString: $0) } ?? ""
+    guard let suppressed = LogThrottle.shared.admit("log:\(facilityName):\(level)") else { return }
+    var metadata: Logger.Metadata = [
+        "kafka.facility": .string(facilityName), "kafka.detail": .string(text.map { String(cString: $0) } ?? ""),
+    ]
+    if suppressed > 0 { metadata["kafka.suppressed"] = .int(Int64(suppressed)) }
+    context.logger.log(mapped, "librdkafka", metadata)
 }
 
 private let errorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
@@ -115,10 +116,14 @@ private let errorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<
     guard let context = ClientContext.from(opaque) else { return }
     var error = KafkaError(code: .init(rawValue: err), reason: reason.map { String(cString: $0) } ?? "")
     if error.code == .fatal, let rk, let fatal = fatalErrorOf(rk) { error = fatal }
-    // Transport failures are already logged by librdkafka itself (facility FAIL).
-    if error.code.rawValue != RD_KAFKA_RESP_ERR__TRANSPORT.rawValue {
-        context.logger.log(
-            error.isFatal ? .error : .warning, "kafka client error", ["error": .string(error.description)])
+    // Transport failures are already logged by librdkafka itself (facility FAIL). A fatal error
+    // is logged every time: it replaces a client, which must never go unseen.
+    if error.code.rawValue != RD_KAFKA_RESP_ERR__TRANSPORT.rawValue,
+        let suppressed = error.isFatal ? 0 : LogThrottle.shared.admit("error:\(error.code.rawValue)")
+    {
+        var metadata: Logger.Metadata = ["error": .string(error.description)]
+        if suppressed > 0 { metadata["kafka.suppressed"] = .int(Int64(suppressed)) }
+        context.logger.log(error.isFatal ? .error : .warning, "kafka client error", metadata)
     }
     context.onError?(error)
 }

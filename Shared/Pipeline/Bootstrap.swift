@@ -7,13 +7,39 @@ import Storage
 /// instances may start together) and the event topic: created with its configured partitions and
 /// replication factor (`EVENT_TOPIC_CREATE`), or only checked to exist.
 public enum Bootstrap {
+    ///
+    /// With `topicWait` the topic is not required: it is waited for that long, then left to the
+    /// sweeper (`topicEnsurer`), so a process that can work without the broker (the ingress
+    /// stores into the outbox) starts without it. Returns whether the topic is known to exist.
+    @discardableResult
     public static func prepare(
-        configuration: PipelineConfiguration, pool: PostgresPool, logger: Logger
-    ) async throws {
+        configuration: PipelineConfiguration, pool: PostgresPool, logger: Logger, topicWait: Duration? = nil
+    ) async throws -> Bool {
         let applied = try await Migrator(pool: pool, logger: logger).migrate(Migrator.bundled())
         logger.info("schema ready", ["db.migrations_applied": .int(Int64(applied.count))])
-        try await ensureTopic(configuration: configuration, logger: logger)
-        logger.info("event topic ready", ["kafka.topic": .string(configuration.eventTopic)])
+        guard let topicWait else {
+            try await ensureTopic(configuration: configuration, logger: logger)
+            logger.info("event topic ready", ["kafka.topic": .string(configuration.eventTopic)])
+            return true
+        }
+        // The attempt may wait on a broker that is not there: it is not waited for past topicWait.
+        let outcome = Locked<Bool?>(nil)
+        let done = ShutdownTrigger()
+        Task {
+            let ready = await topicEnsurer(configuration: configuration, logger: logger)()
+            outcome.withLock { $0 = ready }
+            done.fire()
+        }
+        _ = await done.wait(timeout: topicWait)
+        let ready = outcome.withLock { $0 } ?? false
+        if ready {
+            logger.info("event topic ready", ["kafka.topic": .string(configuration.eventTopic)])
+        } else {
+            logger.warning(
+                "starting without the broker; events wait in the outbox until it answers",
+                ["kafka.topic": .string(configuration.eventTopic)])
+        }
+        return ready
     }
 
     /// Creates the event topic if it is missing and creating is allowed (idempotent); returns its
@@ -52,13 +78,20 @@ public enum Bootstrap {
         return partitions
     }
 
-    /// The sweeper's hook: make sure the topic exists, logging instead of failing.
-    public static func topicEnsurer(configuration: PipelineConfiguration, logger: Logger) -> @Sendable () async -> Void {
+    /// The sweeper's hook: make sure the topic exists, logging instead of failing (at most once
+    /// per throttle window while the broker stays away). True when it exists.
+    public static func topicEnsurer(configuration: PipelineConfiguration, logger: Logger) -> @Sendable () async -> Bool {
         {
             do {
                 try await ensureTopic(configuration: configuration, logger: logger)
+                return true
             } catch {
-                logger.warning("event topic could not be ensured", ["error": .string("\(error)")])
+                if let suppressed = LogThrottle.shared.admit("topic-ensure") {
+                    logger.warning(
+                        "event topic could not be ensured",
+                        ["error": .string("\(error)"), "kafka.suppressed": .int(Int64(suppressed))])
+                }
+                return false
             }
         }
     }

@@ -28,6 +28,11 @@ public struct PipelineConfiguration: Sendable {
     public var stuckAfter: Duration
     /// Sweeper and relay period (`EVENT_SWEEP_INTERVAL_MS`). Default 1000.
     public var sweepInterval: Duration
+    /// From SIGTERM to exit at most (`SHUTDOWN_GRACE_SECONDS`), whatever the broker does: in-flight
+    /// requests and events finish, the producer flushes and the consumer leaves within it, and
+    /// what could not be published stays in the outbox. Default 20; the orchestrator's grace
+    /// (Kubernetes `terminationGracePeriodSeconds`, compose `stop_grace_period`) must exceed it.
+    public var shutdownGrace: Duration
     /// `LOG_LEVEL`, validated here with every other setting (the logger reads it before any
     /// configuration exists). Default info.
     public var logLevel: LogLevel
@@ -49,6 +54,7 @@ public struct PipelineConfiguration: Sendable {
         eventTopicCreate = reader.bool("EVENT_TOPIC_CREATE", default: true)
         stuckAfter = .seconds(reader.int("EVENT_STUCK_AFTER_SECONDS", default: 60, range: 1...86_400))
         sweepInterval = .milliseconds(reader.int("EVENT_SWEEP_INTERVAL_MS", default: 1000, range: 10...600_000))
+        shutdownGrace = .seconds(reader.int("SHUTDOWN_GRACE_SECONDS", default: 20, range: 1...3600))
         logLevel = LogLevel(rawValue: reader.oneOf("LOG_LEVEL", LogLevel.allCases.map(\.rawValue), default: "info")) ?? .info
     }
 
@@ -58,6 +64,10 @@ public struct PipelineConfiguration: Sendable {
 
     /// A delivery gives up after 30 s instead of librdkafka's 5 min: the outbox relay retries,
     /// so a request never waits on a dead broker. The operator's properties come last.
+    /// The producer's share of the grace: how long a stopping process waits for the broker to
+    /// acknowledge what is queued (a quarter, so the HTTP drain before it keeps the most).
+    public var producerFlushTimeout: Duration { shutdownGrace / 4 }
+
     public var kafka: KafkaConfiguration {
         KafkaConfiguration(brokers: kafkaBrokers, deliveryTimeout: .seconds(30), properties: kafkaProperties)
     }

@@ -10,20 +10,31 @@ public protocol Service: Sendable {
     var name: String { get }
     func run() async throws
     func shutdown() async
+    /// Called on every service at once as soon as the process is asked to stop, before any
+    /// `shutdown()`: the moment to stop looking ready while the others are still serving.
+    func shutdownRequested()
+}
+
+extension Service {
+    public func shutdownRequested() {}
 }
 
 /// Runs services together; on SIGTERM/SIGINT, or when any of them stops, shuts them down one by
 /// one in reverse order, so a service never outlives the ones it depends on (listed before it).
+///
+/// The whole stop takes at most `gracefulTimeout`: a service still stopping when it is spent is
+/// left behind and `run()` returns, so the process exits whatever a dependency (a broker that is
+/// gone) makes a service wait for.
 public struct ServiceGroup: Sendable {
     public let services: [any Service]
     public let logger: Logger
     public let signals: [Int32]
-    /// How long each service gets to stop before the group stops waiting for it.
+    /// How long the services get, all together, to stop once a stop was asked for.
     public let gracefulTimeout: Duration
 
     public init(
         services: [any Service], logger: Logger, signals: [Int32] = [SIGTERM, SIGINT],
-        gracefulTimeout: Duration = .seconds(30)
+        gracefulTimeout: Duration = .seconds(20)
     ) {
         self.services = services
         self.logger = logger
@@ -35,7 +46,6 @@ public struct ServiceGroup: Sendable {
     public func run() async throws {
         let services = services
         let logger = logger
-        let gracefulTimeout = gracefulTimeout
         let trigger = ShutdownTrigger()
         let signalSources = signals.map { signo -> any DispatchSourceSignal in
             signal(signo, SIG_IGN)
@@ -51,34 +61,46 @@ public struct ServiceGroup: Sendable {
 
         let firstError = Locked<(any Error)?>(nil)
         let finished = (0..<services.count).map { _ in ShutdownTrigger() }
+        // Unstructured, so a service that cannot stop (blocked in a C call) never holds up the exit.
+        for (index, service) in services.enumerated() {
+            Task {
+                do {
+                    try await service.run()
+                    logger.info("service stopped", ["service": .string(service.name)])
+                } catch {
+                    logger.error("service failed", ["service": .string(service.name), "error": .string("\(error)")])
+                    firstError.withLock { if $0 == nil { $0 = error } }
+                }
+                finished[index].fire()
+                trigger.fire()
+            }
+        }
 
-        await withTaskGroup(of: Void.self) { group in
-            for (index, service) in services.enumerated() {
-                group.addTask {
-                    do {
-                        try await service.run()
-                        logger.info("service stopped", ["service": .string(service.name)])
-                    } catch {
-                        logger.error(
-                            "service failed", ["service": .string(service.name), "error": .string("\(error)")])
-                        firstError.withLock { if $0 == nil { $0 = error } }
-                    }
-                    finished[index].fire()
-                    trigger.fire()
-                }
+        await trigger.wait()
+        let deadline = ContinuousClock.now + gracefulTimeout
+        for service in services { service.shutdownRequested() }
+        for (index, service) in services.enumerated().reversed() {
+            let remaining = deadline - ContinuousClock.now
+            guard remaining > .zero else { break }
+            logger.info("stopping service", ["service": .string(service.name)])
+            // `shutdown()` itself may wait on the dependency that is gone: it is waited for only
+            // as long as the grace lasts.
+            let shutDown = ShutdownTrigger()
+            Task {
+                await service.shutdown()
+                shutDown.fire()
             }
-            group.addTask {
-                await trigger.wait()
-                for (index, service) in services.enumerated().reversed() {
-                    logger.info("stopping service", ["service": .string(service.name)])
-                    await service.shutdown()
-                    let stopped = await finished[index].wait(timeout: gracefulTimeout)
-                    if !stopped {
-                        logger.warning("service did not stop in time", ["service": .string(service.name)])
-                    }
-                }
+            var stopped = await shutDown.wait(timeout: remaining)
+            if stopped { stopped = await finished[index].wait(timeout: deadline - ContinuousClock.now) }
+            if !stopped {
+                logger.warning("service did not stop in time", ["service": .string(service.name)])
             }
-            await group.waitForAll()
+        }
+        let left = services.indices.filter { !finished[$0].isFired }.map { services[$0].name }
+        if !left.isEmpty {
+            logger.warning(
+                "shutdown grace spent; exiting with services still stopping",
+                ["services": .string(left.joined(separator: ",")), "grace_seconds": .int(gracefulTimeout.inMilliseconds / 1000)])
         }
         if let error = firstError.withLock({ $0 }) { throw error }
     }

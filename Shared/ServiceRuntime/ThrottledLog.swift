@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A log line for something that may happen on every request or message (a refusal, a failed
 /// publish), written at most once per `interval` for each message and reason.
 ///
@@ -16,18 +14,7 @@ public final class ThrottledLog: Sendable {
     public let level: LogLevel
     public let interval: Duration
     private let now: @Sendable () -> ContinuousClock.Instant
-    private let windows = Mutex<[Key: Window]>([:])
-
-    private struct Key: Hashable {
-        let message: String
-        let reason: String
-    }
-
-    private struct Window {
-        var lastLine: ContinuousClock.Instant
-        /// Occurrences since `lastLine`, not written yet.
-        var unreported: Int
-    }
+    private let windows: LogThrottle
 
     /// `now` is the clock the interval is measured on; tests pass their own to move time by hand.
     public init(
@@ -38,6 +25,7 @@ public final class ThrottledLog: Sendable {
         self.level = level
         self.interval = interval
         self.now = now
+        windows = LogThrottle(window: interval)
     }
 
     /// Counts one occurrence of `message` for `reason` (a bounded set: an error code, a refusal
@@ -45,28 +33,12 @@ public final class ThrottledLog: Sendable {
     /// the last `interval`; `metadata` then describes this occurrence, the first of the new window.
     public func record(_ message: String, reason: String, _ metadata: @autoclosure () -> Logger.Metadata = [:]) {
         guard level >= logger.level else { return }
-        guard let occurrences = count(Key(message: message, reason: reason)) else { return }
+        // The held-back occurrences plus this one; the unit separator cannot occur in a message.
+        guard let held = windows.admit(message + "\u{1F}" + reason, now: now()) else { return }
+        let occurrences = held + 1
         var extra = metadata()
         extra[Self.occurrencesKey] = .int(Int64(occurrences))
         extra["log.reason"] = .string(reason)
         logger.log(level, message, extra)
-    }
-
-    /// The occurrences a line written now stands for, or nil while the window is still open.
-    private func count(_ key: Key) -> Int? {
-        let instant = now()
-        return windows.withLock { windows -> Int? in
-            guard var window = windows[key] else {
-                windows[key] = Window(lastLine: instant, unreported: 0)
-                return 1
-            }
-            window.unreported += 1
-            guard instant - window.lastLine >= interval else {
-                windows[key] = window
-                return nil
-            }
-            windows[key] = Window(lastLine: instant, unreported: 0)
-            return window.unreported
-        }
     }
 }

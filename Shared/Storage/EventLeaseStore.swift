@@ -66,6 +66,32 @@ public struct EventLeaseStore: Sendable {
         }
     }
 
+    /// Extends the leases `owner` still holds on these events to `lease` from now, in one
+    /// statement (the worker's lease heartbeat); returns the ids renewed. An event whose lease
+    /// another worker took, or that was completed meanwhile, is left alone. Found through their
+    /// keys, as a claim finds them, so each is read in its own month only.
+    ///
+    /// Rows locked right now are skipped, not waited for: the worker's own transaction holds an
+    /// event's row while applying it (nobody can claim it meanwhile, and it ends SUCCEEDED or
+    /// with the lease as it was), and one waiting heartbeat would let every other lease run out.
+    public func renew(_ ids: [Int64], owner: String, lease: Duration) async throws -> [Int64] {
+        guard !ids.isEmpty else { return [] }
+        return try await pool.query(
+            """
+            WITH held AS (
+                SELECT e.id, e.received_at FROM inbound_event_key k
+                  JOIN inbound_event e ON e.id = k.id AND e.received_at = k.received_at
+                 WHERE k.id = ANY(\(PostgresArray(ids))::bigint[])
+                   AND CASE e.process_status WHEN \(sql: EventStatus.processing.literal) THEN e.lease_owner = \(owner) ELSE false END
+                   FOR UPDATE OF e SKIP LOCKED
+            )
+            UPDATE inbound_event e SET lease_expires_at = now() + make_interval(secs => \(lease.inSeconds))
+              FROM held WHERE e.id = held.id AND e.received_at = held.received_at
+            RETURNING e.id
+            """
+        ).map { try $0.decode("id") }
+    }
+
     /// "kind:id", the identity an envelope names.
     private static func key(_ envelope: EventEnvelope) -> String { EventCompletion.key(kind: envelope.kind, id: envelope.eventID) }
 

@@ -387,6 +387,26 @@ public struct TaskStore: Sendable {
         ).affectedRows == 1
     }
 
+    /// Extends the leases `owner` still holds on these tasks to `lease` from now (the worker's
+    /// lease heartbeat, between checkpoints); returns the ids renewed. A row locked by a
+    /// checkpoint in flight is skipped: that checkpoint renews it.
+    public func renew(_ ids: [Int64], owner: String, lease: Duration) async throws -> [Int64] {
+        guard !ids.isEmpty else { return [] }
+        return try await pool.query(
+            """
+            WITH held AS (
+                SELECT id FROM fulfillment_task
+                 WHERE id = ANY(\(PostgresArray(ids))::bigint[]) AND status = \(sql: TaskStatus.pending.literal)
+                   AND lease_owner = \(owner)
+                   FOR UPDATE SKIP LOCKED
+            )
+            UPDATE fulfillment_task t SET lease_expires_at = now() + make_interval(secs => \(lease.inSeconds))
+              FROM held WHERE t.id = held.id
+            RETURNING t.id
+            """
+        ).map { try $0.decode("id") }
+    }
+
     public func complete(_ task: ClaimedTask, owner: String, result: TaskResult) async throws {
         try await pool.query(
             """

@@ -37,8 +37,25 @@ import Testing
         #expect(FulfillmentConfiguration(reader: reader).metricsSample == .seconds(15))
     }
 
+    /// Issue 26: the grace, the lease and static membership (the pod name, in Kubernetes only).
+    @Test func shutdownGraceLeaseAndGroupInstance() {
+        let plain = FulfillmentConfiguration(reader: ConfigurationReader(environment: Self.base.merging(["HOSTNAME": "laptop"]) { $1 }))
+        #expect(plain.pipeline.shutdownGrace == .seconds(20) && plain.lease == .seconds(10))
+        #expect(plain.instanceID == nil, "outside Kubernetes a worker is a dynamic member")
+        let pod = ["HOSTNAME": "fulfillment-7d9f-x2k", "KUBERNETES_SERVICE_HOST": "10.0.0.1"]
+        #expect(
+            FulfillmentConfiguration(reader: ConfigurationReader(environment: Self.base.merging(pod) { $1 })).instanceID == "fulfillment-7d9f-x2k")
+        let named = Self.base.merging(pod.merging(["FULFILLMENT_INSTANCE_ID": "worker-3"]) { $1 }) { $1 }
+        #expect(FulfillmentConfiguration(reader: ConfigurationReader(environment: named)).instanceID == "worker-3")
+        let off = Self.base.merging(pod.merging(["FULFILLMENT_INSTANCE_ID": ""]) { $1 }) { $1 }
+        #expect(FulfillmentConfiguration(reader: ConfigurationReader(environment: off)).instanceID == nil)
+        let set = Self.base.merging(["SHUTDOWN_GRACE_SECONDS": "45"]) { $1 }
+        #expect(PipelineConfiguration(reader: ConfigurationReader(environment: set)).shutdownGrace == .seconds(45))
+    }
+
     @Test(arguments: [
-        ("LOG_LEVEL", "verbose"), ("LOG_LEVEL", "warn"), ("EVENT_TOPIC_REPLICATION_FACTOR", "0"),
+        ("SHUTDOWN_GRACE_SECONDS", "0"), ("FULFILLMENT_LEASE_SECONDS", "1"), ("LOG_LEVEL", "verbose"), ("LOG_LEVEL", "warn"),
+        ("EVENT_TOPIC_REPLICATION_FACTOR", "0"),
         ("EVENT_TOPIC_REPLICATION_FACTOR", "three"), ("EVENT_TOPIC_CREATE", "maybe"), ("METRICS_SAMPLE_SECONDS", "0"),
         ("FULFILLMENT_STALL_SECONDS", "1"),
     ])

@@ -51,17 +51,44 @@ struct OperationsRouteTests {
     }
 
     @Test func aDependencyIsReportedDownAfterTwoFailedObservationsInARow() async throws {
-        let broker = Locked("ok")
-        let monitor = ReadinessMonitor(interval: .milliseconds(500), postgres: { "ok" }, kafka: { broker.value })
+        let postgres = Locked("ok")
+        let monitor = ReadinessMonitor(interval: .milliseconds(500), postgres: { postgres.value }, kafka: { "ok" })
         await monitor.observe()
         #expect(monitor.response().status == 200)
-        broker.withLock { $0 = "unavailable" }
+        postgres.withLock { $0 = "unavailable" }
         await monitor.observe()
         #expect(monitor.response().status == 200, "one slow or failed answer is not an outage")
         await monitor.observe()
         #expect(monitor.response().status == 503)
-        broker.withLock { $0 = "ok" }
+        postgres.withLock { $0 = "ok" }
         await monitor.observe()
         #expect(monitor.response().status == 200)
+    }
+
+    /// Issue 26: a broker outage fills the outbox but must not take the ingress out of the Service
+    /// (the gauge: BrokerOutageTests, in a process of its own).
+    @Test func withoutTheBrokerTheIngressStaysReadyAndSaysSoInTheBody() async throws {
+        let broker = Locked("ok")
+        let monitor = ReadinessMonitor(interval: .milliseconds(500), postgres: { "ok" }, kafka: { broker.value })
+        await monitor.observe()
+        broker.withLock { $0 = "unavailable" }
+        await monitor.observe()
+        await monitor.observe()
+        let response = monitor.response()
+        #expect(response.status == 200)
+        let body = try #require(try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+        #expect(body["status"] as? String == "ready")
+        #expect(body["kafka"] as? String == "unavailable")
+    }
+
+    @Test func aStopTurnsReadinessTo503AtOnceWhileTheDependenciesAreFine() async throws {
+        let monitor = ReadinessMonitor(interval: .milliseconds(500), postgres: { "ok" }, kafka: { "ok" })
+        await monitor.observe()
+        #expect(monitor.response().status == 200)
+        monitor.shutdownRequested()
+        let response = monitor.response()
+        #expect(response.status == 503)
+        let body = try #require(try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
+        #expect(body["status"] as? String == "shutting down")
     }
 }

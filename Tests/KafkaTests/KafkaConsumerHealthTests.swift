@@ -25,6 +25,15 @@ struct KafkaConsumerHealthTests {
         #expect(health.readiness(stall: Self.stall) == .init(ok: true, reason: "3 partitions assigned"))
     }
 
+    @Test func withoutTheBrokerAMemberIsLiveButNotReadyWhateverItsLastAssignment() {
+        var health = Self.health()
+        health.brokersDownFor = .seconds(3)
+        #expect(health.liveness(stall: Self.stall).ok, "restarting the worker would not bring the broker back")
+        #expect(health.readiness(stall: Self.stall) == .init(ok: false, reason: "broker unreachable for 3 s"))
+        health.brokersDownFor = nil
+        #expect(health.readiness(stall: Self.stall).ok)
+    }
+
     @Test func anEmptyAssignmentFromTheGroupIsReadyButNoAnswerYetIsNot() {
         #expect(Self.health(partitions: 0).readiness(stall: Self.stall).ok)
         let joining = Self.health(received: false, partitions: 0).readiness(stall: Self.stall)

@@ -30,6 +30,30 @@ final class RecordingService: Service {
 
 struct Boom: Error {}
 
+/// A service whose stop never completes, as a consumer waiting for a broker that is gone.
+final class StuckService: Service {
+    let name = "stuck"
+    let journal: Locked<[String]>
+    init(journal: Locked<[String]>) { self.journal = journal }
+    func run() async throws { await ShutdownTrigger().wait() }
+    func shutdown() async {
+        journal.withLock { $0.append("shutdown stuck") }
+        await ShutdownTrigger().wait()
+    }
+    func shutdownRequested() { journal.withLock { $0.append("requested stuck") } }
+}
+
+/// Records the moment it is told a stop was asked for.
+final class DrainingService: Service {
+    let name = "readiness"
+    let journal: Locked<[String]>
+    let stopped = ShutdownTrigger()
+    init(journal: Locked<[String]>) { self.journal = journal }
+    func run() async throws { await stopped.wait() }
+    func shutdown() async { stopped.fire() }
+    func shutdownRequested() { journal.withLock { $0.append("requested readiness") } }
+}
+
 @Suite struct LifecycleTests {
     @Test func aFailingServiceStopsTheOthersInReverseOrderAndTheErrorSurfaces() async throws {
         let journal = Locked<[String]>([])
@@ -45,6 +69,25 @@ struct Boom: Error {}
         #expect(shutdowns == ["shutdown bad", "shutdown http", "shutdown db"])
         // A service is only asked to stop after the ones that depend on it have stopped.
         #expect(events.firstIndex(of: "stopped http")! < events.firstIndex(of: "shutdown db")!)
+    }
+
+    /// Issue 26: a stop takes at most the grace, whatever a service waits for; every service hears
+    /// of the stop before the first one is shut down.
+    @Test(.timeLimit(.minutes(1))) func aServiceThatCannotStopDoesNotHoldTheProcessPastTheGrace() async throws {
+        let journal = Locked<[String]>([])
+        let group = ServiceGroup(
+            services: [
+                RecordingService("db", journal: journal), DrainingService(journal: journal), StuckService(journal: journal),
+                RecordingService("bad", journal: journal, failure: Boom()),
+            ],
+            logger: Logger(label: "test", level: .critical), signals: [], gracefulTimeout: .milliseconds(300))
+        await #expect(throws: Boom.self) { try await group.run() }
+        let events = journal.value
+        #expect(events.contains("shutdown stuck"))
+        #expect(!events.contains("shutdown db"), "the grace was spent on the stuck service")
+        let firstShutdown = try #require(events.firstIndex { $0.hasPrefix("shutdown") })
+        #expect(events.firstIndex(of: "requested readiness").map { $0 < firstShutdown } == true, "\(events)")
+        #expect(events.firstIndex(of: "requested stuck").map { $0 < firstShutdown } == true, "\(events)")
     }
 
     @Test func triggerWaitsWithAndWithoutDeadline() async {

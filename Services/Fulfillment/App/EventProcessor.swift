@@ -24,6 +24,8 @@ public struct EventProcessor: Sendable {
     let clock: any WallClock
     /// Answers CONSUMPTION_REQUEST before the event completes (set by the application).
     var consumption: ConsumptionResponder?
+    /// Extends the lease of the event while it is worked on (set by the application).
+    var renewal: LeaseRenewal?
     private let metrics = ProcessorMetrics()
 
     public init(
@@ -60,6 +62,12 @@ public struct EventProcessor: Sendable {
             metrics.outcome("skipped")
             return
         }
+        guard let renewal else { return try await process(event) }
+        try await renewal.holdingEvent(event.id) { try await process(event) }
+    }
+
+    /// Applies a claimed event and records its outcome.
+    private func process(_ event: ClaimedEvent) async throws {
         configuration.crashPoint.reached(.claimed)
         let started = ContinuousClock.now
         var log = logger.with(["event.id": .int(event.id), "event.kind": .string(event.kind.rawValue)])

@@ -24,6 +24,8 @@ public struct FulfillmentApplication: Sendable {
     let sampler: BacklogSampler
     /// The event table's months: partitions ahead, payload redaction, old months detached.
     let retention: EventRetention
+    /// The heartbeat of the leases on the events and tasks this worker is working on.
+    let renewal: LeaseRenewal
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -31,7 +33,9 @@ public struct FulfillmentApplication: Sendable {
         self.configuration = configuration
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
-        producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
+        producer = try KafkaProducer(
+            configuration: configuration.pipeline.kafka, logger: logger,
+            shutdownTimeout: configuration.pipeline.producerFlushTimeout)
         let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
@@ -39,13 +43,18 @@ public struct FulfillmentApplication: Sendable {
         var processor = EventProcessor(
             leases: EventLeaseStore(pool: pool), verifier: verifier, cipher: cipher, configuration: configuration, clock: clock, logger: logger)
         let clients = configuration.schedulers.appStoreAPI.map {
-            AppStoreAPIClients(configuration: $0, lease: configuration.lease, logger: logger)
+            AppStoreAPIClients(configuration: $0, logger: logger)
         }
         processor.consumption = ConsumptionResponder(store: ConsumptionStore(pool: pool), clients: clients, logger: logger)
+        renewal = LeaseRenewal(pool: pool, owner: configuration.workerID, lease: configuration.lease, logger: logger)
+        processor.renewal = renewal
         var consumerConfiguration = KafkaConsumerConfiguration(
             kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
             topics: [configuration.pipeline.eventTopic], maxConcurrentPartitions: configuration.concurrency)
         consumerConfiguration.maxInFlightPerPartition = configuration.inFlightPerPartition
+        consumerConfiguration.instanceID = configuration.instanceID
+        // Half the grace: the services stopped after the consumer (producer, pool) keep the rest.
+        consumerConfiguration.closeTimeout = configuration.pipeline.shutdownGrace / 2
         consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger, handler: processor.handle)
         consumer.onAssignmentChange { assigned in
             logger.info(
@@ -83,7 +92,7 @@ public struct FulfillmentApplication: Sendable {
         let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
         scheduler = Scheduler(
             configuration: configuration, events: store, publisher: publisher, verifier: verifier, cipher: cipher,
-            clients: clients, logger: logger)
+            clients: clients, renewal: renewal, logger: logger)
         sweeper = PipelineSweeper(
             publisher: publisher,
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
@@ -96,7 +105,9 @@ public struct FulfillmentApplication: Sendable {
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
-    public var services: [any Service] { [pool, producer, sweeper, scheduler, credits, retention, sampler, operations, consumer] }
+    public var services: [any Service] {
+        [pool, producer, renewal, sweeper, scheduler, credits, retention, sampler, operations, consumer]
+    }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.
     static func answer(_ verdict: KafkaConsumerHealth.Verdict) -> HTTPResponse {
@@ -108,7 +119,10 @@ public struct FulfillmentApplication: Sendable {
         try operations.start()
         logger.info(
             "fulfillment worker starting",
-            ["kafka.group": .string(configuration.groupID), "http.port": .int(Int64(operations.port))])
-        try await ServiceGroup(services: services, logger: logger).run()
+            [
+                "kafka.group": .string(configuration.groupID), "http.port": .int(Int64(operations.port)),
+                "kafka.group_instance": .string(configuration.instanceID ?? ""),
+            ])
+        try await ServiceGroup(services: services, logger: logger, gracefulTimeout: configuration.pipeline.shutdownGrace).run()
     }
 }

@@ -17,7 +17,15 @@ public struct FulfillmentConfiguration: Sendable {
     public var groupID: String
     /// This worker's name in leases and logs (`WORKER_ID`). Default host name and process id.
     public var workerID: String
-    /// How long a claimed event stays ours (`FULFILLMENT_LEASE_SECONDS`). Default 30.
+    /// Static membership of the consumer group (`FULFILLMENT_INSTANCE_ID`, Kafka's
+    /// `group.instance.id`): a worker that restarts under the same id within the session timeout
+    /// (a crashed container in its pod) gets its partitions back and the group moves nothing.
+    /// Must be unique among live workers. Default: the pod name (`HOSTNAME`) when running in
+    /// Kubernetes (`KUBERNETES_SERVICE_HOST` set), else none (dynamic membership); empty: none.
+    public var instanceID: String?
+    /// How long a claimed event or task stays ours without renewal (`FULFILLMENT_LEASE_SECONDS`).
+    /// The worker renews its leases every third of it while it works on them (`LeaseRenewal`),
+    /// so it bounds how long a dead worker's events wait, not how long work may take. Default 10.
     public var lease: Duration
     /// Attempts before an event is DEAD (`FULFILLMENT_MAX_ATTEMPTS`). Default 8.
     public var maxAttempts: Int
@@ -63,7 +71,13 @@ public struct FulfillmentConfiguration: Sendable {
         groupID = reader.string("FULFILLMENT_GROUP_ID", default: "fulfillment")
         workerID = reader.string(
             "WORKER_ID", default: "\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)")
-        lease = .seconds(reader.int("FULFILLMENT_LEASE_SECONDS", default: 30, range: 1...3600))
+        let inKubernetes = !(reader.environment["KUBERNETES_SERVICE_HOST"] ?? "").isEmpty
+        let instance = reader.environment["FULFILLMENT_INSTANCE_ID"] ?? (inKubernetes ? reader.environment["HOSTNAME"] : nil)
+        instanceID = instance.flatMap { $0.isEmpty ? nil : $0 }
+        if let instanceID, instanceID.count > 249 {
+            reader.report("FULFILLMENT_INSTANCE_ID", instanceID, "at most 249 characters")
+        }
+        lease = .seconds(reader.int("FULFILLMENT_LEASE_SECONDS", default: 10, range: 2...3600))
         maxAttempts = reader.int("FULFILLMENT_MAX_ATTEMPTS", default: 8, range: 1...1000)
         retryBase = .milliseconds(reader.int("FULFILLMENT_RETRY_BASE_MS", default: 1000, range: 1...3_600_000))
         retryMax = .milliseconds(reader.int("FULFILLMENT_RETRY_MAX_MS", default: 300_000, range: 1...86_400_000))

@@ -32,13 +32,15 @@ public struct IngressApplication: Sendable {
         self.logger = logger
         pool = PostgresPool(configuration: configuration.pipeline.postgres, logger: logger)
         readPool = configuration.readPostgres.map { PostgresPool(configuration: $0, logger: logger) }
-        producer = try KafkaProducer(configuration: configuration.pipeline.kafka, logger: logger)
+        producer = try KafkaProducer(
+            configuration: configuration.pipeline.kafka, logger: logger,
+            shutdownTimeout: configuration.pipeline.producerFlushTimeout)
         let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
         let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
             stuckAfter: configuration.pipeline.stuckAfter, logger: logger,
-            ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
+            ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger), topicReady: false)
         readiness = ReadinessMonitor(pool: pool, producer: producer, topic: configuration.pipeline.eventTopic)
         let context = try IngressContext(
             configuration: configuration, pool: pool, readPool: readPool, publisher: publisher, readiness: readiness, clock: clock,
@@ -73,9 +75,10 @@ public struct IngressApplication: Sendable {
             + (adminServer.map { [$0] } ?? [])
     }
 
-    /// Migrates, creates the topic, then serves until SIGTERM/SIGINT.
+    /// Migrates, creates the topic (or leaves it to the sweeper when the broker does not answer
+    /// within a few seconds), then serves until SIGTERM/SIGINT, stopping within the grace.
     public func run() async throws {
-        try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)
+        try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger, topicWait: .seconds(5))
         // Observed once before listening, so the first /readyz already has an answer.
         await readiness.observe()
         try server.start()
@@ -87,6 +90,6 @@ public struct IngressApplication: Sendable {
             try adminServer.start()
             logger.info("admin API listening", ["admin.port": .int(Int64(adminServer.port))])
         }
-        try await ServiceGroup(services: services, logger: logger).run()
+        try await ServiceGroup(services: services, logger: logger, gracefulTimeout: configuration.pipeline.shutdownGrace).run()
     }
 }

@@ -16,6 +16,8 @@ final class Scheduler: Service {
     /// This worker's id: the owner of its task leases.
     private let owner: String
     private let lease: Duration
+    /// Extends the lease of the running task between its checkpoints.
+    private let renewal: LeaseRenewal
     /// What needs the App Store Server API.
     private typealias AppleWork = (
         requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter, imports: SubscriptionImporter
@@ -34,8 +36,9 @@ final class Scheduler: Service {
 
     init(
         configuration: FulfillmentConfiguration, events: EventIntakeStore, publisher: EventPublisher, verifier: SignedDataVerifier,
-        cipher: PayloadCipher, clients: AppStoreAPIClients?, logger: Logger
+        cipher: PayloadCipher, clients: AppStoreAPIClients?, renewal: LeaseRenewal, logger: Logger
     ) {
+        self.renewal = renewal
         self.configuration = configuration.schedulers
         pool = events.pool
         self.logger = logger
@@ -169,7 +172,7 @@ final class Scheduler: Service {
                 return
             }
             guard let task else { return }
-            await execute(task, apple)
+            await renewal.holdingTask(task.id) { await execute(task, apple) }
         }
     }
 

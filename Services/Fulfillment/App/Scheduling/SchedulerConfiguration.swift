@@ -65,12 +65,9 @@ struct AppStoreAPIClients: Sendable {
     private let production: AppStoreServerAPIClient?
     private let sandbox: AppStoreServerAPIClient
 
-    /// `lease` bounds every call (retries included), so an answer given while holding an event's
-    /// lease never outlives the lease.
-    init(configuration: AppStoreServerAPIConfiguration, lease: Duration, logger: Logger) {
-        var configuration = configuration
-        configuration.timeouts.total = min(configuration.timeouts.total, lease / 2)
-        configuration.timeouts.read = min(configuration.timeouts.read, configuration.timeouts.total)
+    /// The API's own timeouts bound every call: the event or task a call works for keeps its
+    /// lease through it (`LeaseRenewal`), however short the lease.
+    init(configuration: AppStoreServerAPIConfiguration, logger: Logger) {
         var sandboxConfiguration = configuration
         sandboxConfiguration.environment = .sandbox
         sandbox = AppStoreServerAPIClient(configuration: sandboxConfiguration, logger: logger)
