@@ -323,143 +323,185 @@ public enum FulfillmentPlanner {
         case .consumptionRequest: return FulfillmentPlan(verdict: .recorded("consumption request"))
         case .applyTransaction, .applyRenewalInfo, .revokeTransaction, .restoreTransaction: break
         }
-        let transaction = input.transaction
-        guard transaction != nil || input.renewal != nil else { return FulfillmentPlan(verdict: .recorded("no facts")) }
-
-        // Attribution: the signed token decides; a chain attributed earlier keeps its owner when a
-        // later fact carries no token (or one this system never issued) and its binding stands in
-        // for a chain that has none. The logged-in user only ever counts for a family member's own
-        // shared access, which Apple sends without the member's token.
-        let token = transaction?.appAccountToken
-        let binding = input.binding
-        var familyMember: String?
-        let user: UserRecord
-        if let binding, binding.overridesTokens {
-            user = binding.user
-        } else if token != nil, let tokenUser = input.tokenUser {
-            user = tokenUser
-        } else if token == nil, let owner = input.subscription?.owner {
-            user = owner
-        } else if let binding {
-            user = binding.user
-        } else if let member = familyMemberUpload(input) {
-            user = member
-            familyMember = member.userID
-        } else {
-            return FulfillmentPlan(verdict: .unmatched(.account))
-        }
-        let productID = transaction?.productID ?? input.renewal!.productID
+        guard input.transaction != nil || input.renewal != nil else { return FulfillmentPlan(verdict: .recorded("no facts")) }
+        guard let attribution = attribute(input) else { return FulfillmentPlan(verdict: .unmatched(.account)) }
+        let user = attribution.user
+        let productID = input.transaction?.productID ?? input.renewal!.productID
         guard let product = input.catalogue[productID] else { return FulfillmentPlan(verdict: .unmatched(.product)) }
-        let environment = transaction?.environment ?? input.renewal!.environment
-        if environment != "Production", !input.everyoneIsTestUser, !user.isTestUser {
-            return FulfillmentPlan(
-                verdict: .refused(code: "SANDBOX_REFUSED", reason: "\(environment) facts only touch test users"), user: user)
-        }
+        if let refusal = gate(input, user: user) { return FulfillmentPlan(verdict: refusal, user: user) }
+        if let stop = conflicts(input, user: user) { return stop }
+
+        var plan = FulfillmentPlan(verdict: .applied, user: user)
+        plan.bindFamilyMember = attribution.familyMember
+        let recorded = facts(input)
+        plan.storeTransaction = recorded.newTransaction
+        plan.storeRenewal = recorded.newRenewal
+        if let refusal = credits(&plan, input: input, chain: recorded.chain) { return FulfillmentPlan(verdict: refusal, user: user) }
+        plan.subscription = projection(input, chain: recorded.chain, product: product, user: user)
+        plan.history = history(order: plan.order, subscription: plan.subscription, cause: input.source.cause)
+        return plan
+    }
+
+    /// Who an event's facts belong to.
+    struct Attribution: Sendable, Hashable {
+        var user: UserRecord
+        /// Set when the user is a family member whose upload is what binds the chain to them.
+        var familyMember: String?
+    }
+
+    /// Attribution: the signed token decides; a chain attributed earlier keeps its owner when a
+    /// later fact carries no token (or one this system never issued) and its binding stands in
+    /// for a chain that has none. The logged-in user only ever counts for a family member's own
+    /// shared access, which Apple sends without the member's token. Nil: never guess a user.
+    static func attribute(_ input: FulfillmentInput) -> Attribution? {
+        let token = input.transaction?.appAccountToken
+        if let binding = input.binding, binding.overridesTokens { return Attribution(user: binding.user) }
+        if token != nil, let tokenUser = input.tokenUser { return Attribution(user: tokenUser) }
+        if token == nil, let owner = input.subscription?.owner { return Attribution(user: owner) }
+        if let binding = input.binding { return Attribution(user: binding.user) }
+        if let member = familyMemberUpload(input) { return Attribution(user: member, familyMember: member.userID) }
+        return nil
+    }
+
+    /// The Sandbox rule: on a Production deployment, facts of another environment only touch test
+    /// users. A non-nil result refuses the event.
+    static func gate(_ input: FulfillmentInput, user: UserRecord) -> FulfillmentVerdict? {
+        let environment = input.transaction?.environment ?? input.renewal!.environment
+        guard environment != "Production", !input.everyoneIsTestUser, !user.isTestUser else { return nil }
+        return .refused(code: "SANDBOX_REFUSED", reason: "\(environment) facts only touch test users")
+    }
+
+    /// Account conflicts and frozen chains; a non-nil result is the whole plan of the event.
+    static func conflicts(_ input: FulfillmentInput, user: UserRecord) -> FulfillmentPlan? {
         // An observed upload by someone else is applied to the owner (who paid); the uploader is
         // told the purchase is another account's. An upload for an order is that user's claim.
         var claimants = [input.transactionOwner, input.subscription?.owner.userID]
         if case .clientSubmission(_, let submitter) = input.source { claimants.append(submitter) }
-        if let binding, !binding.overridesTokens { claimants.append(binding.userID) }
-        for claimant in claimants {
-            if let claimant, claimant != user.userID {
-                var plan = FulfillmentPlan(verdict: .accountConflict(attributed: user.userID, other: claimant), user: user)
-                plan.freezeChain = input.subscription != nil
-                return plan
-            }
+        if let binding = input.binding, !binding.overridesTokens { claimants.append(binding.userID) }
+        if let other = claimants.lazy.compactMap({ $0 }).first(where: { $0 != user.userID }) {
+            var plan = FulfillmentPlan(verdict: .accountConflict(attributed: user.userID, other: other), user: user)
+            plan.freezeChain = input.subscription != nil
+            return plan
         }
         if let frozen = input.subscription?.frozenReason {
             return FulfillmentPlan(verdict: .refused(code: "CHAIN_FROZEN", reason: frozen), user: user)
         }
+        return nil
+    }
 
-        var plan = FulfillmentPlan(verdict: .applied, user: user)
-        plan.bindFamilyMember = familyMember
-        var chain = input.stored
-        if let transaction {
-            let stored = chain.transactions.first { $0.transactionID == transaction.transactionID }
-            if stored.map({ transaction.isNewerVersion(than: $0) }) ?? true { plan.storeTransaction = transaction }
-            chain.record(transaction)
+    /// The chain with the event's facts recorded, and those of them newer than the stored ones.
+    struct RecordedFacts: Sendable, Hashable {
+        var chain: ChainFacts
+        /// A transaction version newer than the stored one (or the first one).
+        var newTransaction: TransactionFact?
+        /// Renewal info newer than the stored one (or the first one).
+        var newRenewal: RenewalFact?
+    }
+
+    /// Only newer versions are stored, so a late or repeated delivery never overwrites what is known.
+    static func facts(_ input: FulfillmentInput) -> RecordedFacts {
+        var recorded = RecordedFacts(chain: input.stored)
+        if let transaction = input.transaction {
+            let stored = input.stored.transactions.first { $0.transactionID == transaction.transactionID }
+            if stored.map({ transaction.isNewerVersion(than: $0) }) ?? true { recorded.newTransaction = transaction }
+            recorded.chain.record(transaction)
         }
         if let renewal = input.renewal {
-            if input.stored.renewal.map({ renewal.isNewer(than: $0) }) ?? true { plan.storeRenewal = renewal }
-            chain.record(renewal)
+            if input.stored.renewal.map({ renewal.isNewer(than: $0) }) ?? true { recorded.newRenewal = renewal }
+            recorded.chain.record(renewal)
         }
-        let cause = input.source.cause
+        return recorded
+    }
 
+    /// The order and the credit moves of the event's transaction: its order and grants when it is
+    /// applied, revocations and freed grants when it is refunded, restorations when a refund is
+    /// reversed. A non-nil result refuses the event.
+    static func credits(_ plan: inout FulfillmentPlan, input: FulfillmentInput, chain: ChainFacts) -> FulfillmentVerdict? {
         // The stored version wins: a refund processed earlier stays a refund.
-        let effective = transaction.flatMap { t in chain.transactions.first { $0.transactionID == t.transactionID } }
-        if let effective, let effectiveProduct = input.catalogue[effective.productID] {
-            let applies: Bool
-            switch action {
-            case .applyTransaction, .restoreTransaction: applies = true
-            default: applies = false
+        guard let transaction = input.transaction,
+            let effective = chain.transactions.first(where: { $0.transactionID == transaction.transactionID }),
+            let product = input.catalogue[effective.productID]
+        else { return nil }
+        switch input.source.action {
+        case .applyTransaction, .restoreTransaction:
+            if let refusal = orderPlan(&plan, input: input, transaction: effective, product: product, chain: chain) { return refusal }
+            // A restored transaction gets its grant only if it was applied (ordered) before.
+            if plan.order != nil || input.linkedOrder != nil || effective.isFamilyShared {
+                plan.grants = newGrants(for: effective, product: product, input: input, chain: chain)
             }
-            if applies {
-                if let refusal = orderPlan(&plan, input: input, transaction: effective, product: effectiveProduct, chain: chain) {
-                    return FulfillmentPlan(verdict: refusal, user: user)
-                }
-                // A restored transaction gets its grant only if it was applied (ordered) before.
-                let applied = plan.order != nil || input.linkedOrder != nil || effective.isFamilyShared
-                if applied {
-                    let existing = Set(input.grants.map(\.grantKey))
-                    plan.grants = grants(
-                        for: effective, product: effectiveProduct, chain: chain, catalogue: input.catalogue,
-                        granted: input.chainGrants
-                    ).filter { !existing.contains($0.grantKey) }
-                    // An import brings a user's history: only the period in force grants; the
-                    // periods already over are kept as facts.
-                    if case .notification(NotificationMatrix.historyImport, _) = input.source,
-                        !(effective.purchaseDate <= input.now && (effective.expiresDate ?? .distantFuture) > input.now)
-                    {
-                        plan.grants = []
-                    }
-                }
-            }
-            if effective.revocationDate != nil {
-                plan.revocations = input.grants.filter { !$0.revoked }
-                if !plan.revocations.isEmpty { plan.revocationPercentage = effective.revocationPercentage }
-                plan.freedGrants = freedGrants(by: effective, chain: chain, catalogue: input.catalogue, granted: input.chainGrants)
-            } else {
-                plan.restorations = input.grants.filter(\.revoked)
-                if !plan.restorations.isEmpty || action == .restoreTransaction,
-                    let status = SubscriptionProjection.project(chain, now: input.now)?.status,
-                    status == .active || status == .grace
-                {
-                    plan.restoreClearing = CreditRules.endingKey(
-                        environment: effective.environment, originalTransactionID: effective.originalTransactionID,
-                        lastTransactionID: effective.transactionID, status: SubscriptionStatus.revoked.rawValue)
-                }
+        default: break
+        }
+        if effective.revocationDate != nil {
+            plan.revocations = input.grants.filter { !$0.revoked }
+            if !plan.revocations.isEmpty { plan.revocationPercentage = effective.revocationPercentage }
+            plan.freedGrants = freedGrants(by: effective, chain: chain, catalogue: input.catalogue, granted: input.chainGrants)
+        } else {
+            plan.restorations = input.grants.filter(\.revoked)
+            if !plan.restorations.isEmpty || input.source.action == .restoreTransaction,
+                let status = SubscriptionProjection.project(chain, now: input.now)?.status,
+                status == .active || status == .grace
+            {
+                plan.restoreClearing = CreditRules.endingKey(
+                    environment: effective.environment, originalTransactionID: effective.originalTransactionID,
+                    lastTransactionID: effective.transactionID, status: SubscriptionStatus.revoked.rawValue)
             }
         }
-        if let order = plan.order {
+        return nil
+    }
+
+    /// The grants of an applied transaction not written yet.
+    private static func newGrants(
+        for transaction: TransactionFact, product: CatalogueProduct, input: FulfillmentInput, chain: ChainFacts
+    ) -> [GrantDecision] {
+        // An import brings a user's history: only the period in force grants; the periods already
+        // over are kept as facts.
+        if case .notification(NotificationMatrix.historyImport, _) = input.source,
+            !(transaction.purchaseDate <= input.now && (transaction.expiresDate ?? .distantFuture) > input.now)
+        {
+            return []
+        }
+        let existing = Set(input.grants.map(\.grantKey))
+        return grants(for: transaction, product: product, chain: chain, catalogue: input.catalogue, granted: input.chainGrants)
+            .filter { !existing.contains($0.grantKey) }
+    }
+
+    /// The chain's recomputed subscription row; nil when it would not change.
+    static func projection(
+        _ input: FulfillmentInput, chain: ChainFacts, product: CatalogueProduct, user: UserRecord
+    ) -> SubscriptionChange? {
+        // A consumable's purchase is its own "chain" (Apple gives it its own original transaction
+        // id) and no subscription: nothing to project.
+        guard product.kind == .autoRenewable, let state = SubscriptionProjection.project(chain, now: input.now),
+            state != input.subscription?.state
+        else { return nil }
+        return SubscriptionChange(
+            state: state, userID: user.userID,
+            subscriptionGroupID: input.catalogue[state.activeProductID]?.subscriptionGroupID ?? product.subscriptionGroupID,
+            previousStatus: input.subscription?.state.status)
+    }
+
+    /// The `status_history` rows of the event's order and subscription changes.
+    static func history(order: OrderChange?, subscription: SubscriptionChange?, cause: String) -> [StatusChange] {
+        var history: [StatusChange] = []
+        if let order {
+            // A completed order passes through VERIFIED, and history records both steps.
             let key = order.order.orderNo
-            plan.history.append(
+            history.append(
                 StatusChange(
                     entity: .order, key: key, previous: order.previousStatus?.rawValue,
                     current: OrderStatus.verified.rawValue, cause: cause))
-            plan.history.append(
+            history.append(
                 StatusChange(
                     entity: .order, key: key, previous: OrderStatus.verified.rawValue,
                     current: OrderStatus.fulfilled.rawValue, cause: cause))
         }
-
-        // A consumable's purchase is its own "chain" (Apple gives it its own original transaction
-        // id) and no subscription: nothing to project.
-        if product.kind == .autoRenewable, let state = SubscriptionProjection.project(chain, now: input.now),
-            state != input.subscription?.state
-        {
-            let previous = input.subscription?.state.status
-            plan.subscription = SubscriptionChange(
-                state: state, userID: user.userID,
-                subscriptionGroupID: input.catalogue[state.activeProductID]?.subscriptionGroupID ?? product.subscriptionGroupID,
-                previousStatus: previous)
-            if previous != state.status {
-                plan.history.append(
-                    StatusChange(
-                        entity: .subscription, key: state.historyKey, previous: previous?.rawValue,
-                        current: state.status.rawValue, cause: cause))
-            }
+        if let subscription, subscription.previousStatus != subscription.state.status {
+            history.append(
+                StatusChange(
+                    entity: .subscription, key: subscription.state.historyKey, previous: subscription.previousStatus?.rawValue,
+                    current: subscription.state.status.rawValue, cause: cause))
         }
-        return plan
+        return history
     }
 
     /// The uploader of their own family-shared access when nothing else names its owner: a

@@ -318,204 +318,268 @@ public struct CaseStore: Sendable {
         ).map { (try $0.decode("environment"), try $0.decode("original_transaction_id")) }
     }
 
+    /// The case of `userID` and `chains`, one section at a time, all on `db`'s snapshot.
     static func supportCase(
         userID: String?, chains: [(environment: String, originalTransactionID: String)], q: String, now: Date,
         on db: PostgresConnection
     ) async throws -> SupportCase {
-        let environments = PostgresArray(chains.map(\.environment))
-        let originals = PostgresArray(chains.map(\.originalTransactionID))
-        var user: SupportCase.User?
-        if let userID,
-            let row = try await db.query(
-                """
-                SELECT u.user_id, u.is_test_user, u.created_at,
-                       coalesce(array_to_string(array_agg(t.app_account_token::text) FILTER (WHERE t.user_id IS NOT NULL), ','), '') AS tokens
-                  FROM app_user u LEFT JOIN user_account_token t ON t.user_id = u.user_id
-                 WHERE u.user_id = \(userID) GROUP BY u.user_id
-                """
-            ).first
-        {
+        let scope = Section.Scope(userID: userID, q: q, chains: chains)
+        let user = try await Section.user(userID, on: db)
+        var chainList = try await Section.chains(scope, on: db)
+        var orders = try await Section.orders(scope, on: db)
+        try await Section.attachHistory(scope, to: &chainList, and: &orders, on: db)
+        let transactions = try await Section.transactions(scope, on: db)
+        let events = try await Section.events(scope, on: db)
+        let grants = try await Section.grants(userID, on: db)
+        let balances = try await Section.balances(userID, on: db)
+        let ledger = try await Section.ledger(userID, on: db)
+        let consumption = try await Section.consumptionAnswers(userID, events: events, on: db)
+        let audit = try await Section.audit(scope, events: events, on: db)
+        var supportCase = SupportCase(
+            user: user, chains: chainList, orders: orders, transactions: transactions, events: events, grants: grants,
+            balances: balances, ledger: ledger, consumptionAnswers: consumption, audit: audit, timeline: [])
+        supportCase.timeline = Self.timeline(of: supportCase)
+        return supportCase
+    }
+
+    /// One statement per section of a case, each on the caller's connection so that the case
+    /// reads one snapshot.
+    enum Section {
+        /// What the sections select by.
+        struct Scope {
+            var userID: String?
+            var q: String
+            var chains: [(environment: String, originalTransactionID: String)]
+
+            var environments: PostgresArray<String> { PostgresArray(chains.map(\.environment)) }
+            var originals: PostgresArray<String> { PostgresArray(chains.map(\.originalTransactionID)) }
+            /// The chains' keys as `environment:originalTransactionId`; each statement also names
+            /// the original ids alone, so an index on them serves it.
+            var chainKeys: [String] { chains.map { "\($0.environment):\($0.originalTransactionID)" } }
+        }
+
+        static func user(_ userID: String?, on db: PostgresConnection) async throws -> SupportCase.User? {
+            guard let userID,
+                let row = try await db.query(
+                    """
+                    SELECT u.user_id, u.is_test_user, u.created_at,
+                           coalesce(array_to_string(array_agg(t.app_account_token::text) FILTER (WHERE t.user_id IS NOT NULL), ','), '') AS tokens
+                      FROM app_user u LEFT JOIN user_account_token t ON t.user_id = u.user_id
+                     WHERE u.user_id = \(userID) GROUP BY u.user_id
+                    """
+                ).first
+            else { return nil }
             let tokens: String = try row.decode("tokens")
-            user = SupportCase.User(
+            return SupportCase.User(
                 userId: try row.decode("user_id"), isTestUser: try row.decode("is_test_user"),
                 createdAt: try row.decode("created_at"), appAccountTokens: tokens.split(separator: ",").map(String.init))
         }
-        // The chains' keys as `environment:originalTransactionId`; each statement below also names
-        // the original ids alone, so an index on them serves it.
-        let chainKeys = PostgresArray(chains.map { "\($0.environment):\($0.originalTransactionID)" })
-        let chainRows = try await db.query(
-            """
-            SELECT c.e AS environment, c.o AS original_transaction_id, s.user_id, s.status, s.active_product_id,
-                   s.pending_product_id, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared,
-                   s.frozen_reason, s.updated_at, b.user_id AS bound_user_id, b.source, b.apple_token_status
-              FROM unnest(\(environments)::text[], \(originals)::text[]) AS c(e, o)
-              LEFT JOIN user_subscription s ON s.environment = c.e AND s.original_transaction_id = c.o
-              LEFT JOIN chain_binding b ON b.environment = c.e AND b.original_transaction_id = c.o
-             ORDER BY c.e, c.o
-            """)
-        var chainList = try chainRows.map { row in
-            let environment: String = try row.decode("environment")
-            let original: String = try row.decode("original_transaction_id")
-            let boundUser: String? = try row.decode("bound_user_id")
-            return SupportCase.Chain(
-                environment: environment, originalTransactionId: original, userId: try row.decode("user_id"),
-                status: try row.decode("status"), activeProductId: try row.decode("active_product_id"),
-                pendingProductId: try row.decode("pending_product_id"), autoRenewEnabled: try row.decode("auto_renew_enabled"),
-                expiresAt: try row.decode("expires_at"), graceExpiresAt: try row.decode("grace_expires_at"),
-                isFamilyShared: try row.decode("is_family_shared"), frozenReason: try row.decode("frozen_reason"),
-                updatedAt: try row.decode("updated_at"),
-                binding: try boundUser.map {
-                    SupportCase.Binding(
-                        userId: $0, source: try row.decode("source"), appleTokenStatus: try row.decode("apple_token_status"))
-                },
-                history: [])
-        }
-        var orders = try await db.query(
-            """
-            SELECT order_no, user_id, product_id, order_type, status, environment, transaction_id, original_transaction_id,
-                   failure_code, created_at, updated_at FROM payment_order
-             WHERE user_id = \(userID) OR order_no = \(q)
-                OR (environment = ANY(\(environments)::text[]) AND original_transaction_id = ANY(\(originals)::text[])
-                    AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[]))
-             ORDER BY created_at, id LIMIT \(sectionLimit)
-            """
-        ).map { row in
-            let orderNo: String = try row.decode("order_no")
-            return SupportCase.Order(
-                orderNo: orderNo, userId: try row.decode("user_id"), productId: try row.decode("product_id"),
-                orderType: try row.decode("order_type"), status: try row.decode("status"),
-                environment: try row.decode("environment"), transactionId: try row.decode("transaction_id"),
-                originalTransactionId: try row.decode("original_transaction_id"), failureCode: try row.decode("failure_code"),
-                createdAt: try row.decode("created_at"), updatedAt: try row.decode("updated_at"),
-                history: [])
-        }
-        // Status history of the chains and orders, in one indexed statement.
-        let historyRows = try await db.query(
-            """
-            SELECT entity_type, entity_key, previous_status, current_status, cause, event_id, created_at FROM status_history
-             WHERE entity_type IN ('SUBSCRIPTION', 'ORDER')
-               AND entity_key = ANY(\(PostgresArray(chains.map { "\($0.environment):\($0.originalTransactionID)" } + orders.map(\.orderNo)))::text[])
-             ORDER BY id LIMIT \(sectionLimit * 4)
-            """)
-        var history: [String: [SupportCase.StatusChange]] = [:]
-        for row in historyRows {
-            let key = "\(try row.decode("entity_type", as: String.self))/\(try row.decode("entity_key", as: String.self))"
-            history[key, default: []].append(
-                SupportCase.StatusChange(
-                    previousStatus: try row.decode("previous_status"), currentStatus: try row.decode("current_status"),
-                    cause: try row.decode("cause"), eventId: try row.decode("event_id"), at: try row.decode("created_at")))
-        }
-        for index in chainList.indices {
-            chainList[index].history = history["SUBSCRIPTION/\(chainList[index].environment):\(chainList[index].originalTransactionId)"] ?? []
-        }
-        for index in orders.indices { orders[index].history = history["ORDER/\(orders[index].orderNo)"] ?? [] }
-        let transactions = try await db.query(
-            """
-            SELECT environment, transaction_id, original_transaction_id, web_order_line_item_id, product_id, user_id,
-                   app_account_token, transaction_reason, purchase_date, original_purchase_date, expires_date, ownership_type,
-                   revocation_date, revocation_reason, revocation_type, offer_type, offer_identifier, offer_discount_type,
-                   is_upgraded, price_milliunits, currency, signed_date
-              FROM apple_transaction
-             WHERE original_transaction_id = ANY(\(originals)::text[])
-               AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[])
-             ORDER BY purchase_date, id LIMIT \(sectionLimit)
-            """
-        ).map { row in
-            SupportCase.Transaction(
-                environment: try row.decode("environment"), transactionId: try row.decode("transaction_id"),
-                originalTransactionId: try row.decode("original_transaction_id"),
-                webOrderLineItemId: try row.decode("web_order_line_item_id"), productId: try row.decode("product_id"),
-                userId: try row.decode("user_id"), appAccountToken: try row.decode("app_account_token"),
-                transactionReason: try row.decode("transaction_reason"), purchaseDate: try row.decode("purchase_date"),
-                originalPurchaseDate: try row.decode("original_purchase_date"), expiresDate: try row.decode("expires_date"),
-                ownershipType: try row.decode("ownership_type"), revocationDate: try row.decode("revocation_date"),
-                revocationReason: try row.decode("revocation_reason", as: Int32?.self).map(Int.init),
-                revocationType: try row.decode("revocation_type"),
-                offerType: try row.decode("offer_type", as: Int32?.self).map(Int.init),
-                offerIdentifier: try row.decode("offer_identifier"), offerDiscountType: try row.decode("offer_discount_type"),
-                isUpgraded: try row.decode("is_upgraded"), priceMilliunits: try row.decode("price_milliunits"),
-                currency: try row.decode("currency"), signedDate: try row.decode("signed_date"))
-        }
-        let events = try await db.query(
-            """
-            SELECT \(sql: Self.eventColumns) FROM inbound_event
-             WHERE (id, received_at) IN (
-                SELECT id, received_at FROM inbound_event_key
-                 WHERE (original_transaction_id = ANY(\(originals)::text[])
-                        AND environment || ':' || original_transaction_id = ANY(\(chainKeys)::text[]))
-                    OR (submission_kind IN ('CLIENT', 'OBSERVED') AND user_id = \(userID))
-                    OR notification_uuid = \(q)
-                 ORDER BY id LIMIT \(sectionLimit))
-             ORDER BY id
-            """
-        ).map(Self.eventSummary)
-        let grants = try await db.query(
-            """
-            SELECT grant_key, pool, amount, revoked_amount, unrecoverable_amount, reason, transaction_id, created_at
-              FROM credit_grant WHERE user_id = \(userID) ORDER BY created_at, id LIMIT \(sectionLimit)
-            """
-        ).map { row in
-            SupportCase.Grant(
-                grantKey: try row.decode("grant_key"), pool: try row.decode("pool"), amount: try row.decode("amount"),
-                revokedAmount: try row.decode("revoked_amount"), unrecoverableAmount: try row.decode("unrecoverable_amount"),
-                reason: try row.decode("reason"), transactionId: try row.decode("transaction_id"),
-                createdAt: try row.decode("created_at"))
-        }
-        let balances = try await db.query(
-            "SELECT pool, balance FROM credit_account WHERE user_id = \(userID) ORDER BY pool"
-        ).map { SupportCase.Balance(pool: try $0.decode("pool"), balance: try $0.decode("balance")) }
-        // The newest entries, shown oldest first.
-        let ledger = try await db.query(
-            """
-            SELECT * FROM (
-                SELECT id, pool, delta, balance_after, entry_type, reference, created_at FROM credit_ledger
-                 WHERE user_id = \(userID) ORDER BY id DESC LIMIT \(sectionLimit)
-            ) AS newest ORDER BY id
-            """
-        ).map { row in
-            SupportCase.LedgerEntry(
-                id: try row.decode("id"), pool: try row.decode("pool"), delta: try row.decode("delta"),
-                balanceAfter: try row.decode("balance_after"), entryType: try row.decode("entry_type"),
-                reference: try row.decode("reference"), at: try row.decode("created_at"))
-        }
-        let consumption = try await db.query(
-            """
-            SELECT notification_uuid, transaction_id, outcome, error_message, created_at FROM consumption_answer
-             WHERE user_id = \(userID) OR notification_uuid = ANY(\(PostgresArray(events.compactMap(\.notificationUUID)))::text[])
-             ORDER BY created_at LIMIT \(sectionLimit)
-            """
-        ).map { row in
-            SupportCase.ConsumptionAnswer(
-                notificationUUID: try row.decode("notification_uuid"), transactionId: try row.decode("transaction_id"),
-                outcome: try row.decode("outcome"), errorMessage: try row.decode("error_message"),
-                createdAt: try row.decode("created_at"))
-        }
-        // Audit states name users and chains as JSON strings: a row is the case's when one of its
-        // ids appears quoted in it, or when it names one of its events. The trail is small (manual
-        // actions), so a scan is fine.
-        let needles = ([userID].compactMap { $0 } + chains.map(\.originalTransactionID)).map { "\"\($0)\"" }
-        let audit = try await db.query(
-            """
-            SELECT id, operator, action, reason, before::text AS before, after::text AS after, created_at FROM audit_log
-             WHERE EXISTS (SELECT 1 FROM unnest(\(PostgresArray(needles))::text[]) AS n(needle)
-                            WHERE strpos(coalesce(before::text, '') || coalesce(after::text, ''), needle) > 0)
-                OR coalesce(before->>'eventId', after->>'eventId') = ANY(\(PostgresArray(events.map { String($0.eventId) }))::text[])
-             ORDER BY id DESC LIMIT \(sectionLimit)
-            """
-        ).map { row in
-            let decode = { (text: String?) in
-                try text.map { try JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
+
+        /// Every chain of the scope, with its subscription row and binding when it has them.
+        static func chains(_ scope: Scope, on db: PostgresConnection) async throws -> [SupportCase.Chain] {
+            try await db.query(
+                """
+                SELECT c.e AS environment, c.o AS original_transaction_id, s.user_id, s.status, s.active_product_id,
+                       s.pending_product_id, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared,
+                       s.frozen_reason, s.updated_at, b.user_id AS bound_user_id, b.source, b.apple_token_status
+                  FROM unnest(\(scope.environments)::text[], \(scope.originals)::text[]) AS c(e, o)
+                  LEFT JOIN user_subscription s ON s.environment = c.e AND s.original_transaction_id = c.o
+                  LEFT JOIN chain_binding b ON b.environment = c.e AND b.original_transaction_id = c.o
+                 ORDER BY c.e, c.o
+                """
+            ).map { row in
+                let environment: String = try row.decode("environment")
+                let original: String = try row.decode("original_transaction_id")
+                let boundUser: String? = try row.decode("bound_user_id")
+                return SupportCase.Chain(
+                    environment: environment, originalTransactionId: original, userId: try row.decode("user_id"),
+                    status: try row.decode("status"), activeProductId: try row.decode("active_product_id"),
+                    pendingProductId: try row.decode("pending_product_id"), autoRenewEnabled: try row.decode("auto_renew_enabled"),
+                    expiresAt: try row.decode("expires_at"), graceExpiresAt: try row.decode("grace_expires_at"),
+                    isFamilyShared: try row.decode("is_family_shared"), frozenReason: try row.decode("frozen_reason"),
+                    updatedAt: try row.decode("updated_at"),
+                    binding: try boundUser.map {
+                        SupportCase.Binding(
+                            userId: $0, source: try row.decode("source"), appleTokenStatus: try row.decode("apple_token_status"))
+                    },
+                    history: [])
             }
-            return SupportCase.Audit(
-                id: try row.decode("id"), operator: try row.decode("operator"), action: try row.decode("action"),
-                reason: try row.decode("reason"), before: try decode(try row.decode("before")),
-                after: try decode(try row.decode("after")), at: try row.decode("created_at"))
-        }.reversed()
-        var supportCase = SupportCase(
-            user: user, chains: chainList, orders: orders, transactions: transactions, events: events, grants: grants,
-            balances: balances, ledger: ledger, consumptionAnswers: consumption, audit: Array(audit), timeline: [])
-        supportCase.timeline = Self.timeline(of: supportCase)
-        return supportCase
+        }
+
+        static func orders(_ scope: Scope, on db: PostgresConnection) async throws -> [SupportCase.Order] {
+            try await db.query(
+                """
+                SELECT order_no, user_id, product_id, order_type, status, environment, transaction_id, original_transaction_id,
+                       failure_code, created_at, updated_at FROM payment_order
+                 WHERE user_id = \(scope.userID) OR order_no = \(scope.q)
+                    OR (environment = ANY(\(scope.environments)::text[]) AND original_transaction_id = ANY(\(scope.originals)::text[])
+                        AND environment || ':' || original_transaction_id = ANY(\(PostgresArray(scope.chainKeys))::text[]))
+                 ORDER BY created_at, id LIMIT \(sectionLimit)
+                """
+            ).map { row in
+                let orderNo: String = try row.decode("order_no")
+                return SupportCase.Order(
+                    orderNo: orderNo, userId: try row.decode("user_id"), productId: try row.decode("product_id"),
+                    orderType: try row.decode("order_type"), status: try row.decode("status"),
+                    environment: try row.decode("environment"), transactionId: try row.decode("transaction_id"),
+                    originalTransactionId: try row.decode("original_transaction_id"), failureCode: try row.decode("failure_code"),
+                    createdAt: try row.decode("created_at"), updatedAt: try row.decode("updated_at"),
+                    history: [])
+            }
+        }
+
+        /// Status history of the chains and orders, in one indexed statement.
+        static func attachHistory(
+            _ scope: Scope, to chains: inout [SupportCase.Chain], and orders: inout [SupportCase.Order], on db: PostgresConnection
+        ) async throws {
+            let keys = PostgresArray(scope.chainKeys + orders.map(\.orderNo))
+            let historyRows = try await db.query(
+                """
+                SELECT entity_type, entity_key, previous_status, current_status, cause, event_id, created_at FROM status_history
+                 WHERE entity_type IN ('SUBSCRIPTION', 'ORDER')
+                   AND entity_key = ANY(\(keys)::text[])
+                 ORDER BY id LIMIT \(sectionLimit * 4)
+                """)
+            var history: [String: [SupportCase.StatusChange]] = [:]
+            for row in historyRows {
+                let key = "\(try row.decode("entity_type", as: String.self))/\(try row.decode("entity_key", as: String.self))"
+                history[key, default: []].append(
+                    SupportCase.StatusChange(
+                        previousStatus: try row.decode("previous_status"), currentStatus: try row.decode("current_status"),
+                        cause: try row.decode("cause"), eventId: try row.decode("event_id"), at: try row.decode("created_at")))
+            }
+            for index in chains.indices {
+                chains[index].history = history["SUBSCRIPTION/\(chains[index].environment):\(chains[index].originalTransactionId)"] ?? []
+            }
+            for index in orders.indices { orders[index].history = history["ORDER/\(orders[index].orderNo)"] ?? [] }
+        }
+
+        static func transactions(_ scope: Scope, on db: PostgresConnection) async throws -> [SupportCase.Transaction] {
+            try await db.query(
+                """
+                SELECT environment, transaction_id, original_transaction_id, web_order_line_item_id, product_id, user_id,
+                       app_account_token, transaction_reason, purchase_date, original_purchase_date, expires_date, ownership_type,
+                       revocation_date, revocation_reason, revocation_type, offer_type, offer_identifier, offer_discount_type,
+                       is_upgraded, price_milliunits, currency, signed_date
+                  FROM apple_transaction
+                 WHERE original_transaction_id = ANY(\(scope.originals)::text[])
+                   AND environment || ':' || original_transaction_id = ANY(\(PostgresArray(scope.chainKeys))::text[])
+                 ORDER BY purchase_date, id LIMIT \(sectionLimit)
+                """
+            ).map { row in
+                SupportCase.Transaction(
+                    environment: try row.decode("environment"), transactionId: try row.decode("transaction_id"),
+                    originalTransactionId: try row.decode("original_transaction_id"),
+                    webOrderLineItemId: try row.decode("web_order_line_item_id"), productId: try row.decode("product_id"),
+                    userId: try row.decode("user_id"), appAccountToken: try row.decode("app_account_token"),
+                    transactionReason: try row.decode("transaction_reason"), purchaseDate: try row.decode("purchase_date"),
+                    originalPurchaseDate: try row.decode("original_purchase_date"), expiresDate: try row.decode("expires_date"),
+                    ownershipType: try row.decode("ownership_type"), revocationDate: try row.decode("revocation_date"),
+                    revocationReason: try row.decode("revocation_reason", as: Int32?.self).map(Int.init),
+                    revocationType: try row.decode("revocation_type"),
+                    offerType: try row.decode("offer_type", as: Int32?.self).map(Int.init),
+                    offerIdentifier: try row.decode("offer_identifier"), offerDiscountType: try row.decode("offer_discount_type"),
+                    isUpgraded: try row.decode("is_upgraded"), priceMilliunits: try row.decode("price_milliunits"),
+                    currency: try row.decode("currency"), signedDate: try row.decode("signed_date"))
+            }
+        }
+
+        static func events(_ scope: Scope, on db: PostgresConnection) async throws -> [EventSummary] {
+            try await db.query(
+                """
+                SELECT \(sql: CaseStore.eventColumns) FROM inbound_event
+                 WHERE (id, received_at) IN (
+                    SELECT id, received_at FROM inbound_event_key
+                     WHERE (original_transaction_id = ANY(\(scope.originals)::text[])
+                            AND environment || ':' || original_transaction_id = ANY(\(PostgresArray(scope.chainKeys))::text[]))
+                        OR (submission_kind IN ('CLIENT', 'OBSERVED') AND user_id = \(scope.userID))
+                        OR notification_uuid = \(scope.q)
+                     ORDER BY id LIMIT \(sectionLimit))
+                 ORDER BY id
+                """
+            ).map(CaseStore.eventSummary)
+        }
+
+        static func grants(_ userID: String?, on db: PostgresConnection) async throws -> [SupportCase.Grant] {
+            try await db.query(
+                """
+                SELECT grant_key, pool, amount, revoked_amount, unrecoverable_amount, reason, transaction_id, created_at
+                  FROM credit_grant WHERE user_id = \(userID) ORDER BY created_at, id LIMIT \(sectionLimit)
+                """
+            ).map { row in
+                SupportCase.Grant(
+                    grantKey: try row.decode("grant_key"), pool: try row.decode("pool"), amount: try row.decode("amount"),
+                    revokedAmount: try row.decode("revoked_amount"), unrecoverableAmount: try row.decode("unrecoverable_amount"),
+                    reason: try row.decode("reason"), transactionId: try row.decode("transaction_id"),
+                    createdAt: try row.decode("created_at"))
+            }
+        }
+
+        static func balances(_ userID: String?, on db: PostgresConnection) async throws -> [SupportCase.Balance] {
+            try await db.query(
+                "SELECT pool, balance FROM credit_account WHERE user_id = \(userID) ORDER BY pool"
+            ).map { SupportCase.Balance(pool: try $0.decode("pool"), balance: try $0.decode("balance")) }
+        }
+
+        /// The newest entries, shown oldest first.
+        static func ledger(_ userID: String?, on db: PostgresConnection) async throws -> [SupportCase.LedgerEntry] {
+            try await db.query(
+                """
+                SELECT * FROM (
+                    SELECT id, pool, delta, balance_after, entry_type, reference, created_at FROM credit_ledger
+                     WHERE user_id = \(userID) ORDER BY id DESC LIMIT \(sectionLimit)
+                ) AS newest ORDER BY id
+                """
+            ).map { row in
+                SupportCase.LedgerEntry(
+                    id: try row.decode("id"), pool: try row.decode("pool"), delta: try row.decode("delta"),
+                    balanceAfter: try row.decode("balance_after"), entryType: try row.decode("entry_type"),
+                    reference: try row.decode("reference"), at: try row.decode("created_at"))
+            }
+        }
+
+        static func consumptionAnswers(
+            _ userID: String?, events: [EventSummary], on db: PostgresConnection
+        ) async throws -> [SupportCase.ConsumptionAnswer] {
+            try await db.query(
+                """
+                SELECT notification_uuid, transaction_id, outcome, error_message, created_at FROM consumption_answer
+                 WHERE user_id = \(userID) OR notification_uuid = ANY(\(PostgresArray(events.compactMap(\.notificationUUID)))::text[])
+                 ORDER BY created_at LIMIT \(sectionLimit)
+                """
+            ).map { row in
+                SupportCase.ConsumptionAnswer(
+                    notificationUUID: try row.decode("notification_uuid"), transactionId: try row.decode("transaction_id"),
+                    outcome: try row.decode("outcome"), errorMessage: try row.decode("error_message"),
+                    createdAt: try row.decode("created_at"))
+            }
+        }
+
+        /// The newest entries of the case's audit trail, shown oldest first.
+        static func audit(_ scope: Scope, events: [EventSummary], on db: PostgresConnection) async throws -> [SupportCase.Audit] {
+            // Audit states name users and chains as JSON strings: a row is the case's when one of its
+            // ids appears quoted in it, or when it names one of its events. The trail is small (manual
+            // actions), so a scan is fine.
+            let needles = ([scope.userID].compactMap { $0 } + scope.chains.map(\.originalTransactionID)).map { "\"\($0)\"" }
+            let audit = try await db.query(
+                """
+                SELECT id, operator, action, reason, before::text AS before, after::text AS after, created_at FROM audit_log
+                 WHERE EXISTS (SELECT 1 FROM unnest(\(PostgresArray(needles))::text[]) AS n(needle)
+                                WHERE strpos(coalesce(before::text, '') || coalesce(after::text, ''), needle) > 0)
+                    OR coalesce(before->>'eventId', after->>'eventId') = ANY(\(PostgresArray(events.map { String($0.eventId) }))::text[])
+                 ORDER BY id DESC LIMIT \(sectionLimit)
+                """
+            ).map { row in
+                let decode = { (text: String?) in
+                    try text.map { try JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) }
+                }
+                return SupportCase.Audit(
+                    id: try row.decode("id"), operator: try row.decode("operator"), action: try row.decode("action"),
+                    reason: try row.decode("reason"), before: try decode(try row.decode("before")),
+                    after: try decode(try row.decode("after")), at: try row.decode("created_at"))
+            }
+            return audit.reversed()
+        }
     }
 
     /// Every dated item of the case, oldest first (ties in a stable order of kind and id).

@@ -120,13 +120,19 @@ struct Console: Sendable {
     /// The form, with a fresh double-submit token (cookie and hidden field must match).
     func loginPage(failed: Bool) -> HTTPResponse {
         let nonce = Base64URL.encode(SecureRandom.bytes(24))
-        let hours = Int(sessions.lifetime.absolute / 3600)
-        let minutes = Int(sessions.lifetime.idle / 60)
-        let body = """
-            \(failed ? "<p class=\"error\" id=\"login-error\">That is not an admin token.</p>" : "")
-            <form method="post" action="/admin/login">\(ConsoleHTML.csrfField(nonce))
+        let hours = String(Int(sessions.lifetime.absolute / 3600))
+        let minutes = String(Int(sessions.lifetime.idle / 60))
+        let error: HTML = failed ? "<p class=\"error\" id=\"login-error\">That is not an admin token.</p>" : ""
+        let form = ConsoleHTML.postForm(
+            "/admin/login", csrf: nonce,
+            """
+
             <label>Admin token <input type="password" name="token" id="token" required autocomplete="off"></label>
-            <button type="submit" id="sign-in">Sign in</button></form>
+            <button type="submit" id="sign-in">Sign in</button>
+            """)
+        let body: HTML = """
+            \(error)
+            \(form)
             <p>Paste a token of <code>ADMIN_TOKENS</code>. It is not kept: signing in opens a session that ends when you sign
             out, after \(minutes) min without a click, and \(hours) h after signing in at the latest.</p>
             """
@@ -160,10 +166,10 @@ struct Console: Sendable {
 
     // MARK: Pages
 
-    static func searchForm(_ q: String = "") -> String {
+    static func searchForm(_ q: String = "") -> HTML {
         """
         <form method="get" action="/admin/case"><label>Any id (user, order, transaction, original transaction, notification UUID, account token)
-        <input type="text" name="q" id="q" value="\(ConsoleHTML.escape(q))" required maxlength="200"></label>
+        <input type="text" name="q" id="q" value="\(q)" required maxlength="200"></label>
         <button type="submit" id="search">Search</button></form>
         """
     }
@@ -173,182 +179,62 @@ struct Console: Sendable {
     }
 
     func casePage(_ request: HTTPRequest, _ context: AdminRequestContext) async throws -> HTTPResponse {
-        let e = ConsoleHTML.escape
         let csrf = context.csrf ?? ""
         let q = request.query("q")?.trimmingCharacters(in: .whitespaces) ?? ""
         guard (1...200).contains(q.count) else { return home(context) }
         guard let found = try await routes.cases.lookup(q, now: routes.clock.now()) else {
             return ConsoleHTML.page(
                 title: "Not found", principal: context.principal, csrf: csrf, status: 404,
-                Self.searchForm(q) + "<p class=\"error\">Nothing has the id <code>\(e(q))</code>.</p>")
+                Self.searchForm(q) + "<p class=\"error\">Nothing has the id <code>\(q)</code>.</p>")
         }
-        let c = found.supportCase
-        let back = ["back": q]
-        var html = Self.searchForm(q)
-        html += "<p id=\"matches\">Matches: " + found.matches.map { "\(e($0.kind)) <code>\(e($0.id))</code>" }.joined(separator: ", ") + "</p>"
-        // Who, current status, credits.
-        html += "<div class=\"top\"><section id=\"who\"><h2>Who</h2>"
-        if let user = c.user {
-            html += "<p>User <strong id=\"user-id\">\(e(user.userId))</strong>\(user.isTestUser ? " (test user)" : "")<br>"
-            html += "Account tokens: \(user.appAccountTokens.map { "<code>\(e($0))</code>" }.joined(separator: ", "))</p>"
-        } else {
-            html += "<p>No user owns this yet.</p>"
-        }
-        html += "</section><section id=\"status\"><h2>Status</h2>"
-        html += ConsoleHTML.table(
-            ["chain", "status", "product", "expires", "owner"],
-            c.chains.map { chain in
-                [
-                    "\(e(chain.environment)):\(e(chain.originalTransactionId))",
-                    "<span class=\"\(e(chain.status ?? ""))\">\(e(chain.status ?? "no subscription"))</span>"
-                        + (chain.frozenReason.map { " <span class=\"error\">frozen: \(e($0))</span>" } ?? ""),
-                    e(chain.activeProductId ?? "–"), e(ConsoleHTML.time(chain.expiresAt)), e(chain.userId ?? chain.binding?.userId ?? "–"),
-                ]
-            })
-        html += "</section><section id=\"credits\"><h2>Credits</h2>"
-        html += ConsoleHTML.table(["pool", "balance"], c.balances.map { [e($0.pool), e(CreditAmount.decimal($0.balance))] })
-        html += "</section></div>"
-        html += "<h2>Timeline</h2>"
-        html += ConsoleHTML.table(
-            ["at", "kind", "id", "what"], c.timeline.map { [e(ConsoleHTML.time($0.at)), e($0.kind), e($0.id), e($0.summary)] },
-            id: "timeline")
-        html += "<h2>Events</h2>"
-        html += ConsoleHTML.table(
-            ["event", "what", "status", "attempts", "received", "payload", "action"],
-            try c.events.map { event in
-                [
-                    e(String(event.eventId)),
-                    e(event.notificationType.map { $0 + (event.subtype.map { "/" + $0 } ?? "") } ?? "\(event.submissionKind ?? "") submission"),
-                    "<span class=\"\(e(event.status))\">\(e(event.status))</span> \(e(event.errorCode ?? ""))",
-                    e(String(event.attempts)), e(ConsoleHTML.time(event.receivedAt)),
-                    ConsoleHTML.details("event \(event.eventId)", json: try SupportJSON.pretty(event)),
-                    event.status == "DEAD"
-                        ? ConsoleHTML.actionForm(
-                            "replay-event", title: "Replay", csrf: csrf, hidden: back.merging(["eventId": String(event.eventId)]) { a, _ in a })
-                        : "",
-                ]
-            }, id: "events")
-        html += "<h2>Chains</h2>"
-        for chain in c.chains {
-            let hidden = back.merging(["originalTransactionId": chain.originalTransactionId, "environment": chain.environment]) { a, _ in a }
-            html += "<h3>\(e(chain.environment)):\(e(chain.originalTransactionId))</h3>"
-            html += ConsoleHTML.details("chain", json: try SupportJSON.pretty(chain))
-            html += ConsoleHTML.actionForm("requery", title: "Re-query from Apple", csrf: csrf, hidden: hidden)
-            html += ConsoleHTML.actionForm(
-                "attribute", title: "Attribute to a user", csrf: csrf, hidden: hidden, inputs: [("userId", "User id")])
-            if chain.frozenReason != nil {
-                html += ConsoleHTML.actionForm(
-                    "unfreeze", title: "Unfreeze in favour of", csrf: csrf, hidden: hidden, inputs: [("ownerUserId", "Owner user id")])
-            }
-        }
-        html += "<h2>Orders</h2>"
-        html += ConsoleHTML.table(
-            ["order", "product", "type", "status", "created", "history"],
-            try c.orders.map { order in
-                [
-                    e(order.orderNo), e(order.productId), e(order.orderType), e(order.status), e(ConsoleHTML.time(order.createdAt)),
-                    ConsoleHTML.details("\(order.history.count) changes", json: try SupportJSON.pretty(order.history)),
-                ]
-            })
-        html += "<h2>Transactions</h2>"
-        html += ConsoleHTML.table(
-            ["transaction", "product", "purchased", "expires", "revoked", "signed fact"],
-            try c.transactions.map { t in
-                [
-                    e(t.transactionId), e(t.productId), e(ConsoleHTML.time(t.purchaseDate)), e(ConsoleHTML.time(t.expiresDate)),
-                    e(ConsoleHTML.time(t.revocationDate)), ConsoleHTML.details("decoded payload", json: try SupportJSON.pretty(t)),
-                ]
-            }, id: "transactions")
-        html += "<h2>Grants</h2>"
-        html += ConsoleHTML.table(
-            ["key", "pool", "credits", "revoked", "reason", "at"],
-            c.grants.map {
-                [
-                    e($0.grantKey), e($0.pool), e(CreditAmount.decimal($0.amount)), e(CreditAmount.decimal($0.revokedAmount)), e($0.reason),
-                    e(ConsoleHTML.time($0.createdAt)),
-                ]
-            })
-        html += "<h2>Ledger</h2>"
-        html += ConsoleHTML.table(
-            ["id", "pool", "delta", "balance after", "type", "reference", "at"],
-            c.ledger.map {
-                [
-                    e(String($0.id)), e($0.pool), e(CreditAmount.decimal($0.delta)), e(CreditAmount.decimal($0.balanceAfter)),
-                    e($0.entryType), e($0.reference), e(ConsoleHTML.time($0.at)),
-                ]
-            })
-        html += "<h2>Consumption answers</h2>"
-        html += ConsoleHTML.table(
-            ["notification", "outcome", "at"],
-            c.consumptionAnswers.map { [e($0.notificationUUID), e($0.outcome), e(ConsoleHTML.time($0.createdAt))] })
-        html += "<h2>Audit</h2>"
-        html += ConsoleHTML.table(
-            ["at", "operator", "action", "reason", "states"],
-            try c.audit.map {
-                [
-                    e(ConsoleHTML.time($0.at)), e($0.operator), e($0.action), e($0.reason),
-                    ConsoleHTML.details("before / after", json: try SupportJSON.pretty(["before": $0.before, "after": $0.after])),
-                ]
-            }, id: "audit")
-        if let user = c.user {
-            let hidden = back.merging(["userId": user.userId]) { a, _ in a }
-            html += "<h2>User actions</h2>"
-            html += ConsoleHTML.actionForm(
-                "test-user", title: user.isTestUser ? "Clear the test-user flag" : "Flag as test user", csrf: csrf,
-                hidden: hidden.merging(["enabled": user.isTestUser ? "false" : "true"]) { a, _ in a })
-            html += ConsoleHTML.actionForm(
-                "adjust-credits", title: "Adjust credits", csrf: csrf, hidden: hidden,
-                inputs: [
-                    ("pool", "Pool (SUBSCRIPTION, WELCOME, PERMANENT)"), ("amount", "Credits (e.g. 3 or -2.5)"), ("number", "Adjustment number"),
-                ])
-        }
-        return ConsoleHTML.page(title: "Case \(q)", principal: context.principal, csrf: csrf, html)
+        let page = CasePage(q: q, matches: found.matches, c: found.supportCase, csrf: csrf)
+        return ConsoleHTML.page(title: "Case \(q)", principal: context.principal, csrf: csrf, try page.body())
     }
 
     func queuePage(_ context: AdminRequestContext) async throws -> HTTPResponse {
-        let e = ConsoleHTML.escape
         let csrf = context.csrf ?? ""
         let counts = try await routes.queue.eventSummary(now: routes.clock.now())
-        var html = ""
         let groups: [(String, (EventCount) -> Bool)] = [
             ("Unmatched", { $0.status == "DEAD" && ($0.errorCode ?? "").hasPrefix("UNMATCHED_") }),
             ("Dead", { $0.status == "DEAD" && !($0.errorCode ?? "").hasPrefix("UNMATCHED_") }),
             ("Waiting for a retry", { $0.status == "RETRY_WAIT" }),
         ]
-        for (title, belongs) in groups {
-            html += "<h2>\(e(title))</h2>"
-            html += ConsoleHTML.table(
-                ["error code", "events", "oldest", "action"],
-                counts.filter(belongs).map { count in
-                    [
-                        e(count.errorCode ?? "–"), e(String(count.count)), e("\(count.oldestAgeSeconds) s"),
-                        count.status == "DEAD" && count.errorCode != nil
+        var html = groups.map { title, belongs in
+            ConsoleHTML.section(
+                title,
+                ConsoleHTML.table(
+                    ["error code", "events", "oldest", "action"],
+                    counts.filter(belongs).map { count in
+                        let replay: HTML =
+                            count.status == "DEAD" && count.errorCode != nil
                             ? ConsoleHTML.actionForm(
                                 "replay-code", title: "Replay all \(count.count)", csrf: csrf, hidden: ["errorCode": count.errorCode ?? ""])
-                            : "",
-                    ]
-                })
-        }
+                            : ""
+                        return [HTML(count.errorCode ?? "–"), HTML(String(count.count)), HTML("\(count.oldestAgeSeconds) s" as String), replay]
+                    }))
+        }.joined()
         let recent = try await routes.queue.events(status: "DEAD", errorCode: nil, beforeID: nil, limit: 50)
-        html += "<h2>Latest dead events</h2>"
-        html += ConsoleHTML.table(
-            ["event", "error", "chain", "received", "case", "action"],
-            recent.map { event in
-                let chain = event.originalTransactionId ?? ""
-                return [
-                    e(String(event.eventId)), e(event.errorCode ?? ""), e(chain), e(ConsoleHTML.time(event.receivedAt)),
-                    chain.isEmpty
-                        ? "" : "<a href=\"/admin/case?q=\(e(chain.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""))\">open</a>",
-                    ConsoleHTML.actionForm("replay-event", title: "Replay", csrf: csrf, hidden: ["eventId": String(event.eventId)]),
-                ]
-            })
+        html += ConsoleHTML.section(
+            "Latest dead events",
+            ConsoleHTML.table(
+                ["event", "error", "chain", "received", "case", "action"],
+                recent.map { event in
+                    let chain = event.originalTransactionId ?? ""
+                    let encoded = chain.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                    let open: HTML = chain.isEmpty ? "" : "<a href=\"/admin/case?q=\(encoded)\">open</a>"
+                    return [
+                        HTML(String(event.eventId)), HTML(event.errorCode ?? ""), HTML(chain), HTML(ConsoleHTML.time(event.receivedAt)), open,
+                        ConsoleHTML.actionForm("replay-event", title: "Replay", csrf: csrf, hidden: ["eventId": String(event.eventId)]),
+                    ]
+                }))
         // Notifications Apple sent while we could not take them: its history over a range.
-        html += "<h2>Recover notifications from Apple's history</h2>"
-        html += ConsoleHTML.actionForm(
-            "recover", title: "Recover", csrf: csrf, hidden: [:],
-            inputs: [
-                ("from", "From (RFC 3339)"), ("to", "To (RFC 3339)"), ("environment", "Environment (Production or Sandbox)"),
-            ])
+        html += ConsoleHTML.section(
+            "Recover notifications from Apple's history",
+            ConsoleHTML.actionForm(
+                "recover", title: "Recover", csrf: csrf, hidden: [:],
+                inputs: [
+                    ("from", "From (RFC 3339)"), ("to", "To (RFC 3339)"), ("environment", "Environment (Production or Sandbox)"),
+                ]))
         return ConsoleHTML.page(title: "Queue", principal: context.principal, csrf: csrf, html)
     }
 
@@ -388,7 +274,6 @@ struct Console: Sendable {
     ]
 
     func act(_ request: HTTPRequest, _ context: AdminRequestContext) async throws -> HTTPResponse {
-        let e = ConsoleHTML.escape
         let csrf = context.csrf ?? ""
         let principal = try context.requirePrincipal()
         guard let name = request.pathParameter("action"), let action = Self.actions[name] else {
@@ -403,15 +288,15 @@ struct Console: Sendable {
         let back = fields["back"].map { "/admin/case?q=" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "") } ?? "/admin/queue"
         let shown = (action.pathFields + action.bodyFields + ["reason"]).compactMap { key in fields[key].map { (key, $0) } }
         guard fields["confirm"] == "yes" else {
-            var html = "<p>\(e(action.title)) with:</p>"
-            html += ConsoleHTML.table(["field", "value"], shown.map { [e($0.0), e($0.1)] })
-            html += "<form method=\"post\" action=\"/admin/actions/\(e(name))\">\(ConsoleHTML.csrfField(csrf))"
-            for (key, value) in fields.sorted(by: { $0.key < $1.key }) where key != "csrf" && key != "confirm" {
-                html += "<input type=\"hidden\" name=\"\(e(key))\" value=\"\(e(value))\">"
-            }
-            html += "<input type=\"hidden\" name=\"confirm\" value=\"yes\"><button type=\"submit\" id=\"confirm\">Confirm</button> "
-            html += "<a href=\"\(e(back))\">Cancel</a></form>"
-            return ConsoleHTML.page(title: "Confirm: \(action.title)", principal: principal, csrf: csrf, html)
+            // The confirmation posts the same fields again, confirmed.
+            let carried = fields.sorted { $0.key < $1.key }.filter { $0.key != "csrf" && $0.key != "confirm" }
+                .map { ConsoleHTML.hiddenField($0.key, $0.value) }.joined()
+            let buttons: HTML = "<button type=\"submit\" id=\"confirm\">Confirm</button> <a href=\"\(back)\">Cancel</a>"
+            let confirm = ConsoleHTML.postForm(
+                "/admin/actions/\(name)", csrf: csrf, carried + ConsoleHTML.hiddenField("confirm", "yes") + buttons)
+            return ConsoleHTML.page(
+                title: "Confirm: \(action.title)", principal: principal, csrf: csrf,
+                "<p>\(action.title) with:</p>\(ConsoleHTML.table(["field", "value"], shown.map { [HTML($0.0), HTML($0.1)] }))\(confirm)")
         }
         // The admin API's own handler, on the body it would have received.
         var body: [String: Any] = ["reason": fields["reason"] ?? ""]
@@ -431,13 +316,182 @@ struct Console: Sendable {
             guard let refusal = (error as? HTTPError) ?? AdminRefusals.httpError(for: error) else { throw error }
             return ConsoleHTML.page(
                 title: "Refused", principal: principal, csrf: csrf, status: refusal.status,
-                "<p class=\"error\" id=\"result\">\(e(refusal.code)): \(e(refusal.message))</p><p><a href=\"\(e(back))\">Back</a></p>")
+                "<p class=\"error\" id=\"result\">\(refusal.code): \(refusal.message)</p><p><a href=\"\(back)\">Back</a></p>")
         }
         let json = (try? SupportJSON.pretty(bytes: answer.body)) ?? String(decoding: answer.body, as: UTF8.self)
         return ConsoleHTML.page(
             title: "Done: \(action.title)", principal: principal, csrf: csrf,
-            "<p class=\"ok\" id=\"result\">Done, audited as \(e(principal.name)).</p><pre>\(e(json))</pre><p><a href=\"\(e(back))\" id=\"back\">Back</a></p>"
+            "<p class=\"ok\" id=\"result\">Done, audited as \(principal.name).</p><pre>\(json)</pre><p><a href=\"\(back)\" id=\"back\">Back</a></p>"
         )
+    }
+}
+
+/// The case page, one rendering function per section, each reading only the support case.
+struct CasePage {
+    let q: String
+    let matches: [CaseMatch]
+    let c: SupportCase
+    let csrf: String
+
+    func body() throws -> HTML {
+        let sections: [HTML] = try [
+            Console.searchForm(q), matchList, "<div class=\"top\">\(who)\(status)\(credits)</div>", timeline, events(), chains(), orders(),
+            transactions(), grants, ledger, consumptionAnswers, audit(), userActions,
+        ]
+        return sections.joined()
+    }
+
+    /// Every action form brings the operator back to this case.
+    private func hidden(_ fields: [String: String]) -> [String: String] { fields.merging(["back": q]) { a, _ in a } }
+
+    var matchList: HTML {
+        "<p id=\"matches\">Matches: \(matches.map { "\($0.kind) <code>\($0.id)</code>" as HTML }.joined(separator: ", "))</p>"
+    }
+
+    var who: HTML {
+        guard let user = c.user else { return ConsoleHTML.section("Who", id: "who", "<p>No user owns this yet.</p>") }
+        let tokens = user.appAccountTokens.map { "<code>\($0)</code>" as HTML }.joined(separator: ", ")
+        return ConsoleHTML.section(
+            "Who", id: "who",
+            "<p>User <strong id=\"user-id\">\(user.userId)</strong>\(user.isTestUser ? " (test user)" : "")<br>Account tokens: \(tokens)</p>")
+    }
+
+    var status: HTML {
+        ConsoleHTML.section(
+            "Status", id: "status",
+            ConsoleHTML.table(
+                ["chain", "status", "product", "expires", "owner"],
+                c.chains.map { chain in
+                    let frozen: HTML = chain.frozenReason.map { " <span class=\"error\">frozen: \($0)</span>" } ?? ""
+                    return [
+                        "\(chain.environment):\(chain.originalTransactionId)",
+                        "<span class=\"\(chain.status ?? "")\">\(chain.status ?? "no subscription")</span>\(frozen)",
+                        HTML(chain.activeProductId ?? "–"), HTML(ConsoleHTML.time(chain.expiresAt)),
+                        HTML(chain.userId ?? chain.binding?.userId ?? "–"),
+                    ]
+                }))
+    }
+
+    var credits: HTML {
+        ConsoleHTML.section(
+            "Credits", id: "credits",
+            ConsoleHTML.table(["pool", "balance"], c.balances.map { [HTML($0.pool), HTML(CreditAmount.decimal($0.balance))] }))
+    }
+
+    var timeline: HTML {
+        ConsoleHTML.section(
+            "Timeline",
+            ConsoleHTML.table(
+                ["at", "kind", "id", "what"], c.timeline.map { [HTML(ConsoleHTML.time($0.at)), HTML($0.kind), HTML($0.id), HTML($0.summary)] },
+                id: "timeline"))
+    }
+
+    func events() throws -> HTML {
+        let rows = try c.events.map { event -> [HTML] in
+            let what = event.notificationType.map { $0 + (event.subtype.map { "/" + $0 } ?? "") } ?? "\(event.submissionKind ?? "") submission"
+            let replay: HTML =
+                event.status == "DEAD"
+                ? ConsoleHTML.actionForm("replay-event", title: "Replay", csrf: csrf, hidden: hidden(["eventId": String(event.eventId)])) : ""
+            return [
+                HTML(String(event.eventId)), HTML(what), "<span class=\"\(event.status)\">\(event.status)</span> \(event.errorCode ?? "")",
+                HTML(String(event.attempts)), HTML(ConsoleHTML.time(event.receivedAt)),
+                ConsoleHTML.details("event \(event.eventId)", json: try SupportJSON.pretty(event)), replay,
+            ]
+        }
+        return ConsoleHTML.section(
+            "Events", ConsoleHTML.table(["event", "what", "status", "attempts", "received", "payload", "action"], rows, id: "events"))
+    }
+
+    /// Each chain's decoded state and the actions on it.
+    func chains() throws -> HTML {
+        let each = try c.chains.map { chain -> HTML in
+            let fields = hidden(["originalTransactionId": chain.originalTransactionId, "environment": chain.environment])
+            let unfreeze: HTML =
+                chain.frozenReason == nil
+                ? ""
+                : ConsoleHTML.actionForm(
+                    "unfreeze", title: "Unfreeze in favour of", csrf: csrf, hidden: fields, inputs: [("ownerUserId", "Owner user id")])
+            let parts: [HTML] = [
+                "<h3>\(chain.environment):\(chain.originalTransactionId)</h3>", ConsoleHTML.details("chain", json: try SupportJSON.pretty(chain)),
+                ConsoleHTML.actionForm("requery", title: "Re-query from Apple", csrf: csrf, hidden: fields),
+                ConsoleHTML.actionForm("attribute", title: "Attribute to a user", csrf: csrf, hidden: fields, inputs: [("userId", "User id")]),
+                unfreeze,
+            ]
+            return parts.joined()
+        }
+        return ConsoleHTML.section("Chains", each.joined())
+    }
+
+    func orders() throws -> HTML {
+        let rows = try c.orders.map { order -> [HTML] in
+            [
+                HTML(order.orderNo), HTML(order.productId), HTML(order.orderType), HTML(order.status), HTML(ConsoleHTML.time(order.createdAt)),
+                ConsoleHTML.details("\(order.history.count) changes", json: try SupportJSON.pretty(order.history)),
+            ]
+        }
+        return ConsoleHTML.section("Orders", ConsoleHTML.table(["order", "product", "type", "status", "created", "history"], rows))
+    }
+
+    func transactions() throws -> HTML {
+        let rows = try c.transactions.map { t -> [HTML] in
+            [
+                HTML(t.transactionId), HTML(t.productId), HTML(ConsoleHTML.time(t.purchaseDate)), HTML(ConsoleHTML.time(t.expiresDate)),
+                HTML(ConsoleHTML.time(t.revocationDate)), ConsoleHTML.details("decoded payload", json: try SupportJSON.pretty(t)),
+            ]
+        }
+        return ConsoleHTML.section(
+            "Transactions",
+            ConsoleHTML.table(["transaction", "product", "purchased", "expires", "revoked", "signed fact"], rows, id: "transactions"))
+    }
+
+    var grants: HTML {
+        let rows = c.grants.map { grant -> [HTML] in
+            [
+                HTML(grant.grantKey), HTML(grant.pool), HTML(CreditAmount.decimal(grant.amount)), HTML(CreditAmount.decimal(grant.revokedAmount)),
+                HTML(grant.reason), HTML(ConsoleHTML.time(grant.createdAt)),
+            ]
+        }
+        return ConsoleHTML.section("Grants", ConsoleHTML.table(["key", "pool", "credits", "revoked", "reason", "at"], rows))
+    }
+
+    var ledger: HTML {
+        let rows = c.ledger.map { entry -> [HTML] in
+            [
+                HTML(String(entry.id)), HTML(entry.pool), HTML(CreditAmount.decimal(entry.delta)), HTML(CreditAmount.decimal(entry.balanceAfter)),
+                HTML(entry.entryType), HTML(entry.reference), HTML(ConsoleHTML.time(entry.at)),
+            ]
+        }
+        return ConsoleHTML.section("Ledger", ConsoleHTML.table(["id", "pool", "delta", "balance after", "type", "reference", "at"], rows))
+    }
+
+    var consumptionAnswers: HTML {
+        let rows = c.consumptionAnswers.map { [HTML($0.notificationUUID), HTML($0.outcome), HTML(ConsoleHTML.time($0.createdAt))] }
+        return ConsoleHTML.section("Consumption answers", ConsoleHTML.table(["notification", "outcome", "at"], rows))
+    }
+
+    func audit() throws -> HTML {
+        let rows = try c.audit.map { entry -> [HTML] in
+            [
+                HTML(ConsoleHTML.time(entry.at)), HTML(entry.operator), HTML(entry.action), HTML(entry.reason),
+                ConsoleHTML.details("before / after", json: try SupportJSON.pretty(["before": entry.before, "after": entry.after])),
+            ]
+        }
+        return ConsoleHTML.section("Audit", ConsoleHTML.table(["at", "operator", "action", "reason", "states"], rows, id: "audit"))
+    }
+
+    var userActions: HTML {
+        guard let user = c.user else { return "" }
+        let fields = hidden(["userId": user.userId])
+        return ConsoleHTML.section(
+            "User actions",
+            ConsoleHTML.actionForm(
+                "test-user", title: user.isTestUser ? "Clear the test-user flag" : "Flag as test user", csrf: csrf,
+                hidden: fields.merging(["enabled": user.isTestUser ? "false" : "true"]) { a, _ in a })
+                + ConsoleHTML.actionForm(
+                    "adjust-credits", title: "Adjust credits", csrf: csrf, hidden: fields,
+                    inputs: [
+                        ("pool", "Pool (SUBSCRIPTION, WELCOME, PERMANENT)"), ("amount", "Credits (e.g. 3 or -2.5)"), ("number", "Adjustment number"),
+                    ]))
     }
 }
 

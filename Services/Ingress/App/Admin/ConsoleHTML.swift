@@ -2,26 +2,48 @@ import Foundation
 import HTTPServer
 import ServiceRuntime
 
-/// HTML of the support console: every value goes through `escape`, pages carry no script and no
-/// external asset, and forms carry the session's CSRF token.
-enum ConsoleHTML {
-    /// `text` safe inside element content and quoted attribute values.
-    static func escape(_ text: String) -> String {
-        var out = ""
-        out.reserveCapacity(text.utf8.count)
-        for character in text {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&#39;"
-            default: out.append(character)
+/// A fragment of HTML. Interpolating a string escapes it, and that is the only escaping the
+/// console does; only another `HTML` (markup built the same way) goes in as it is, so no value can
+/// reach a page unescaped by being forgotten.
+struct HTML: ExpressibleByStringInterpolation, Sendable {
+    fileprivate(set) var markup: String
+
+    init(stringLiteral markup: String) { self.markup = markup }
+    init(stringInterpolation: Interpolation) { markup = stringInterpolation.markup }
+    /// `text` as content or a quoted attribute value.
+    init(_ text: String) { self = "\(text)" }
+
+    struct Interpolation: StringInterpolationProtocol {
+        fileprivate var markup = ""
+
+        init(literalCapacity: Int, interpolationCount: Int) { markup.reserveCapacity(literalCapacity) }
+        mutating func appendLiteral(_ literal: String) { markup += literal }
+        mutating func appendInterpolation(_ html: HTML) { markup += html.markup }
+        mutating func appendInterpolation(_ text: String) {
+            for character in text {
+                switch character {
+                case "&": markup += "&amp;"
+                case "<": markup += "&lt;"
+                case ">": markup += "&gt;"
+                case "\"": markup += "&quot;"
+                case "'": markup += "&#39;"
+                default: markup.append(character)
+                }
             }
         }
-        return out
     }
 
+    static func + (lhs: HTML, rhs: HTML) -> HTML { HTML(stringLiteral: lhs.markup + rhs.markup) }
+    static func += (lhs: inout HTML, rhs: HTML) { lhs.markup += rhs.markup }
+}
+
+extension Sequence<HTML> {
+    func joined(separator: HTML = "") -> HTML { HTML(stringLiteral: map(\.markup).joined(separator: separator.markup)) }
+}
+
+/// The console's rendering functions: pages carry no script and no external asset, and forms
+/// that post carry the session's CSRF token.
+enum ConsoleHTML {
     static func time(_ date: Date?) -> String { date.map { RFC3339.string(from: $0) } ?? "–" }
 
     /// No script may run, nothing is loaded from elsewhere, no other site may frame or post into it.
@@ -35,7 +57,7 @@ enum ConsoleHTML {
         ("Cache-Control", "no-store"),
     ]
 
-    static let style = """
+    static let style: HTML = """
         body{font-family:system-ui,sans-serif;margin:0;color:#222}header{background:#234;color:#fff;padding:.6em 1em;display:flex;gap:1.5em;align-items:center}
         header a{color:#fff}header form{margin-left:auto}main{padding:1em}table{border-collapse:collapse;margin:.5em 0}
         td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top;font-size:.9em}th{background:#eee}
@@ -46,57 +68,66 @@ enum ConsoleHTML {
     /// A whole page; `principal` nil for the sign-in page (no navigation).
     static func page(
         title: String, principal: AdminPrincipal?, csrf: String?, status: Int = 200, extraHeaders: [(String, String)] = [],
-        _ body: String
+        _ body: HTML
     ) -> HTTPResponse {
-        var html = """
-            <!doctype html><html lang="en"><head><meta charset="utf-8"><title>\(escape(title)) – support console</title>
+        var html: HTML = """
+            <!doctype html><html lang="en"><head><meta charset="utf-8"><title>\(title) – support console</title>
             <style>\(style)</style></head><body><header><strong>Support console</strong>
             """
         if let principal, let csrf {
             html += """
                 <a href="/admin/">Search</a><a href="/admin/queue">Queue</a>
-                <span>signed in as \(escape(principal.name)) (\(principal.role.rawValue))</span>
-                <form method="post" action="/admin/logout">\(csrfField(csrf))<button type="submit" id="sign-out">Sign out</button></form>
+                <span>signed in as \(principal.name) (\(principal.role.rawValue))</span>
+                \(postForm("/admin/logout", csrf: csrf, "<button type=\"submit\" id=\"sign-out\">Sign out</button>"))
                 """
         }
-        html += "</header><main><h1>\(escape(title))</h1>\(body)</main></body></html>"
-        return HTTPResponse(status: status, headers: headers + extraHeaders, body: Array(html.utf8))
+        html += "</header><main><h1>\(title)</h1>\(body)</main></body></html>"
+        return HTTPResponse(status: status, headers: headers + extraHeaders, body: Array(html.markup.utf8))
     }
-
-    static func csrfField(_ csrf: String) -> String { "<input type=\"hidden\" name=\"csrf\" value=\"\(escape(csrf))\">" }
 
     static func redirect(_ location: String, extraHeaders: [(String, String)] = []) -> HTTPResponse {
         HTTPResponse(status: 303, headers: [("Location", location), ("Cache-Control", "no-store")] + extraHeaders)
     }
 
-    /// A table of rows already escaped cell by cell.
-    static func table(_ head: [String], _ rows: [[String]], id: String? = nil) -> String {
-        guard !rows.isEmpty else { return "<p\(id.map { " id=\"\(escape($0))\"" } ?? "")>none</p>" }
-        var html = "<table\(id.map { " id=\"\(escape($0))\"" } ?? "")><tr>" + head.map { "<th>\(escape($0))</th>" }.joined() + "</tr>"
-        for row in rows { html += "<tr>" + row.map { "<td>\($0)</td>" }.joined() + "</tr>" }
-        return html + "</table>"
+    /// A section of a page under its heading.
+    static func section(_ title: String, id: String? = nil, _ content: HTML) -> HTML {
+        "<section\(idAttribute(id))><h2>\(title)</h2>\(content)</section>"
     }
 
+    /// A table of rows whose cells are already markup; "none" when there are no rows.
+    static func table(_ head: [String], _ rows: [[HTML]], id: String? = nil) -> HTML {
+        guard !rows.isEmpty else { return "<p\(idAttribute(id))>none</p>" }
+        let header = head.map { "<th>\($0)</th>" as HTML }.joined()
+        let body = rows.map { row in "<tr>\(row.map { "<td>\($0)</td>" as HTML }.joined())</tr>" as HTML }.joined()
+        return "<table\(idAttribute(id))><tr>\(header)</tr>\(body)</table>"
+    }
+
+    private static func idAttribute(_ id: String?) -> HTML { id.map { " id=\"\($0)\"" } ?? "" }
+
     /// A decoded value, opened on demand (no script: `<details>`).
-    static func details(_ label: String, json: String) -> String {
-        "<details><summary>\(escape(label))</summary><pre>\(escape(json))</pre></details>"
+    static func details(_ label: String, json: String) -> HTML {
+        "<details><summary>\(label)</summary><pre>\(json)</pre></details>"
+    }
+
+    static func hiddenField(_ name: String, _ value: String) -> HTML { "<input type=\"hidden\" name=\"\(name)\" value=\"\(value)\">" }
+
+    /// A form that posts to `action` with the token the session (or the sign-in) checks.
+    static func postForm(_ action: String, csrf: String, _ content: HTML) -> HTML {
+        "<form method=\"post\" action=\"\(action)\">\(hiddenField("csrf", csrf))\(content)</form>"
     }
 
     /// An action form: its fields, a required reason; posting it shows a confirmation page first.
     static func actionForm(
         _ action: String, title: String, csrf: String, hidden: [String: String], inputs: [(name: String, label: String)] = []
-    ) -> String {
-        var html = "<form method=\"post\" action=\"/admin/actions/\(escape(action))\"><fieldset><legend>\(escape(title))</legend>"
-        html += csrfField(csrf)
-        for (name, value) in hidden.sorted(by: { $0.key < $1.key }) {
-            html += "<input type=\"hidden\" name=\"\(escape(name))\" value=\"\(escape(value))\">"
-        }
-        for input in inputs {
-            html += "<label>\(escape(input.label)) <input type=\"text\" name=\"\(escape(input.name))\" required></label> "
-        }
-        html += "<label>Reason <input type=\"text\" name=\"reason\" required maxlength=\"1000\"></label> "
-        html += "<button type=\"submit\">\(escape(title))…</button></fieldset></form>"
-        return html
+    ) -> HTML {
+        let fields = hidden.sorted { $0.key < $1.key }.map { hiddenField($0.key, $0.value) }.joined()
+        let labelled = inputs.map { "<label>\($0.label) <input type=\"text\" name=\"\($0.name)\" required></label> " as HTML }.joined()
+        return postForm(
+            "/admin/actions/\(action)", csrf: csrf,
+            """
+            <fieldset><legend>\(title)</legend>\(fields)\(labelled)<label>Reason <input type="text" name="reason" required maxlength="1000"></label> \
+            <button type="submit">\(title)…</button></fieldset>
+            """)
     }
 }
 
