@@ -33,7 +33,8 @@ enum ExitStatus {
     static let configuration: Int32 = 78
 }
 
-enum Subsctl {
+/// The `subsctl` command line: the table of commands and what they share.
+public enum Subsctl {
     static var commands: [any SubsctlCommand.Type] {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
@@ -48,7 +49,8 @@ enum Subsctl {
     /// Where diagnostics go: stderr, so stdout stays the command's output alone.
     static let logger = Logger(label: "subsctl", sink: LogSink(fileDescriptor: STDERR_FILENO))
 
-    static func run(_ arguments: [String]) async -> Int32 {
+    /// Runs the command `arguments` name (without the program name); returns the exit status.
+    public static func run(_ arguments: [String]) async -> Int32 {
         if arguments.isEmpty || arguments == ["help"] || arguments == ["--help"] || arguments == ["-h"] {
             printUsage(to: arguments.isEmpty ? .standardError : .standardOutput)
             return arguments.isEmpty ? ExitStatus.usage : ExitStatus.success
