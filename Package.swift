@@ -179,7 +179,7 @@ let package = Package(
             path: "Tests/CatalogueTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "SubsctlTests",
-            dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
+            dependencies: ["SubsctlCore", "AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
             path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "CreditsTests", dependencies: ["Credits", "Domain", "Postgres", "ServiceRuntime", "TestSupport"],
