@@ -108,15 +108,18 @@ let package = Package(
             name: "Fulfillment", dependencies: ["FulfillmentApp"], path: "Services/Fulfillment/Main",
             swiftSettings: swiftSettings),
 
-        // Operations CLI: one file per subcommand. DemoSigner only for the local demo
-        // (`demo-signer`, `demo`, `bench sign-notifications`).
-        .executableTarget(
-            name: "Subsctl",
+        // Operations CLI: a library with every command, one file per subcommand, run in process by
+        // its tests, and a thin executable. DemoSigner only for the local demo (`demo-signer`, `demo`,
+        // `bench sign-notifications`).
+        .target(
+            name: "SubsctlCore",
             dependencies: [
                 "AppStore", "DemoSigner", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
                 "Storage",
             ],
-            path: "Services/Subsctl",
+            path: "Services/Subsctl/Core", swiftSettings: swiftSettings),
+        .executableTarget(
+            name: "Subsctl", dependencies: ["SubsctlCore"], path: "Services/Subsctl/Main",
             swiftSettings: swiftSettings),
 
         // Benchmark peers and drivers (not tests): small servers measured by the scripts in
@@ -176,7 +179,7 @@ let package = Package(
             path: "Tests/CatalogueTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "SubsctlTests",
-            dependencies: ["AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
+            dependencies: ["SubsctlCore", "AppStoreTestSupport", "AppStore", "Crypto", "TestSupport", "Postgres", "ServiceRuntime"],
             path: "Tests/SubsctlTests", swiftSettings: swiftSettings),
         .testTarget(
             name: "CreditsTests", dependencies: ["Credits", "Domain", "Postgres", "ServiceRuntime", "TestSupport"],

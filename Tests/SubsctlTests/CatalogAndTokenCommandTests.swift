@@ -13,7 +13,7 @@ struct CatalogAndTokenCommandTests {
     @Test func catalogApplyUpsertsAndReportsWhatChanged() async throws {
         try await withTestDatabase("subsctl") { database in
             let environment = ["DATABASE_URL": database.url]
-            let first = try await Subsctl.run(
+            let first = await SubsctlInProcess.run(
                 ["catalog", "apply", "--operator", "ops-alice", "--reason", "demo", Self.demoPath], environment: environment)
             #expect(first.status == 0, "\(first.stderr)")
             #expect(first.stdout.split(separator: "\n").last == "inserted=3 updated=0 unchanged=0")
@@ -21,7 +21,7 @@ struct CatalogAndTokenCommandTests {
             #expect(try await database.count("SELECT count(*) FROM payment_product WHERE version = 1") == 3)
             #expect(try await database.count("SELECT count(*) FROM audit_log WHERE operator = 'ops-alice' AND reason = 'demo'") == 3)
 
-            let again = try await Subsctl.run(["catalog", "apply", Self.demoPath], environment: environment)
+            let again = await SubsctlInProcess.run(["catalog", "apply", Self.demoPath], environment: environment)
             #expect(again.status == 0, "\(again.stderr)")
             #expect(again.stdout.split(separator: "\n").last == "inserted=0 updated=0 unchanged=3")
             #expect(try await database.count("SELECT count(*) FROM audit_log") == 3)
@@ -32,7 +32,7 @@ struct CatalogAndTokenCommandTests {
             defer { try? FileManager.default.removeItem(at: changed) }
             try text.replacingOccurrences(of: "\"creditsAmount\": 1000", with: "\"creditsAmount\": 1200").write(
                 to: changed, atomically: true, encoding: .utf8)
-            let third = try await Subsctl.run(["catalog", "apply", changed.path], environment: environment)
+            let third = await SubsctlInProcess.run(["catalog", "apply", changed.path], environment: environment)
             #expect(third.status == 0, "\(third.stderr)")
             #expect(third.stdout.contains("updated com.example.starter.monthly"))
             #expect(
@@ -46,7 +46,7 @@ struct CatalogAndTokenCommandTests {
             let broken = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString).json")
             defer { try? FileManager.default.removeItem(at: broken) }
             try text.replacingOccurrences(of: "\"planLevel\": 2", with: "\"planLevel\": 0").write(to: broken, atomically: true, encoding: .utf8)
-            let refused = try await Subsctl.run(["catalog", "apply", broken.path], environment: environment)
+            let refused = await SubsctlInProcess.run(["catalog", "apply", broken.path], environment: environment)
             #expect(refused.status == 1)
             #expect(refused.stderr.contains("products[0].planLevel must be from 1"))
             #expect(try await database.count("SELECT count(*) FROM audit_log") == 4)
@@ -54,10 +54,10 @@ struct CatalogAndTokenCommandTests {
     }
 
     @Test func catalogApplyExplainsWhatIsMissing() async throws {
-        #expect(try await Subsctl.run(["catalog", "apply", Self.demoPath], environment: [:]).status == 78, "DATABASE_URL unset")
-        #expect(try await Subsctl.run(["catalog", "apply", "/nonexistent.json"], environment: [:]).status == 66)
-        #expect(try await Subsctl.run(["catalog", "apply"], environment: [:]).status == 64)
-        #expect(try await Subsctl.run(["catalog", "apply", "--dry", "x", Self.demoPath], environment: [:]).status == 64)
+        #expect(await SubsctlInProcess.run(["catalog", "apply", Self.demoPath], environment: [:]).status == 78, "DATABASE_URL unset")
+        #expect(await SubsctlInProcess.run(["catalog", "apply", "/nonexistent.json"], environment: [:]).status == 66)
+        #expect(await SubsctlInProcess.run(["catalog", "apply"], environment: [:]).status == 64)
+        #expect(await SubsctlInProcess.run(["catalog", "apply", "--dry", "x", Self.demoPath], environment: [:]).status == 64)
         // A database nobody migrated yet.
         let serverURL = try TestEnvironment.databaseURL()
         let name = TestEnvironment.uniqueName("bare")
@@ -69,7 +69,7 @@ struct CatalogAndTokenCommandTests {
         ) { _ in
             var components = try #require(URLComponents(string: serverURL))
             components.path = "/" + name
-            return try await Subsctl.run(["catalog", "apply", Self.demoPath], environment: ["DATABASE_URL": try #require(components.string)])
+            return await SubsctlInProcess.run(["catalog", "apply", Self.demoPath], environment: ["DATABASE_URL": try #require(components.string)])
         }
         #expect(bare.status == 78)
         #expect(bare.error.contains("start the ingress or a worker once"), "\(bare.stderr)")
@@ -85,7 +85,8 @@ struct CatalogAndTokenCommandTests {
     @Test func devTokenIsAnHS256TokenTheIngressAccepts() async throws {
         let secret = Base64URL.encode(SecureRandom.bytes(32))
         let before = Int(Date().timeIntervalSince1970)
-        let run = try await Subsctl.run(["dev-token", "--user", "user-\"42\"", "--ttl", "600"], environment: ["USER_TOKEN_HS256_SECRET": secret])
+        let run = await SubsctlInProcess.run(
+            ["dev-token", "--user", "user-\"42\"", "--ttl", "600"], environment: ["USER_TOKEN_HS256_SECRET": secret])
         #expect(run.status == 0, "\(run.stderr)")
         let token = run.stdout.trimmingCharacters(in: .newlines)
         #expect(run.stdout == token + "\n", "only the token is printed")
@@ -100,14 +101,16 @@ struct CatalogAndTokenCommandTests {
         let exp = try #require(claims["exp"] as? Int)
         #expect((before + 600...Int(Date().timeIntervalSince1970) + 600).contains(exp))
 
-        let defaultTTL = try await Subsctl.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": secret])
+        let defaultTTL = await SubsctlInProcess.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": secret])
         let defaultClaims = try Self.segment(defaultTTL.stdout.trimmingCharacters(in: .newlines), 1)
         #expect((defaultClaims["exp"] as? Int ?? 0) - (defaultClaims["iat"] as? Int ?? 0) == 3600)
 
-        #expect(try await Subsctl.run(["dev-token", "--user", "u"], environment: [:]).status == 78, "no secret")
-        #expect(try await Subsctl.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": "short"]).status == 78)
-        #expect(try await Subsctl.run(["dev-token"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64, "no user")
-        #expect(try await Subsctl.run(["dev-token", "--user", "u", "--ttl", "0"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
-        #expect(try await Subsctl.run(["dev-token", "--user", "u", "--ttl", "abc"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
+        #expect(await SubsctlInProcess.run(["dev-token", "--user", "u"], environment: [:]).status == 78, "no secret")
+        #expect(await SubsctlInProcess.run(["dev-token", "--user", "u"], environment: ["USER_TOKEN_HS256_SECRET": "short"]).status == 78)
+        #expect(await SubsctlInProcess.run(["dev-token"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64, "no user")
+        #expect(
+            await SubsctlInProcess.run(["dev-token", "--user", "u", "--ttl", "0"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
+        #expect(
+            await SubsctlInProcess.run(["dev-token", "--user", "u", "--ttl", "abc"], environment: ["USER_TOKEN_HS256_SECRET": secret]).status == 64)
     }
 }

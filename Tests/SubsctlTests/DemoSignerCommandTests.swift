@@ -11,13 +11,13 @@ import Testing
     @Test func initCreatesOnceAndPrintsTheRootPath() async throws {
         defer { try? FileManager.default.removeItem(at: root) }
         let directory = root.appendingPathComponent("secrets/signer")
-        let first = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        let first = await SubsctlInProcess.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
         #expect(first.status == 0, "\(first.stderr)")
         let rootPath = first.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(rootPath == TestAppleSigner.rootCertificatePath(in: directory))
         let created = try TestAppleSigner(loadingFrom: directory)
 
-        let second = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        let second = await SubsctlInProcess.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
         #expect(second.status == 0 && second.stdout == first.stdout, "\(second.stderr)")
         #expect(try TestAppleSigner(loadingFrom: directory).x5c == created.x5c, "an existing signer is kept")
     }
@@ -25,25 +25,25 @@ import Testing
     @Test func initRefusesASharedDirectoryAndBadUsage() async throws {
         defer { try? FileManager.default.removeItem(at: root) }
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
-        let shared = try await Subsctl.run(["demo-signer", "init", "--dir", root.path], environment: [:])
+        let shared = await SubsctlInProcess.run(["demo-signer", "init", "--dir", root.path], environment: [:])
         #expect(shared.status == 78 && shared.stderr.contains("accessible to others"), "\(shared.stderr)")
         for arguments in [
             ["demo-signer", "init"], ["demo-signer", "init", "--dir", root.path, "extra"],
             ["bench", "sign-notifications", "--signer-dir", root.path, "--count", "0", "--out", "/dev/null"],
         ] {
-            #expect(try await Subsctl.run(arguments, environment: [:]).status == 64, "\(arguments)")
+            #expect(await SubsctlInProcess.run(arguments, environment: [:]).status == 64, "\(arguments)")
         }
-        let help = try await Subsctl.run(["help"], environment: [:])
+        let help = await SubsctlInProcess.run(["help"], environment: [:])
         #expect(help.stdout.contains("trusted only with APPLE_IAP_ALLOW_TEST_ROOTS=true"))
     }
 
     @Test func signNotificationsWritesDistinctBodiesTheDemoRootVerifies() async throws {
         defer { try? FileManager.default.removeItem(at: root) }
         let directory = root.appendingPathComponent("signer")
-        let rootPath = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        let rootPath = await SubsctlInProcess.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let out = root.appendingPathComponent("bodies.jsonl")
-        let run = try await Subsctl.run(
+        let run = await SubsctlInProcess.run(
             ["bench", "sign-notifications", "--signer-dir", directory.path, "--count", "1203", "--out", out.path], environment: [:])
         #expect(run.status == 0, "\(run.stderr)")
         #expect(run.stdout.contains("bodies=1203"))
@@ -64,7 +64,7 @@ import Testing
             "APPLE_IAP_BUNDLE_ID": "com.example.subscriptions", "APPLE_IAP_ENV": "Sandbox", "APPLE_IAP_ROOT_CERTS": rootPath,
             "APPLE_IAP_ALLOW_TEST_ROOTS": "true",
         ]
-        let verified = try await Subsctl.run(["verify", "--kind", "notification", "-"], environment: environment, stdin: String(lines[1202]))
+        let verified = await SubsctlInProcess.run(["verify", "--kind", "notification", "-"], environment: environment, stdin: String(lines[1202]))
         #expect(verified.status == 0, "\(verified.stderr)")
         #expect(verified.stdout.contains("\"notificationType\" : \"DID_RENEW\"") && verified.stdout.contains("signedRenewalInfo"))
     }
@@ -72,12 +72,12 @@ import Testing
     @Test func signNotificationsGivesTheAccountTokensInTurnAndTheProduct() async throws {
         defer { try? FileManager.default.removeItem(at: root) }
         let directory = root.appendingPathComponent("signer")
-        _ = try await Subsctl.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
+        _ = await SubsctlInProcess.run(["demo-signer", "init", "--dir", directory.path], environment: [:])
         let tokens = (0..<3).map { _ in UUID() }
         let tokenFile = root.appendingPathComponent("tokens.txt")
         try (tokens.map(\.uuidString).joined(separator: "\n") + "\n").write(to: tokenFile, atomically: true, encoding: .utf8)
         let out = root.appendingPathComponent("bodies.jsonl")
-        let run = try await Subsctl.run(
+        let run = await SubsctlInProcess.run(
             [
                 "bench", "sign-notifications", "--signer-dir", directory.path, "--count", "1100", "--out", out.path,
                 "--product-id", "com.example.pro.monthly", "--account-tokens", tokenFile.path,
@@ -96,7 +96,7 @@ import Testing
         #expect(seen == Dictionary(uniqueKeysWithValues: tokens.enumerated().map { ($1.uuidString, $0 == 2 ? 366 : 367) }))
 
         try "not-a-uuid\n".write(to: tokenFile, atomically: true, encoding: .utf8)
-        let refused = try await Subsctl.run(
+        let refused = await SubsctlInProcess.run(
             ["bench", "sign-notifications", "--signer-dir", directory.path, "--count", "1", "--out", out.path, "--account-tokens", tokenFile.path],
             environment: [:])
         #expect(refused.status == 64 && refused.stderr.contains("is not a UUID"), "\(refused.stderr)")

@@ -22,19 +22,19 @@ import Testing
         (["requery", "--original-transaction-id", "1000", "--env", "Sandbox", "--typo", "x"], "unknown option --typo"),
     ])
     func badInputIsAUsageError(arguments: [String], complaint: String) async throws {
-        let run = try await Subsctl.run(arguments, environment: [:])
+        let run = await SubsctlInProcess.run(arguments, environment: [:])
         #expect(run.status == 64, "\(run.stderr)")
         #expect(run.stderr.contains(complaint), "\(run.stderr)")
     }
 
     @Test func withoutADatabaseNothingIsRequested() async throws {
-        let run = try await Subsctl.run(["requery", "--original-transaction-id", "1000", "--env", "Sandbox"], environment: [:])
+        let run = await SubsctlInProcess.run(["requery", "--original-transaction-id", "1000", "--env", "Sandbox"], environment: [:])
         #expect(run.status == 78)
         #expect(run.error.contains("DATABASE_URL is not set"))
     }
 
     @Test func theCommandsAreListed() async throws {
-        let run = try await Subsctl.run(["help"], environment: [:])
+        let run = await SubsctlInProcess.run(["help"], environment: [:])
         for usage in [
             "subsctl requery --original-transaction-id", "subsctl recover --from", "subsctl consent --user-id", "subsctl test-user --user-id",
             "subsctl replay --error-code",

@@ -13,7 +13,7 @@ struct JSONOutputTests {
 
     /// Runs the command with `--json` and returns its answer as an object.
     static func json(_ arguments: [String], _ environment: [String: String]) async throws -> [String: Any] {
-        let run = try await Subsctl.run(arguments + ["--json"], environment: environment)
+        let run = await SubsctlInProcess.run(arguments + ["--json"], environment: environment)
         #expect(run.status == 0, "\(arguments): \(run.stderr)")
         #expect(run.stdout.hasSuffix("}\n") && run.stdout.filter { $0 == "\n" }.count == 1, "\(arguments): one line: \(run.stdout)")
         return try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any], "\(arguments): \(run.stdout)")
@@ -90,7 +90,7 @@ struct JSONOutputTests {
     }
 
     @Test func theUsageOfEveryStateCommandOffersJSON() async throws {
-        let listing = try await Subsctl.run(["help"], environment: [:]).stdout
+        let listing = await SubsctlInProcess.run(["help"], environment: [:]).stdout
         for command in [
             "lookup", "events list", "events summary", "requery", "recover", "test-user", "consent", "replay", "credits run-jobs",
             "credits adjust", "chain attribute", "chain unfreeze", "chain requery", "catalog apply", "rates apply", "migrate", "verify",

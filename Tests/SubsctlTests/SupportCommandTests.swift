@@ -9,7 +9,7 @@ import Testing
 struct SupportCommandTests {
     /// Every command path `subsctl help` lists.
     static func commandPaths() async throws -> [[String]] {
-        let listing = try await Subsctl.run(["help"], environment: [:]).stdout
+        let listing = await SubsctlInProcess.run(["help"], environment: [:]).stdout
         return listing.split(separator: "\n").filter { $0.hasPrefix("  subsctl ") }.map { line in
             Array(
                 line.dropFirst("  subsctl ".count).split(separator: " ").prefix { word in
@@ -24,32 +24,32 @@ struct SupportCommandTests {
         let paths = try await Self.commandPaths()
         #expect(paths.contains(["replay"]) && paths.contains(["lookup"]) && paths.contains(["events", "list"]))
         for path in paths {
-            let run = try await Subsctl.run(path + ["--help"], environment: [:])
+            let run = await SubsctlInProcess.run(path + ["--help"], environment: [:])
             #expect(run.status == 0, "\(path): \(run.stderr)")
             #expect(run.stdout.hasPrefix("usage: subsctl \(path.joined(separator: " "))"), "\(path): \(run.stdout)")
         }
-        let replay = try await Subsctl.run(["replay", "--error-code", "X", "--help"], environment: [:])
+        let replay = await SubsctlInProcess.run(["replay", "--error-code", "X", "--help"], environment: [:])
         #expect(replay.status == 0 && replay.stdout.contains("--error-code"), "\(replay.stderr)")
         for group in ["chain", "events", "credits"] {
-            let run = try await Subsctl.run([group, "--help"], environment: [:])
+            let run = await SubsctlInProcess.run([group, "--help"], environment: [:])
             #expect(run.status == 0, "\(group): \(run.stderr)")
             let listed = paths.filter { $0.first == group }
             #expect(listed.count >= 2)
             for path in listed { #expect(run.stdout.contains("subsctl \(path.joined(separator: " "))"), "\(group)") }
         }
-        #expect(try await Subsctl.run(["chain", "requery", "-h"], environment: [:]).stdout.contains("--original-transaction-id"))
-        let version = try await Subsctl.run(["--version"], environment: [:])
+        #expect(await SubsctlInProcess.run(["chain", "requery", "-h"], environment: [:]).stdout.contains("--original-transaction-id"))
+        let version = await SubsctlInProcess.run(["--version"], environment: [:])
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("subsctl "))
-        #expect(try await Subsctl.run(["chain"], environment: [:]).status == 64)
+        #expect(await SubsctlInProcess.run(["chain"], environment: [:]).status == 64)
     }
 
     @Test func userIDIsTheFlagAndUserItsDeprecatedAlias() async throws {
         let secret = String(repeating: "s", count: 32)
-        let current = try await Subsctl.run(["dev-token", "--user-id", "u1"], environment: ["USER_TOKEN_HS256_SECRET": secret])
+        let current = await SubsctlInProcess.run(["dev-token", "--user-id", "u1"], environment: ["USER_TOKEN_HS256_SECRET": secret])
         #expect(current.status == 0)
         #expect(!current.stderr.contains("deprecated"))
-        let old = try await Subsctl.run(["dev-token", "--user", "u1"], environment: ["USER_TOKEN_HS256_SECRET": secret])
+        let old = await SubsctlInProcess.run(["dev-token", "--user", "u1"], environment: ["USER_TOKEN_HS256_SECRET": secret])
         #expect(old.status == 0)
         #expect(old.stderr.contains("--user is deprecated: use --user-id"))
         #expect(old.stdout.split(separator: ".").count == 3)
@@ -83,35 +83,35 @@ struct SupportCommandTests {
                        '7000001', process_status, error_code, retry_count
                   FROM e
                 """)
-            let text = try await Subsctl.run(["lookup", "7000002"], environment: environment)
+            let text = await SubsctlInProcess.run(["lookup", "7000002"], environment: environment)
             #expect(text.status == 0, "\(text.stderr)")
             #expect(text.stdout.contains("matches: transactionId=7000002"), "\(text.stdout)")
             #expect(text.stdout.contains("user=case-user"))
             #expect(text.stdout.contains("chain=Sandbox:7000001 status=ACTIVE"))
             #expect(text.stdout.contains("DID_RENEW: DEAD UNMATCHED_PRODUCT"))
-            let json = try await Subsctl.run(["lookup", "uuid-ok", "--json"], environment: environment)
+            let json = await SubsctlInProcess.run(["lookup", "uuid-ok", "--json"], environment: environment)
             #expect(json.status == 0, "\(json.stderr)")
             let body = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any] ?? [:]
             #expect((body["matches"] as? [[String: Any]])?.first?["kind"] as? String == "notificationUUID")
             let found = body["case"] as? [String: Any] ?? [:]
             #expect((found["user"] as? [String: Any])?["userId"] as? String == "case-user")
             #expect((found["events"] as? [Any])?.count == 2)
-            let missing = try await Subsctl.run(["lookup", "nothing-here"], environment: environment)
+            let missing = await SubsctlInProcess.run(["lookup", "nothing-here"], environment: environment)
             #expect(missing.status == 1)
             #expect(missing.error.contains("nothing has the id"))
 
-            let dead = try await Subsctl.run(["events", "list", "--status", "DEAD", "--json"], environment: environment)
+            let dead = await SubsctlInProcess.run(["events", "list", "--status", "DEAD", "--json"], environment: environment)
             #expect(dead.status == 0, "\(dead.stderr)")
             let items = (try JSONSerialization.jsonObject(with: Data(dead.stdout.utf8)) as? [String: Any])?["items"] as? [[String: Any]]
             #expect(items?.map { $0["notificationUUID"] as? String } == ["uuid-dead"])
-            let byCode = try await Subsctl.run(["events", "list", "--code", "UNMATCHED_PRODUCT"], environment: environment)
+            let byCode = await SubsctlInProcess.run(["events", "list", "--code", "UNMATCHED_PRODUCT"], environment: environment)
             #expect(byCode.stdout.hasPrefix("event="), "\(byCode.stdout)")
             #expect(byCode.stdout.contains("status=DEAD error=UNMATCHED_PRODUCT type=DID_RENEW chain=Sandbox:7000001"))
-            #expect(try await Subsctl.run(["events", "list", "--status", "LOST"], environment: environment).status == 64)
-            let summary = try await Subsctl.run(["events", "summary"], environment: environment)
+            #expect(await SubsctlInProcess.run(["events", "list", "--status", "LOST"], environment: environment).status == 64)
+            let summary = await SubsctlInProcess.run(["events", "summary"], environment: environment)
             #expect(summary.stdout.contains("status=DEAD errorCode=UNMATCHED_PRODUCT count=1"), "\(summary.stdout)")
             #expect(summary.stdout.contains("status=SUCCEEDED errorCode=- count=1"))
-            let summaryJSON = try await Subsctl.run(["events", "summary", "--json"], environment: environment)
+            let summaryJSON = await SubsctlInProcess.run(["events", "summary", "--json"], environment: environment)
             #expect(((try JSONSerialization.jsonObject(with: Data(summaryJSON.stdout.utf8)) as? [String: Any])?["items"] as? [Any])?.count == 2)
         }
     }

@@ -33,7 +33,8 @@ enum ExitStatus {
     static let configuration: Int32 = 78
 }
 
-enum Subsctl {
+/// The `subsctl` command line: the table of commands and what they share.
+public enum Subsctl {
     static var commands: [any SubsctlCommand.Type] {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
@@ -48,9 +49,31 @@ enum Subsctl {
     /// Where diagnostics go: stderr, so stdout stays the command's output alone.
     static let logger = Logger(label: "subsctl", sink: LogSink(fileDescriptor: STDERR_FILENO))
 
-    static func run(_ arguments: [String]) async -> Int32 {
+    /// Runs the command `arguments` name (without the program name) with `environment` as its only
+    /// environment variables; returns the exit status. What it prints goes to `output` (the result)
+    /// and `error` (diagnostics and progress), each call one whole piece of text; `-` as a file
+    /// reads `input`. Log lines stay the process's: on its stderr, at its `LOG_LEVEL`.
+    public static func run(
+        arguments: [String], environment: [String: String],
+        input: @escaping @Sendable () -> Data = readStandardInput,
+        output: @escaping @Sendable (String) -> Void = writeStandardOutput,
+        error: @escaping @Sendable (String) -> Void = writeStandardError
+    ) async -> Int32 {
+        let invocation = Invocation(environment: environment, readInput: input, writeOutput: output, writeError: error)
+        return await Invocation.$current.withValue(invocation) { await run(arguments) }
+    }
+
+    /// The process's own standard streams: what `run` reads and writes unless given others.
+    public static let readStandardInput: @Sendable () -> Data = { FileHandle.standardInput.readDataToEndOfFile() }
+    public static let writeStandardOutput: @Sendable (String) -> Void = { FileHandle.standardOutput.write(Data($0.utf8)) }
+    public static let writeStandardError: @Sendable (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }
+
+    /// The environment variables of the run under way.
+    static var environment: [String: String] { Invocation.current.environment }
+
+    private static func run(_ arguments: [String]) async -> Int32 {
         if arguments.isEmpty || arguments == ["help"] || arguments == ["--help"] || arguments == ["-h"] {
-            printUsage(to: arguments.isEmpty ? .standardError : .standardOutput)
+            printUsage(to: arguments.isEmpty ? Invocation.current.writeError : Invocation.current.writeOutput)
             return arguments.isEmpty ? ExitStatus.usage : ExitStatus.success
         }
         if arguments == ["--version"] || arguments == ["version"] {
@@ -66,11 +89,11 @@ enum Subsctl {
             let words = Array(arguments.prefix { !$0.hasPrefix("-") })
             let group = commands.filter { !words.isEmpty && $0.path.starts(with: words) }
             if !group.isEmpty {
-                printUsage(of: group, to: wantsHelp ? .standardOutput : .standardError)
+                printUsage(of: group, to: wantsHelp ? Invocation.current.writeOutput : Invocation.current.writeError)
                 return wantsHelp ? ExitStatus.success : ExitStatus.usage
             }
             printError("unknown command '\(arguments.joined(separator: " "))'")
-            printUsage(to: .standardError)
+            printUsage(to: Invocation.current.writeError)
             return ExitStatus.usage
         }
         if wantsHelp {
@@ -85,27 +108,27 @@ enum Subsctl {
         }
     }
 
-    static func printUsage(to handle: FileHandle) {
-        printUsage(of: commands, to: handle, header: "usage: subsctl <command> [options] (--help after any command, --version)\n\n")
+    static func printUsage(to write: (String) -> Void) {
+        printUsage(of: commands, to: write, header: "usage: subsctl <command> [options] (--help after any command, --version)\n\n")
     }
 
-    static func printUsage(of commands: [any SubsctlCommand.Type], to handle: FileHandle, header: String = "") {
+    static func printUsage(of commands: [any SubsctlCommand.Type], to write: (String) -> Void, header: String = "") {
         var text = header + "commands:\n"
         for command in commands { text += "  subsctl \(command.usage)\n      \(command.summary)\n" }
-        handle.write(Data(text.utf8))
+        write(text)
     }
 
     /// Progress of a long operation, for the person watching: on stderr, so stdout stays the result.
     static func printProgress(_ message: String) {
-        FileHandle.standardError.write(Data(("subsctl: " + message + "\n").utf8))
+        Invocation.current.writeError("subsctl: " + message + "\n")
     }
 
     static func printError(_ message: String) {
-        FileHandle.standardError.write(Data(("subsctl: " + message + "\n").utf8))
+        Invocation.current.writeError("subsctl: " + message + "\n")
     }
 
     static func printOutput(_ text: String) {
-        FileHandle.standardOutput.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+        Invocation.current.writeOutput(text.hasSuffix("\n") ? text : text + "\n")
     }
 
     /// A command's result: `value` as one line of JSON with `--json` (the admin API's conventions:
@@ -180,7 +203,7 @@ struct ParsedArguments {
 
     /// `--operator`, else the login name: who an audit row names.
     mutating func operatorName() -> String {
-        option("operator") ?? ProcessInfo.processInfo.environment["USER"] ?? "subsctl"
+        option("operator") ?? Subsctl.environment["USER"] ?? "subsctl"
     }
 
     /// Fails on options the command did not ask for (typos must not be ignored silently).

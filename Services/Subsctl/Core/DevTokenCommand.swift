@@ -22,7 +22,7 @@ enum DevTokenCommand: SubsctlCommand {
         let ttl = ttlText.map { Int($0) } ?? 3600
         guard let ttl, (1...maxTTL).contains(ttl) else { return usageError("--ttl must be a whole number of seconds from 1 to \(maxTTL)") }
         // The same key bytes the ingress uses: the secret's UTF-8 text.
-        guard let secret = ProcessInfo.processInfo.environment["USER_TOKEN_HS256_SECRET"], secret.utf8.count >= 32 else {
+        guard let secret = Subsctl.environment["USER_TOKEN_HS256_SECRET"], secret.utf8.count >= 32 else {
             Subsctl.printError("USER_TOKEN_HS256_SECRET must be set to the ingress's secret (at least 32 bytes)")
             return ExitStatus.configuration
         }

@@ -10,7 +10,7 @@ enum AppleAPIAccess {
     /// The client, or the exit status after printing why there is none.
     static func client(environment name: String?) -> Result<AppStoreServerAPIClient, ExitCode> {
         var configuration: AppStoreServerAPIConfiguration
-        do { configuration = try AppStoreServerAPIConfiguration() } catch {
+        do { configuration = try AppStoreServerAPIConfiguration(environment: Subsctl.environment) } catch {
             Subsctl.printError("the App Store Server API key is not configured:\n\(error)")
             return .failure(ExitCode(ExitStatus.configuration))
         }
@@ -112,7 +112,7 @@ enum AppleTestNotificationCommand: SubsctlCommand {
         let attemptLines = attempts.map {
             "attempt=\($0.attemptDate.map { RFC3339.string(from: $0) } ?? "-") result=\($0.sendAttemptResult ?? "-")"
         }
-        guard let uuid, ProcessInfo.processInfo.environment["DATABASE_URL"] != nil else {
+        guard let uuid, Subsctl.environment["DATABASE_URL"] != nil else {
             do {
                 try Subsctl.printResult(output, asJSON: asJSON) {
                     (attemptLines + ["delivered=\(delivered) stored=unknown (no DATABASE_URL or no notification UUID)"]).joined(separator: "\n")

@@ -58,7 +58,7 @@ enum CreditsRunJobsCommand: SubsctlCommand {
         var arguments = arguments
         let nowText = arguments.option("now")
         let welcome = arguments.option("welcome-credits")
-        let appKey = arguments.option("app-key") ?? ProcessInfo.processInfo.environment["APPLE_IAP_BUNDLE_ID"] ?? ""
+        let appKey = arguments.option("app-key") ?? Subsctl.environment["APPLE_IAP_BUNDLE_ID"] ?? ""
         let asJSON = arguments.flag("json")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
@@ -175,7 +175,7 @@ extension Subsctl {
     /// `CREDITS_MAX_BALANCE` and `CREDITS_MAX_ADJUSTMENT` as the services read them; nil (printed)
     /// when a setting is invalid.
     static func creditLimits() -> CreditLimits? {
-        let reader = ConfigurationReader()
+        let reader = ConfigurationReader(environment: environment)
         let limits = CreditLimits(reader: reader)
         guard reader.problems.isEmpty else {
             for problem in reader.problems { printError("\(problem)") }

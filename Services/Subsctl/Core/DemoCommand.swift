@@ -32,7 +32,7 @@ enum DemoCommand: SubsctlCommand {
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("no positional arguments expected") }
 
-        let environment = ProcessInfo.processInfo.environment
+        let environment = Subsctl.environment
         guard let secret = environment["USER_TOKEN_HS256_SECRET"], secret.utf8.count >= 32 else {
             Subsctl.printError("USER_TOKEN_HS256_SECRET (at least 32 bytes, as the ingress has it) is required to act as a user")
             return ExitStatus.configuration

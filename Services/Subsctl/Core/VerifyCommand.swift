@@ -51,7 +51,7 @@ enum VerifyCommand: SubsctlCommand {
             Subsctl.printOutput(String(decoding: data ?? Data(), as: UTF8.self))
             return ExitStatus.success
         } catch {
-            FileHandle.standardError.write(Data("\(error.code.rawValue): \(error.reason)\n".utf8))
+            Invocation.current.writeError("\(error.code.rawValue): \(error.reason)\n")
             return error.isRetryable ? ExitStatus.temporaryFailure : ExitStatus.refused
         }
     }

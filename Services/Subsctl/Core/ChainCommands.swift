@@ -53,7 +53,7 @@ enum ChainCommandOptions {
         await Subsctl.withDatabase { pool in
             // The services' topic when this runs with their settings; otherwise their sweepers
             // re-publish what was replayed.
-            let topic = ProcessInfo.processInfo.environment["EVENT_TOPIC"].flatMap { $0.isEmpty ? nil : $0 }
+            let topic = Subsctl.environment["EVENT_TOPIC"].flatMap { $0.isEmpty ? nil : $0 }
             do {
                 let result = try await action(ChainBindingStore(pool: pool, topic: topic))
                 let binding = result.binding

@@ -45,7 +45,7 @@ enum BenchSignNotificationsCommand: SubsctlCommand {
             Subsctl.printError("no demo signer in \(signerDir): \(error)")
             return ExitStatus.configuration
         }
-        let bundleId = ProcessInfo.processInfo.environment["APPLE_IAP_BUNDLE_ID"] ?? "com.example.subscriptions"
+        let bundleId = Subsctl.environment["APPLE_IAP_BUNDLE_ID"] ?? "com.example.subscriptions"
         guard FileManager.default.createFile(atPath: out, contents: nil), let file = FileHandle(forWritingAtPath: out) else {
             Subsctl.printError("cannot write \(out)")
             return ExitStatus.noInput

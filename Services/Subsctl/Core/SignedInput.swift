@@ -42,7 +42,7 @@ enum SignedInput {
     static func read(_ path: String) throws(ReadError) -> String {
         let data: Data?
         if path == "-" {
-            data = FileHandle.standardInput.readDataToEndOfFile()
+            data = Invocation.current.readInput()
         } else {
             data = FileManager.default.contents(atPath: path)
         }
@@ -80,7 +80,7 @@ extension SignedDataVerifier {
     /// was refused (callers then exit with `ExitStatus.configuration`).
     static func fromEnvironment() -> SignedDataVerifier? {
         do {
-            let configuration = try AppStoreVerifierConfiguration()
+            let configuration = try AppStoreVerifierConfiguration(environment: Subsctl.environment)
             return try SignedDataVerifier(configuration: configuration, logger: Subsctl.logger.with(["component": "verifier"]))
         } catch {
             Subsctl.printError("configuration refused:\n\(error.description)")

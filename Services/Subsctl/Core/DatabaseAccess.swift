@@ -5,7 +5,7 @@ extension Subsctl {
     /// Runs `body` with a one-connection pool on `DATABASE_URL` and returns its exit status; database
     /// trouble becomes the exit status an operator's script can act on (retry later, fix set-up).
     static func withDatabase(_ body: (PostgresPool) async throws -> Int32) async -> Int32 {
-        guard let url = ProcessInfo.processInfo.environment["DATABASE_URL"], !url.isEmpty else {
+        guard let url = environment["DATABASE_URL"], !url.isEmpty else {
             printError("DATABASE_URL is not set")
             return ExitStatus.configuration
         }
