@@ -6,7 +6,8 @@ import Synchronization
 /// What a consumer's health endpoints decide from: read from the consumer (`health`) or built by
 /// hand in tests. Durations are nil when the event never happened.
 public struct KafkaConsumerHealth: Sendable, Equatable {
-    public enum Phase: Sendable, Equatable { case notStarted, running, stopped }
+    /// `stopping`: asked to stop, finishing its handlers and leaving the group.
+    public enum Phase: Sendable, Equatable { case notStarted, running, stopping, stopped }
 
     public var phase: Phase
     /// Since the poll loop last turned (it turns at least every 100 ms while healthy).
@@ -50,6 +51,8 @@ public struct KafkaConsumerHealth: Sendable, Equatable {
     public func liveness(stall: Duration) -> Verdict {
         switch phase {
         case .notStarted: return Verdict(ok: true, reason: "starting")
+        // Restarting a member that is leaving would only cut its goodbye short.
+        case .stopping: return Verdict(ok: true, reason: "stopping")
         case .stopped: return Verdict(ok: false, reason: "the consumer stopped")
         case .running:
             if let turn = sinceLastTurn, turn > stall {
@@ -65,7 +68,9 @@ public struct KafkaConsumerHealth: Sendable, Equatable {
     /// last assignment says (the group may have given its partitions away meanwhile).
     public func readiness(stall: Duration) -> Verdict {
         let live = liveness(stall: stall)
-        guard live.ok, phase == .running else { return Verdict(ok: false, reason: phase == .running ? live.reason : "starting") }
+        guard live.ok, phase == .running else {
+            return Verdict(ok: false, reason: phase == .running ? live.reason : phase == .stopping ? "stopping" : "starting")
+        }
         if let down = brokersDownFor {
             return Verdict(ok: false, reason: "broker unreachable for \(Int(down.inSeconds)) s")
         }
@@ -101,9 +106,11 @@ extension KafkaConsumer {
     public var health: KafkaConsumerHealth {
         let now = DispatchTime.now().uptimeNanoseconds
         func since(_ instant: UInt64) -> Duration? { instant == 0 ? nil : .nanoseconds(Int64(now &- min(instant, now))) }
-        let (started, received, assigned) = core.state.withLock { ($0.started, $0.assignmentReceived, $0.assignment.count) }
+        let (started, stopping, received, assigned) = core.state.withLock {
+            ($0.started, $0.stopRequested, $0.assignmentReceived, $0.assignment.count)
+        }
         return KafkaConsumerHealth(
-            phase: !started ? .notStarted : core.finished.isFired ? .stopped : .running,
+            phase: !started ? .notStarted : core.finished.isFired ? .stopped : stopping ? .stopping : .running,
             sinceLastTurn: since(core.lastTurn.load(ordering: .relaxed)), assignmentReceived: received,
             assignedPartitions: assigned, backlogFor: since(core.backlogSince.load(ordering: .relaxed)),
             sinceLastProgress: since(core.lastProgress.load(ordering: .relaxed)),

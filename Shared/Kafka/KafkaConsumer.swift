@@ -81,6 +81,9 @@ public final class KafkaConsumer: Service, Sendable {
         }
     }
 
+    /// A stop was asked for: `/readyz` says "stopping" at once, before this member's turn to stop.
+    public func shutdownRequested() { core.requestStop() }
+
     /// Asks the consumer to stop and waits until it has left the group (if it was running), at
     /// most `closeTimeout`. Not from inside the handler: stopping waits for the running handlers.
     public func shutdown() async {

@@ -34,6 +34,12 @@ struct KafkaConsumerHealthTests {
         #expect(health.readiness(stall: Self.stall).ok)
     }
 
+    @Test func aStoppingMemberIsNotReadyButStillLive() {
+        let stopping = Self.health(phase: .stopping)
+        #expect(stopping.readiness(stall: Self.stall) == .init(ok: false, reason: "stopping"))
+        #expect(stopping.liveness(stall: Self.stall).ok)
+    }
+
     @Test func anEmptyAssignmentFromTheGroupIsReadyButNoAnswerYetIsNot() {
         #expect(Self.health(partitions: 0).readiness(stall: Self.stall).ok)
         let joining = Self.health(received: false, partitions: 0).readiness(stall: Self.stall)
