@@ -64,15 +64,7 @@ struct FailoverBenchmarkTests {
         }
 
         let chains = 600
-        let tokens = (0..<chains).map { _ in UUID() }
-        try await pool.query(
-            """
-            WITH users AS (
-                INSERT INTO app_user (user_id) SELECT 'user-' || i FROM generate_series(0, \(chains - 1)) AS i RETURNING user_id
-            )
-            INSERT INTO user_account_token (user_id, app_account_token)
-            SELECT 'user-' || (t.n - 1), t.token FROM unnest(\(PostgresArray(tokens))::uuid[]) WITH ORDINALITY AS t(token, n)
-            """)
+        let tokens = try await PipelineKillTests.users(chains, on: pool)
         let firstPurchase = Date() - 86_400
         var sequence = 0
         func nextEvent() throws -> NewNotificationEvent {

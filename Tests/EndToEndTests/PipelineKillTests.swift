@@ -171,15 +171,7 @@ struct RenewalStream {
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
             VALUES (\(IngressHarness.bundleID), 'com.example.starter.monthly', '21000000', 'starter', 2, 'P1M', 1000)
             """)
-        let tokens = (0..<chains).map { _ in UUID() }
-        try await pool.query(
-            """
-            WITH users AS (
-                INSERT INTO app_user (user_id) SELECT 'user-' || i FROM generate_series(0, \(chains - 1)) AS i RETURNING user_id
-            )
-            INSERT INTO user_account_token (user_id, app_account_token)
-            SELECT 'user-' || (t.n - 1), t.token FROM unnest(\(PostgresArray(tokens))::uuid[]) WITH ORDINALITY AS t(token, n)
-            """)
+        let tokens = try await PipelineKillTests.users(chains, on: pool)
         let start = Date() - 86_400
         let events = try (0..<total).map { i -> NewNotificationEvent in
             let chain = i % chains
@@ -251,5 +243,21 @@ struct RenewalStream {
         await pool.shutdown()
         await producer.shutdown()
         producing.cancel()
+    }
+}
+
+extension PipelineKillTests {
+    /// `count` users `user-0`… with an account token each, in one statement; the tokens in order.
+    static func users(_ count: Int, on pool: PostgresPool) async throws -> [UUID] {
+        let tokens = (0..<count).map { _ in UUID() }
+        try await pool.query(
+            """
+            WITH users AS (
+                INSERT INTO app_user (user_id) SELECT 'user-' || i FROM generate_series(0, \(count - 1)) AS i RETURNING user_id
+            )
+            INSERT INTO user_account_token (user_id, app_account_token)
+            SELECT 'user-' || (t.n - 1), t.token FROM unnest(\(PostgresArray(tokens))::uuid[]) WITH ORDINALITY AS t(token, n)
+            """)
+        return tokens
     }
 }
