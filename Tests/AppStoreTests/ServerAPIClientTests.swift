@@ -297,15 +297,17 @@ struct APIFixture {
         try await APIFixture.with { fixture in
             let transaction = fixture.transaction()
             try fixture.mock.addTransaction(transaction)
-            let timeouts = AppStoreAPITimeouts(connect: .milliseconds(200), read: .milliseconds(300), total: .seconds(10))
-            fixture.mock.enqueue(.init(status: 200, delay: .seconds(3)))
+            // The read timeout must be long enough for the mock's immediate answer to the retry on a
+            // loaded machine (300 ms was not, in a full run), and the slow answer far longer still.
+            let timeouts = AppStoreAPITimeouts(connect: .seconds(2), read: .seconds(2), total: .seconds(60))
+            fixture.mock.enqueue(.init(status: 200, delay: .seconds(10)))
             let once = fixture.client(fixture.configuration(timeouts: timeouts, maxAttempts: 1))
             let error = await #expect(throws: AppStoreAPIError.self) {
                 try await once.getTransactionInfo(transactionId: transaction.transactionId!)
             }
             #expect(error?.kind == .timeout && error?.isRetryable == true)
 
-            fixture.mock.enqueue(.init(status: 200, delay: .seconds(3)))
+            fixture.mock.enqueue(.init(status: 200, delay: .seconds(10)))
             let retrying = fixture.client(fixture.configuration(timeouts: timeouts, maxAttempts: 2))
             _ = try await retrying.getTransactionInfo(transactionId: transaction.transactionId!)
         }
