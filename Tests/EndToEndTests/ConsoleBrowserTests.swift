@@ -14,10 +14,7 @@ import Testing
 struct ConsoleBrowserTests {
     @Test func signInSearchReplayAndSignOutInChromium() async throws {
         let root = ServiceProcess.packageRoot
-        // The local state folder as deploy/local/env.sh finds it: another checkout's may be shared.
-        let state =
-            ProcessInfo.processInfo.environment["SUBS_STATE_DIR"].map { URL(fileURLWithPath: $0) }
-            ?? root.appendingPathComponent(".local")
+        let state = ServiceProcess.localState
         let python = state.appendingPathComponent("venv/bin/python")
         let script = root.appendingPathComponent("Tests/Browser/console_browser_test.py")
         for needed in [python.path, "/usr/bin/chromium", "/usr/bin/chromedriver"] where !FileManager.default.isExecutableFile(atPath: needed) {

@@ -8,7 +8,7 @@ import Testing
 @Suite(.timeLimit(.minutes(5)))
 struct ContractTests {
     @Test func liveIngressConformsToItsOpenAPIDocument() async throws {
-        let schemathesis = ServiceProcess.packageRoot.appendingPathComponent(".local/venv/bin/schemathesis")
+        let schemathesis = ServiceProcess.localState.appendingPathComponent("venv/bin/schemathesis")
         guard FileManager.default.isExecutableFile(atPath: schemathesis.path) else {
             throw MissingServiceError(variable: "schemathesis in .local/venv (deploy/local/install.sh installs it)")
         }
@@ -37,7 +37,7 @@ struct ContractTests {
     }
 
     @Test func liveAdminAPIConformsToItsOpenAPIDocument() async throws {
-        let schemathesis = ServiceProcess.packageRoot.appendingPathComponent(".local/venv/bin/schemathesis")
+        let schemathesis = ServiceProcess.localState.appendingPathComponent("venv/bin/schemathesis")
         guard FileManager.default.isExecutableFile(atPath: schemathesis.path) else {
             throw MissingServiceError(variable: "schemathesis in .local/venv (deploy/local/install.sh installs it)")
         }

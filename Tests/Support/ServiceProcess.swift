@@ -22,6 +22,13 @@ public final class ServiceProcess: @unchecked Sendable {
             .deletingLastPathComponent()
     }
 
+    /// The local state folder as deploy/local/env.sh finds it (`SUBS_STATE_DIR`, else `.local`):
+    /// another checkout's may be shared, with its venv and services.
+    public static var localState: URL {
+        ProcessInfo.processInfo.environment["SUBS_STATE_DIR"].map { URL(fileURLWithPath: $0) }
+            ?? packageRoot.appendingPathComponent(".local")
+    }
+
     /// Starts `executable` (a product name such as `fulfillment`) with the test's environment plus `environment`.
     public convenience init(executable: String, name: String, environment: [String: String], arguments: [String] = []) throws {
         let binary = Self.binaryDirectory.appendingPathComponent(executable)
