@@ -124,13 +124,15 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var billingRetrySpendsCredits: Bool
     /// Sent with consumption answers for this product; nil sends no preference.
     public var refundPreference: RefundPreference?
+    /// What the product unlocks (`[a-z0-9_.-]{1,64}` each); a catalogue that names none unlocks the plan code.
+    public var entitlements: [String]
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
         familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
         billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil, kind: ProductKind = .autoRenewable,
-        permanentCredits: Int64 = 0
+        permanentCredits: Int64 = 0, entitlements: [String]? = nil
     ) {
         self.productID = productID
         self.kind = kind
@@ -147,6 +149,7 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.freePeriodGrantsCredits = freePeriodGrantsCredits
         self.billingRetrySpendsCredits = billingRetrySpendsCredits
         self.refundPreference = refundPreference
+        self.entitlements = entitlements ?? [planCode]
     }
 
     /// A credit pack: `permanentCredits` per purchase, no group, level or duration.
