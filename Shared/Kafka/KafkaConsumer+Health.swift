@@ -1,4 +1,3 @@
-import CRdKafka
 import Dispatch
 import ServiceRuntime
 import Synchronization
@@ -125,29 +124,18 @@ extension KafkaConsumer {
         let topics = core.configuration.topics
         let milliseconds = Int32(clamping: timeout.inMilliseconds)
         return try await onDedicatedThread(name: "kafka-lag") {
-            let rk = client.handle
-            var metadata: UnsafePointer<rd_kafka_metadata_t>?
-            let err = rd_kafka_metadata(rk, 1, nil, &metadata, milliseconds)
-            guard err == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else { throw KafkaError(err) }
+            let kafka = client.handle
             var partitions: [KafkaTopicPartition] = []
-            for index in 0..<Int(metadata.pointee.topic_cnt) {
-                let entry = metadata.pointee.topics[index]
-                let name = String(cString: entry.topic)
-                guard topics.contains(name), entry.err == RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
-                partitions += (0..<entry.partition_cnt).map { KafkaTopicPartition(topic: name, partition: $0) }
+            for (name, count) in try kafka.topics(timeoutMs: milliseconds) where topics.contains(name) {
+                guard case .success(let count) = count else { continue }
+                partitions += (0..<Int32(count)).map { KafkaTopicPartition(topic: name, partition: $0) }
             }
-            rd_kafka_metadata_destroy(metadata)
             guard !partitions.isEmpty else { return [] }
-            let (asked, entries) = withPartitionList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) }) { list in
-                (rd_kafka_committed(rk, list, milliseconds), KafkaTopicPartition.entries(of: list))
-            }
-            guard asked == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(asked) }
+            partitions.sort()
+            let entries = try kafka.committed(partitions, timeoutMs: milliseconds)
             let committed = Dictionary(entries, uniquingKeysWith: { first, _ in first })
             return try partitions.map { partition in
-                var low: Int64 = 0
-                var high: Int64 = 0
-                let err = rd_kafka_query_watermark_offsets(rk, partition.topic, partition.partition, &low, &high, milliseconds)
-                guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(err) }
+                let (low, high) = try kafka.queryWatermarks(partition, timeoutMs: milliseconds)
                 let offset = committed[partition].flatMap { $0 >= 0 ? $0 : nil }
                 return KafkaPartitionLag(
                     topic: partition.topic, partition: partition.partition, committed: offset, highWatermark: high,

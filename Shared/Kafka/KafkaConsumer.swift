@@ -1,4 +1,3 @@
-import CRdKafka
 import Dispatch
 import Foundation
 import ServiceRuntime
@@ -33,14 +32,12 @@ public final class KafkaConsumer: Service, Sendable {
             logger: logger,
             onError: { error in if error.isFatal { core.fail(error) } },
             onStatistics: { json in core.observeBrokers(statistics: json) },
-            onRebalance: { rk, err, partitions in core.rebalance(rk, err, partitions) })
+            onRebalance: { kafka, event in core.rebalance(kafka, event) })
         client = try RdKafkaClient(
-            type: RD_KAFKA_CONSUMER,
+            .consumer,
             properties: configuration.kafka.librdkafkaProperties(
                 for: .consumer(groupID: configuration.groupID, instanceID: configuration.instanceID)),
             context: context)
-        // Every event (rebalances, errors) is then served by rd_kafka_consumer_poll.
-        rd_kafka_poll_set_consumer(client.handle)
         self.core = core
     }
 
@@ -212,13 +209,10 @@ final class ConsumerCore: Sendable {
     /// commits what they handled and leaves the group. Runs on its own thread: it blocks.
     func pollLoop(_ client: RdKafkaClient) throws {
         defer { scheduler.close() }
-        let rk = client.handle
-        let subscribed = withPartitionList(configuration.topics.map { (KafkaTopicPartition(topic: $0, partition: RD_KAFKA_PARTITION_UA), 0) }) {
-            rd_kafka_subscribe(rk, $0)
-        }
-        guard subscribed == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            rd_kafka_consumer_close(rk)
-            throw KafkaError(subscribed)
+        let kafka = client.handle
+        if let error = kafka.subscribe(configuration.topics) {
+            _ = kafka.closeConsumer()
+            throw error
         }
         logger.info("kafka consumer subscribed", ["kafka.topics": .string(configuration.topics.joined(separator: ","))])
 
@@ -227,17 +221,14 @@ final class ConsumerCore: Sendable {
         lastProgress.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
         while state.withLock({ !$0.stopRequested && $0.fatal == nil }) {
             lastTurn.store(DispatchTime.now().uptimeNanoseconds, ordering: .relaxed)
-            if let message = rd_kafka_consumer_poll(rk, 100) {
-                consume(message, rk)
-                rd_kafka_message_destroy(message)
-            }
+            if let polled = kafka.consumerPoll(timeoutMs: 100) { consume(polled, kafka) }
             if ContinuousClock.now - lastUpkeep >= .milliseconds(50) {
                 lastUpkeep = .now
-                upkeep(rk)
+                upkeep(kafka)
             }
             if ContinuousClock.now - lastBacklogCheck >= .seconds(1) {
                 lastBacklogCheck = .now
-                checkBacklog(rk)
+                checkBacklog(kafka)
             }
         }
 
@@ -247,12 +238,11 @@ final class ConsumerCore: Sendable {
         // handlers' claims make that harmless.
         let reachable = !brokersDown
         let assigned = scheduler.assigned
-        setPaused(rk, assigned, true)  // stop fetching while the last handlers finish
-        release(rk, assigned, commit: fatal == nil && reachable)
-        if fatal == nil, reachable, configuration.instanceID != nil { leaveGroup(rk) }
-        let closed = rd_kafka_consumer_close(rk)  // serves the final revocation, leaves the group
-        if closed != RD_KAFKA_RESP_ERR_NO_ERROR {
-            logger.warning("kafka consumer close failed", ["error": .string(KafkaError(closed).description)])
+        kafka.setPaused(assigned, true)  // stop fetching while the last handlers finish
+        release(kafka, assigned, commit: fatal == nil && reachable)
+        if fatal == nil, reachable, configuration.instanceID != nil { leaveGroup(kafka) }
+        if let error = kafka.closeConsumer() {
+            logger.warning("kafka consumer close failed", ["error": .string(error.description)])
         }
         logger.info("kafka consumer stopped")
         if let fatal { throw fatal }
@@ -261,71 +251,57 @@ final class ConsumerCore: Sendable {
     /// A static member's close does not leave the group (KIP-345): its partitions would wait out
     /// the session. Unsubscribing first does leave, so whoever replaces this member (a new pod has
     /// a new name) gets them at once; only a crash keeps them for a restart under the same id.
-    private func leaveGroup(_ rk: OpaquePointer) {
-        let err = rd_kafka_unsubscribe(rk)
-        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            logger.warning("kafka unsubscribe failed", ["error": .string(KafkaError(err).description)])
+    private func leaveGroup(_ kafka: RdKafka) {
+        if let error = kafka.unsubscribe() {
+            logger.warning("kafka unsubscribe failed", ["error": .string(error.description)])
             return
         }
         // The revocation is served by the poll; the leave request follows it.
         let deadline = ContinuousClock.now + .seconds(2)
         while ContinuousClock.now < deadline {
-            if let message = rd_kafka_consumer_poll(rk, 50) { rd_kafka_message_destroy(message) }
+            _ = kafka.consumerPoll(timeoutMs: 50)
             if state.withLock({ $0.assignment.isEmpty }) { break }
         }
     }
 
-    private func consume(_ message: UnsafeMutablePointer<rd_kafka_message_t>, _ rk: OpaquePointer) {
-        let err = message.pointee.err
-        switch err {
-        case RD_KAFKA_RESP_ERR_NO_ERROR:
-            let copy = Self.copy(message)
-            if scheduler.enqueue(copy) { setPaused(rk, [copy.topicPartition], true) }
-        case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+    private func consume(_ polled: ConsumerPoll, _ kafka: RdKafka) {
+        switch polled {
+        case .message(let message):
+            if scheduler.enqueue(message) { kafka.setPaused([message.topicPartition], true) }
+        case .endOfPartition:
             break
-        case RD_KAFKA_RESP_ERR__FATAL:
-            fail(fatalErrorOf(rk) ?? KafkaError(err))
-        default:
+        case .fatal(let error):
+            fail(error)
+        case .error(let error, let topic):
             // Repeats for as long as a broker is away: one line per kind and window.
-            guard let suppressed = LogThrottle.shared.admit("consumer:\(err.rawValue)") else { return }
-            let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+            guard let suppressed = LogThrottle.shared.admit("consumer:\(error.code.rawValue)") else { return }
             logger.warning(
                 "kafka consumer error",
                 [
-                    "kafka.topic": .string(topic),
-                    "error": .string(KafkaError(err, reason: String(cString: rd_kafka_message_errstr(message))).description),
+                    "kafka.topic": .string(topic), "error": .string(error.description),
                     "kafka.suppressed": .int(Int64(suppressed)),
                 ])
         }
     }
 
     /// Stores handled offsets (auto-commit sends them in batches) and resumes drained partitions.
-    private func upkeep(_ rk: OpaquePointer) {
+    private func upkeep(_ kafka: RdKafka) {
         let offsets = scheduler.offsetsToStore()
-        if !offsets.isEmpty {
-            let err = withPartitionList(offsets) { rd_kafka_offsets_store(rk, $0) }
-            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                logger.warning("kafka offsets store failed", ["error": .string(KafkaError(err).description)])
-            }
+        if !offsets.isEmpty, let error = kafka.storeOffsets(offsets) {
+            logger.warning("kafka offsets store failed", ["error": .string(error.description)])
         }
-        let drained = scheduler.partitionsToResume()
-        if !drained.isEmpty { setPaused(rk, drained, false) }
+        kafka.setPaused(scheduler.partitionsToResume(), false)
     }
 
     /// Notes when this member's partitions start to hold work: messages fetched and not handled,
     /// or a high watermark (as of the last fetch) beyond the fetch position. Local calls only.
-    private func checkBacklog(_ rk: OpaquePointer) {
+    private func checkBacklog(_ kafka: RdKafka) {
         var pending = scheduler.hasOutstanding
         let assigned = scheduler.assigned
         if !pending, !assigned.isEmpty {
-            let positions = withPartitionList(assigned.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) }) { list in
-                rd_kafka_position(rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR ? KafkaTopicPartition.entries(of: list) : []
-            }
-            pending = positions.contains { partition, position in
-                var low: Int64 = 0
-                var high: Int64 = 0
-                let known = rd_kafka_get_watermark_offsets(rk, partition.topic, partition.partition, &low, &high)
-                return known == RD_KAFKA_RESP_ERR_NO_ERROR && position >= 0 && high > position
+            pending = kafka.positions(assigned).contains { partition, position in
+                guard let high = kafka.cachedHighWatermark(partition) else { return false }
+                return position >= 0 && high > position
             }
         }
         if !pending {
@@ -335,68 +311,24 @@ final class ConsumerCore: Sendable {
         }
     }
 
-    private func setPaused(_ rk: OpaquePointer, _ partitions: [KafkaTopicPartition], _ paused: Bool) {
-        guard !partitions.isEmpty else { return }
-        _ = withPartitionList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) }) {
-            paused ? rd_kafka_pause_partitions(rk, $0) : rd_kafka_resume_partitions(rk, $0)
-        }
-    }
-
-    /// Copies a message out of librdkafka's buffers.
-    static func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaMessage {
-        let m = message.pointee
-        var headers: [KafkaMessageHeader] = []
-        var list: OpaquePointer?
-        if rd_kafka_message_headers(message, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list {
-            var name: UnsafePointer<CChar>?
-            var value: UnsafeRawPointer?
-            var size = 0
-            var index = 0
-            while rd_kafka_header_get_all(list, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
-                headers.append(
-                    KafkaMessageHeader(
-                        key: name.map { String(cString: $0) } ?? "",
-                        value: value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []))
-                index += 1
-            }
-        }
-        return KafkaMessage(
-            topic: String(cString: rd_kafka_topic_name(m.rkt)), partition: m.partition, offset: m.offset,
-            key: m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) },
-            value: m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? [],
-            headers: headers)
-    }
-
     // MARK: Rebalancing (inside rd_kafka_consumer_poll, on the poll thread).
 
-    func rebalance(
-        _ rk: OpaquePointer, _ err: rd_kafka_resp_err_t, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
-    ) {
-        let partitions = KafkaTopicPartition.entries(of: list).map(\.0)
-        let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
+    func rebalance(_ kafka: RdKafka, _ event: RebalanceEvent) {
         var failure: KafkaError?
-        switch err {
-        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+        switch event {
+        case .assign(let entries):
             state.withLock { $0.assignmentReceived = true }
-            scheduler.assign(partitions)
-            if cooperative {
-                failure = rd_kafka_incremental_assign(rk, list).map(KafkaError.init(consuming:))
-            } else {
-                failure = Self.check(rd_kafka_assign(rk, list))
-            }
-        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            let lost = rd_kafka_assignment_lost(rk) != 0
+            scheduler.assign(entries.map(\.0))
+            failure = kafka.isCooperative ? kafka.incrementalAssign(entries) : kafka.assign(entries)
+        case .revoke(let entries):
+            let lost = kafka.assignmentLost
             if lost { logger.warning("kafka partitions lost; handled offsets not yet committed are dropped") }
-            release(rk, partitions, commit: !lost)
-            if cooperative {
-                failure = rd_kafka_incremental_unassign(rk, list).map(KafkaError.init(consuming:))
-            } else {
-                failure = Self.check(rd_kafka_assign(rk, nil))
-            }
-        default:
-            logger.error("kafka rebalance failed", ["error": .string(KafkaError(err).description)])
-            release(rk, scheduler.assigned, commit: false)
-            failure = Self.check(rd_kafka_assign(rk, nil))
+            release(kafka, entries.map(\.0), commit: !lost)
+            failure = kafka.isCooperative ? kafka.incrementalUnassign(entries) : kafka.assign(nil)
+        case .failed(let error):
+            logger.error("kafka rebalance failed", ["error": .string(error.description)])
+            release(kafka, scheduler.assigned, commit: false)
+            failure = kafka.assign(nil)
         }
         if let failure {
             logger.error("kafka assignment update failed", ["error": .string(failure.description)])
@@ -404,28 +336,18 @@ final class ConsumerCore: Sendable {
         publishAssignment()
     }
 
-    private static func check(_ err: rd_kafka_resp_err_t) -> KafkaError? {
-        err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError(err)
-    }
-
     /// Stops dispatching `partitions`, waits for their running handlers, and (unless the
     /// partitions were lost to another member) commits synchronously what was handled.
-    private func release(_ rk: OpaquePointer, _ partitions: [KafkaTopicPartition], commit: Bool) {
+    private func release(_ kafka: RdKafka, _ partitions: [KafkaTopicPartition], commit: Bool) {
         let started = ContinuousClock.now
         let reached = scheduler.revoke(partitions)
         guard !reached.isEmpty else { return }
         // Pausing outlives an assignment in librdkafka; a later owner must fetch.
-        setPaused(rk, reached.filter(\.paused).map(\.0), false)
+        kafka.setPaused(reached.filter(\.paused).map(\.0), false)
         let offsets = reached.compactMap { partition, processed, _ in processed.map { (partition, $0) } }
         if commit, !offsets.isEmpty {
-            // Stored first: librdkafka's auto-commit commits the stored offsets again when it
-            // unassigns, and an older stored offset would move the group back.
-            let err = withPartitionList(offsets) { list in
-                let stored = rd_kafka_offsets_store(rk, list)
-                return stored == RD_KAFKA_RESP_ERR_NO_ERROR ? rd_kafka_commit(rk, list, 0) : stored
-            }
-            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                logger.error("kafka commit of released partitions failed", ["error": .string(KafkaError(err).description)])
+            if let error = kafka.storeAndCommit(offsets) {
+                logger.error("kafka commit of released partitions failed", ["error": .string(error.description)])
             }
         }
         let waited = ContinuousClock.now - started

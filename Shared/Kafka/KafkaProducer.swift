@@ -1,4 +1,3 @@
-import CRdKafka
 import Foundation
 import ServiceRuntime
 import Synchronization
@@ -174,7 +173,7 @@ final class ProducerCore: Sendable {
                     requestReplacement("delivery failed: \(error)")
                 }
             })
-        return try RdKafkaClient(type: RD_KAFKA_PRODUCER, properties: properties, context: context)
+        return try RdKafkaClient(.producer, properties: properties, context: context)
     }
 
     /// The idempotence state's `producer_epoch` in a statistics document (it appears once).
@@ -197,7 +196,10 @@ final class ProducerCore: Sendable {
             guard let client = state.client, !state.closeRequested else {
                 return KafkaError(code: .destroyed, reason: "the producer is shut down")
             }
-            guard let error = Self.produce(message, on: client.handle, opaque: box.toOpaque()) else { return nil }
+            guard
+                let error = client.handle.produce(
+                    topic: message.topic, key: message.key, value: message.value, headers: message.headers, opaque: box.toOpaque())
+            else { return nil }
             if error.code == .queueFull { return Rejection.queueFull }
             guard error.isFatal || client.fatalError != nil else { return error }
             if state.replacement == nil { state.replacement = (state.generation, "fatal error: \(error)") }
@@ -221,77 +223,13 @@ final class ProducerCore: Sendable {
         return false
     }
 
-    /// Hands one message to librdkafka, which copies every byte before returning.
-    private static func produce(_ message: OutgoingMessage, on rk: OpaquePointer, opaque: UnsafeMutableRawPointer)
-        -> KafkaError?
-    {
-        // One buffer holds the topic, key, value and headers (names NUL-terminated), so the
-        // argument list can point into it without nesting a closure per header.
-        var size = message.topic.utf8.count + 1 + (message.key?.count ?? 0) + message.value.count
-        for header in message.headers { size += header.key.utf8.count + 1 + header.value.count }
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 1)
-        defer { buffer.deallocate() }
-        var cursor = buffer
-        func append(_ bytes: some Collection<UInt8>, terminate: Bool = false) -> UnsafeMutableRawPointer {
-            let start = cursor
-            let count = bytes.count
-            UnsafeMutableRawBufferPointer(start: cursor, count: count).copyBytes(from: bytes)
-            cursor += count
-            if terminate {
-                cursor.storeBytes(of: 0, as: UInt8.self)
-                cursor += 1
-            }
-            return start
-        }
-
-        var arguments: [rd_kafka_vu_t] = []
-        arguments.reserveCapacity(5 + message.headers.count)
-        var topic = rd_kafka_vu_t()
-        topic.vtype = RD_KAFKA_VTYPE_TOPIC
-        topic.u.cstr = UnsafePointer(append(message.topic.utf8, terminate: true).assumingMemoryBound(to: CChar.self))
-        arguments.append(topic)
-        if let key = message.key {
-            var argument = rd_kafka_vu_t()
-            argument.vtype = RD_KAFKA_VTYPE_KEY
-            argument.u.mem.ptr = append(key)
-            argument.u.mem.size = key.count
-            arguments.append(argument)
-        }
-        var value = rd_kafka_vu_t()
-        value.vtype = RD_KAFKA_VTYPE_VALUE
-        value.u.mem.ptr = append(message.value)
-        value.u.mem.size = message.value.count
-        arguments.append(value)
-        for header in message.headers {
-            var argument = rd_kafka_vu_t()
-            argument.vtype = RD_KAFKA_VTYPE_HEADER
-            argument.u.header.name = UnsafePointer(
-                append(header.key.utf8, terminate: true).assumingMemoryBound(to: CChar.self))
-            argument.u.header.val = UnsafeRawPointer(append(header.value))
-            argument.u.header.size = header.value.count
-            arguments.append(argument)
-        }
-        var flags = rd_kafka_vu_t()
-        flags.vtype = RD_KAFKA_VTYPE_MSGFLAGS
-        flags.u.i = RD_KAFKA_MSG_F_COPY
-        arguments.append(flags)
-        var opaqueArgument = rd_kafka_vu_t()
-        opaqueArgument.vtype = RD_KAFKA_VTYPE_OPAQUE
-        opaqueArgument.u.ptr = opaque
-        arguments.append(opaqueArgument)
-
-        guard let error = rd_kafka_produceva(rk, arguments, arguments.count) else { return nil }
-        return KafkaError(consuming: error)
-    }
-
     /// The client sends go to; nil once closed.
     var currentClient: RdKafkaClient? { state.withLock { $0.closeRequested ? nil : $0.client } }
 
     /// Messages not yet reported, across the current and the retired clients.
     var outstanding: Int {
         state.withLock { state in
-            (state.client.map { Int(rd_kafka_outq_len($0.handle)) } ?? 0)
-                + state.retired.reduce(0) { $0 + Int(rd_kafka_outq_len($1.handle)) }
+            (state.client?.handle.outstanding ?? 0) + state.retired.reduce(0) { $0 + $1.handle.outstanding }
         }
     }
 
@@ -310,10 +248,10 @@ final class ProducerCore: Sendable {
                 retire(client, reason: nil)
                 continue
             }
-            if let client { rd_kafka_poll(client.handle, retired.isEmpty ? 100 : 10) }
+            if let client { client.handle.poll(timeoutMs: retired.isEmpty ? 100 : 10) }
             for old in retired {
-                rd_kafka_poll(old.handle, client == nil ? 10 : 0)
-                if rd_kafka_outq_len(old.handle) == 0 {
+                old.handle.poll(timeoutMs: client == nil ? 10 : 0)
+                if old.handle.outstanding == 0 {
                     state.withLock { $0.retired.removeAll { $0 === old } }
                 }
             }
@@ -357,7 +295,7 @@ final class ProducerCore: Sendable {
             state.replacement = nil
             state.retired.append(client)
         }
-        rd_kafka_purge(client.handle, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT)
+        client.handle.purge()
         if let reason {
             replacements.increment()
             logger.warning("kafka producer replaced; its pending messages failed", ["kafka.reason": .string(reason)])
