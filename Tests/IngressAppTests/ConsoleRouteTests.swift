@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import Postgres
 import ServiceRuntime
 import TestSupport
 import Testing
@@ -249,6 +250,36 @@ struct ConsoleRouteTests {
         #expect(admin(["ADMIN_SESSION_HOURS": "0"]).1 == ["ADMIN_SESSION_HOURS"])
         #expect(admin(["ADMIN_SESSION_IDLE_MINUTES": "never"]).1 == ["ADMIN_SESSION_IDLE_MINUTES"])
         #expect(admin(["ADMIN_COOKIE_INSECURE": "sometimes"]).1 == ["ADMIN_COOKIE_INSECURE"])
+    }
+
+    @Test func theHomePageListsWhatNeedsAttention() async throws {
+        try await AdminTestApp.with { admin in
+            let browser = Browser(admin)
+            #expect(try await browser.signIn(admin.operatorToken).status == 303)
+            let quiet = await browser.send("GET", "/admin/")
+            #expect(quiet.status == 200)
+            #expect(quiet.text.contains("Nothing needs attention."))
+
+            try await admin.app.rows.applyDemoCatalogue()
+            let original = String(UInt64.random(in: 1_000_000_000...9_999_999_999))
+            try await admin.app.rows.addSubscription(
+                user: "<b>frozen</b>", product: IngressTestApp.monthly, status: "ACTIVE", expiresAt: Date() + 86_400,
+                originalTransactionID: original)
+            try await admin.app.pool.query(
+                "UPDATE user_subscription SET frozen_reason = 'ACCOUNT_CONFLICT' WHERE original_transaction_id = \(original)")
+            let uuid = try await admin.notify(
+                transactionID: String(UInt64.random(in: 2_000_000_000...2_999_999_999)), originalTransactionID: original)
+            _ = try await admin.bury(uuid, code: "SIGNATURE_INVALID")
+
+            let busy = await browser.send("GET", "/admin/")
+            #expect(busy.status == 200)
+            #expect(!busy.text.contains("Nothing needs attention."))
+            #expect(busy.text.contains("SIGNATURE_INVALID</td><td>1 DEAD events"), "\(busy.text)")
+            #expect(busy.text.contains("id=\"frozen-chains\""))
+            #expect(busy.text.contains("ACCOUNT_CONFLICT"))
+            #expect(busy.text.contains("/admin/case?q=\(original)"))
+            #expect(busy.text.contains("&lt;b&gt;frozen&lt;/b&gt;"), "a user id renders as text")
+        }
     }
 
     @Test func theCasePageEscapesEverythingAndReplaysAfterAConfirmation() async throws {

@@ -108,7 +108,7 @@ struct Console: Sendable {
     }
 
     func registerPages(in console: inout RouterGroup<AdminRequestContext>) {
-        console.get("") { _, context in home(context) }
+        console.get("") { _, context in try await home(context) }
         console.get("case") { request, context in try await casePage(request, context) }
         console.get("queue") { _, context in try await queuePage(context) }
         console.post("logout") { request, context in try await logout(request, context) }
@@ -174,14 +174,10 @@ struct Console: Sendable {
         """
     }
 
-    func home(_ context: AdminRequestContext) -> HTTPResponse {
-        ConsoleHTML.page(title: "Search", principal: context.principal, csrf: context.csrf, Self.searchForm())
-    }
-
     func casePage(_ request: HTTPRequest, _ context: AdminRequestContext) async throws -> HTTPResponse {
         let csrf = context.csrf ?? ""
         let q = request.query("q")?.trimmingCharacters(in: .whitespaces) ?? ""
-        guard (1...200).contains(q.count) else { return home(context) }
+        guard (1...200).contains(q.count) else { return try await home(context) }
         guard let found = try await routes.cases.lookup(q, now: routes.clock.now()) else {
             return ConsoleHTML.page(
                 title: "Not found", principal: context.principal, csrf: csrf, status: 404,

@@ -1,0 +1,63 @@
+import Foundation
+import HTTPServer
+import ServiceRuntime
+import Storage
+
+extension Console {
+    /// The home page: the search, then what needs a person now (DEAD events, unmatched facts,
+    /// frozen chains, backlogs), each with the way to act on it.
+    func home(_ context: AdminRequestContext) async throws -> HTTPResponse {
+        let attention = try await routes.queue.attention(now: routes.clock.now())
+        return ConsoleHTML.page(
+            title: "Search", principal: context.principal, csrf: context.csrf, Self.searchForm() + Self.render(attention))
+    }
+
+    static func render(_ attention: Attention) -> HTML {
+        guard !attention.isClear else {
+            return ConsoleHTML.section("Needs attention", id: "attention", "<p class=\"ok\">Nothing needs attention.</p>")
+        }
+        func counts(_ byKey: [String: Int], _ what: String) -> [[HTML]] {
+            byKey.sorted { $0.key < $1.key }.map { key, count in
+                [HTML(key.isEmpty ? "–" : key), HTML(String("\(count) \(what)")), "<a href=\"/admin/queue\">queue</a>"]
+            }
+        }
+        var rows = counts(attention.deadEvents, "DEAD events") + counts(attention.unmatchedFacts, "unmatched facts")
+        if attention.waitingEvents > 0 {
+            rows.append([
+                "events waiting", HTML(String("\(attention.waitingEvents), the oldest for \(attention.oldestWaitingSeconds) s")),
+                "<a href=\"/admin/queue\">queue</a>",
+            ])
+        }
+        if attention.unpublishedInbound > 0 {
+            rows.append([
+                "inbound events not on the broker",
+                HTML(String("\(attention.unpublishedInbound), the oldest for \(attention.oldestUnpublishedInboundSeconds) s")), "",
+            ])
+        }
+        if attention.unpublishedOutbound > 0 {
+            rows.append([
+                "outbound events not on the broker",
+                HTML(String("\(attention.unpublishedOutbound), the oldest for \(attention.oldestUnpublishedOutboundSeconds) s")), "",
+            ])
+        }
+        if attention.frozenChainCount > 0 {
+            rows.append(["frozen chains", HTML(String("\(attention.frozenChainCount)")), ""])
+        }
+        var html = ConsoleHTML.section(
+            "Needs attention", id: "attention", ConsoleHTML.table(["what", "how many", "where"], rows, id: "attention-items"))
+        if !attention.frozenChains.isEmpty {
+            html += ConsoleHTML.section(
+                "Frozen chains",
+                ConsoleHTML.table(
+                    ["chain", "user", "reason", "since", "case"],
+                    attention.frozenChains.map { chain in
+                        let encoded = chain.originalTransactionId.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                        return [
+                            HTML(String("\(chain.environment) \(chain.originalTransactionId)")), HTML(chain.userId), HTML(chain.reason),
+                            HTML(ConsoleHTML.time(chain.since)), "<a href=\"/admin/case?q=\(encoded)\">open</a>",
+                        ]
+                    }, id: "frozen-chains"))
+        }
+        return html
+    }
+}

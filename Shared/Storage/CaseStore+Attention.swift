@@ -1,0 +1,96 @@
+import Foundation
+import Postgres
+
+/// What needs a person now, as the console's home page lists it: each item is a count with its
+/// oldest age, and the frozen chains by name (an operator must act on each).
+public struct Attention: Sendable, Codable, Equatable {
+    /// A chain nothing moves on until an operator attributes or unfreezes it.
+    public struct FrozenChain: Sendable, Codable, Equatable {
+        public var environment: String
+        public var originalTransactionId: String
+        public var userId: String
+        public var reason: String
+        public var since: Date
+    }
+
+    /// DEAD events by error code, unmatched facts left out (they are listed by reason).
+    public var deadEvents: [String: Int]
+    /// Facts waiting for a product or an account, by reason, not replayed yet.
+    public var unmatchedFacts: [String: Int]
+    public var frozenChainCount: Int
+    /// The longest-frozen chains first, at most `CaseStore.attentionLimit`.
+    public var frozenChains: [FrozenChain]
+    /// Events received or waiting for a retry, and the oldest one's age in seconds.
+    public var waitingEvents: Int
+    public var oldestWaitingSeconds: Int
+    /// Inbound events not yet on the broker.
+    public var unpublishedInbound: Int
+    public var oldestUnpublishedInboundSeconds: Int
+    /// Outbound events not yet on the broker.
+    public var unpublishedOutbound: Int
+    public var oldestUnpublishedOutboundSeconds: Int
+
+    /// Whether nothing at all needs attention.
+    public var isClear: Bool {
+        deadEvents.isEmpty && unmatchedFacts.isEmpty && frozenChainCount == 0 && waitingEvents == 0 && unpublishedInbound == 0
+            && unpublishedOutbound == 0
+    }
+}
+
+extension CaseStore {
+    /// Chains listed by name on the home page; the count says how many more there are.
+    public static let attentionLimit = 20
+
+    /// One reading of what needs attention (each count through a partial index of its own).
+    public func attention(now: Date) async throws -> Attention {
+        try await pool.withConnection { db in
+            let scalars = try await db.query(
+                """
+                SELECT
+                  (SELECT count(*) FROM inbound_event WHERE process_status IN ('RECEIVED', 'RETRY_WAIT')) AS waiting,
+                  (SELECT coalesce(greatest(0, floor(extract(epoch FROM \(now)::timestamptz - min(received_at)))), 0)::bigint
+                     FROM inbound_event WHERE process_status IN ('RECEIVED', 'RETRY_WAIT')) AS waiting_age,
+                  (SELECT count(*) FROM event_outbox) AS inbound,
+                  (SELECT coalesce(greatest(0, floor(extract(epoch FROM \(now)::timestamptz - min(created_at)))), 0)::bigint
+                     FROM event_outbox) AS inbound_age,
+                  (SELECT count(*) FROM outbound_event WHERE published_at IS NULL) AS outbound,
+                  (SELECT coalesce(greatest(0, floor(extract(epoch FROM \(now)::timestamptz - min(created_at)))), 0)::bigint
+                     FROM outbound_event WHERE published_at IS NULL) AS outbound_age,
+                  (SELECT count(*) FROM user_subscription WHERE frozen_reason IS NOT NULL) AS frozen
+                """
+            ).single()
+            var attention = Attention(
+                deadEvents: [:], unmatchedFacts: [:], frozenChainCount: Int(try scalars.decode("frozen", as: Int64.self)),
+                frozenChains: [], waitingEvents: Int(try scalars.decode("waiting", as: Int64.self)),
+                oldestWaitingSeconds: Int(try scalars.decode("waiting_age", as: Int64.self)),
+                unpublishedInbound: Int(try scalars.decode("inbound", as: Int64.self)),
+                oldestUnpublishedInboundSeconds: Int(try scalars.decode("inbound_age", as: Int64.self)),
+                unpublishedOutbound: Int(try scalars.decode("outbound", as: Int64.self)),
+                oldestUnpublishedOutboundSeconds: Int(try scalars.decode("outbound_age", as: Int64.self)))
+            for row in try await db.query(
+                """
+                SELECT coalesce(error_code, '') AS code, count(*) AS n FROM inbound_event
+                 WHERE process_status = 'DEAD' AND coalesce(error_code, '') NOT LIKE 'UNMATCHED\\_%' GROUP BY 1
+                """)
+            {
+                attention.deadEvents[try row.decode("code")] = Int(try row.decode("n", as: Int64.self))
+            }
+            for row in try await db.query(
+                "SELECT reason, count(*) AS n FROM unmatched_fact WHERE replayed_at IS NULL GROUP BY 1")
+            {
+                attention.unmatchedFacts[try row.decode("reason")] = Int(try row.decode("n", as: Int64.self))
+            }
+            attention.frozenChains = try await db.query(
+                """
+                SELECT environment, original_transaction_id, user_id, frozen_reason, updated_at FROM user_subscription
+                 WHERE frozen_reason IS NOT NULL ORDER BY updated_at, id LIMIT \(Self.attentionLimit)
+                """
+            ).map { row in
+                Attention.FrozenChain(
+                    environment: try row.decode("environment"), originalTransactionId: try row.decode("original_transaction_id"),
+                    userId: try row.decode("user_id"), reason: try row.decode("frozen_reason"), since: try row.decode("updated_at"))
+            }
+            return attention
+        }
+    }
+}
