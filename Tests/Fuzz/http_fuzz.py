@@ -340,12 +340,14 @@ class Fuzzer:
                 return "closed", None, {}
             head, _, rest = data.partition(b"\r\n\r\n")
             details = {}
-            if status >= 400 or b"\nconnection: close" in head.lower():
-                # The server closes after this answer: what else it sends comes at once.
+            closing = b"\nconnection: close" in head.lower()
+            if status >= 400 or closing:
+                bodiless = raw.startswith(b"HEAD ")
                 length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-                length = int(length.group(1)) if length and not raw.startswith(b"HEAD ") else 0
+                length = int(length.group(1)) if length and not bodiless else 0
                 try:
-                    while b"\nconnection: close" in head.lower() and len(rest) < length + 65536:
+                    # The server closes after this answer: anything else it sends comes at once.
+                    while closing and len(rest) < length + 65536:
                         chunk = sock.recv(65536)
                         if not chunk:
                             break
@@ -357,8 +359,10 @@ class Fuzzer:
                         rest += chunk
                 except OSError:
                     pass
-                details["json"] = status < 400 or self.json_error(head, rest[:length])
-                details["twice"] = rest[length:].startswith(b"HTTP/1.")
+                details["json"] = status < 400 or bodiless or self.json_error(head, rest[:length])
+                # After an answer that keeps the connection, more answers are for bytes sent past
+                # the announced body (a pipelined request): only one after a close is a repeat.
+                details["twice"] = closing and rest[length:].startswith(b"HTTP/1.")
             return "answered", status, details
         except socket.timeout:
             return ("hung" if complete else "abandoned"), None, {}

@@ -1,8 +1,9 @@
 import Foundation
-import HTTPServer
 import ServiceRuntime
 import TestSupport
 import Testing
+
+@testable import HTTPServer
 
 /// What the server refuses before any handler runs: ambiguous requests get one clear answer
 /// instead of a guess.
@@ -137,6 +138,14 @@ struct StrictRequestTests {
             let far = try #require(try await send(64 * 1024), "the connection stayed open")
             #expect(far.map(\.status) == [431])
         }
+    }
+
+    @Test("the server starts only on a libmicrohttpd with client discipline levels: 1.0 or later")
+    func libraryVersion() {
+        #expect(ServerCore.parsesStrictly(libraryVersion: "1.0.1"))
+        #expect(ServerCore.parsesStrictly(libraryVersion: "1.1.0"))
+        #expect(!ServerCore.parsesStrictly(libraryVersion: "0.9.75"), "bookworm's")
+        #expect(!ServerCore.parsesStrictly(libraryVersion: ""))
     }
 
     @Test("paths are normalised once, before admission and routing")
