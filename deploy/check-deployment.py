@@ -7,6 +7,9 @@
   Kafka's log directories are on its volume.
 - deploy/observability: `promtool check rules`, `promtool test rules`; every alert has a unit test
   and a RUNBOOK.md section; the dashboard is JSON.
+- libmicrohttpd: the image's build stage builds the same pinned Debian source package (version,
+  .dsc and upstream tarball checksums) as deploy/local/install.sh, with the same script, installs
+  no Debian libmicrohttpd, and the runtime stage ships the library it built.
 - deploy/k8s: base and example overlay render with `kubectl kustomize` and every object validates
   against the Kubernetes schemas (`kubernetes-validate --strict`); the KEDA ScaledObject (no
   schema there) is checked against the Deployment and the ConfigMap; every container runs
@@ -136,6 +139,34 @@ def check_observability(promtool: str) -> None:
                 problem(f"{name} (in alerts.yml or the dashboard) is not a metric any service exports")
 
 
+MHD_PINS = ("MHD_SOURCE_VERSION", "MHD_DSC_SHA256", "MHD_ORIG_SHA256")
+
+
+def check_libmicrohttpd() -> None:
+    env = (ROOT / "deploy" / "local" / "env.sh").read_text()
+    install = (ROOT / "deploy" / "local" / "install.sh").read_text()
+    dockerfile = (ROOT / "deploy" / "docker" / "Dockerfile").read_text()
+    stages = re.split(r"(?m)^FROM ", dockerfile)
+    build = next((stage for stage in stages if re.match(r"\S+ AS build\b", stage)), "")
+    runtime = stages[-1]
+    for name in MHD_PINS:
+        local = re.findall(rf'(?m)^{name}="([^"]*)"', env)
+        image = re.findall(rf"(?m)^ARG {name}=(\S+)", build)
+        if len(local) != 1 or not local[0]:
+            problem(f"deploy/local/env.sh does not pin {name} once")
+        elif image != local:
+            problem(f"the Dockerfile's build stage pins {name} to {', '.join(image) or 'nothing'}, env.sh to {local[0]}")
+    call = re.compile(r'build-libmicrohttpd\.sh"? +"\$MHD_SOURCE_VERSION" "\$MHD_DSC_SHA256" "\$MHD_ORIG_SHA256"')
+    if not call.search(install):
+        problem("deploy/local/install.sh does not build libmicrohttpd with the pins of env.sh")
+    if not call.search(build) or "COPY deploy/local/build-libmicrohttpd.sh" not in build:
+        problem("the Dockerfile's build stage does not build libmicrohttpd with deploy/local/build-libmicrohttpd.sh and its pins")
+    if re.search(r"\blibmicrohttpd(-dev|12)\b", dockerfile + install):
+        problem("a Debian libmicrohttpd package is installed (bookworm's is 0.9.75; the pinned build replaces it)")
+    if not re.search(r"(?m)^COPY --from=build \S*libmicrohttpd\.so\.12 /usr/local/lib/subs/", runtime):
+        problem("the runtime stage does not ship the libmicrohttpd the build stage built")
+
+
 def check_kubernetes(kubectl: str, validator: str) -> None:
     for folder in ("deploy/k8s/base", "deploy/k8s/overlays/example"):
         rendered = run([kubectl, "kustomize", str(ROOT / folder)], f"kubectl kustomize {folder}")
@@ -204,12 +235,13 @@ def main() -> int:
     parser.add_argument("--kubernetes-validate", dest="validator", default="kubernetes-validate")
     arguments = parser.parse_args()
     check_compose()
+    check_libmicrohttpd()
     check_observability(arguments.promtool)
     check_kubernetes(arguments.kubectl, arguments.validator)
     if problems:
         print(f"deployment check: {len(problems)} problem(s)", file=sys.stderr)
         return 1
-    print("deployment check: compose, alerts (promtool), Kubernetes (kustomize, schemas) all pass")
+    print("deployment check: compose, libmicrohttpd pins, alerts (promtool), Kubernetes (kustomize, schemas) all pass")
     return 0
 
 

@@ -17,8 +17,17 @@ final class ConnectionTable: Sendable {
     }
     private struct State {
         var perAddress: [String: Int] = [:]
+        /// Admitted but not yet reported opened, by address: counted against the cap at once, as
+        /// MHD's threads accept concurrently and each admits before the previous one is reported
+        /// (counting only opened connections let one source hold one more than its cap).
+        var admitting: [String: [ContinuousClock.Instant]] = [:]
         var connections: [UInt: Tracked] = [:]
     }
+
+    /// MHD reports an admitted connection opened within microseconds, unless it gave up on it
+    /// (out of memory, the global limit reached meanwhile): a reservation older than this is one
+    /// that will never be.
+    static let admissionLapse = Duration.seconds(5)
 
     private let state = Mutex(State())
     private let maxPerAddress: Int
@@ -42,9 +51,15 @@ final class ConnectionTable: Sendable {
 
     /// The accept policy: false when `address` already holds its maximum (counted, and logged at
     /// most once every 10 s with the number refused meanwhile).
-    func admit(_ address: String) -> Bool {
+    func admit(_ address: String, now: ContinuousClock.Instant = .now) -> Bool {
         guard maxPerAddress > 0, !ClientAddress.isTrusted(address, exempt) else { return true }
-        let admitted = state.withLock { $0.perAddress[address, default: 0] < maxPerAddress }
+        let admitted = state.withLock { s in
+            var pending = s.admitting[address, default: []].filter { now - $0 < Self.admissionLapse }
+            let admitted = s.perAddress[address, default: 0] + pending.count < maxPerAddress
+            if admitted { pending.append(now) }
+            s.admitting[address] = pending.isEmpty ? nil : pending
+            return admitted
+        }
         if !admitted {
             refused.increment()
             refusals.record(
@@ -57,6 +72,10 @@ final class ConnectionTable: Sendable {
     func opened(_ connection: OpaquePointer, address: String, socket: Int32) {
         let deadline = headerTimeout.map { ContinuousClock.now + $0 }
         state.withLock { s in
+            if var pending = s.admitting[address] {
+                pending.removeFirst()
+                s.admitting[address] = pending.isEmpty ? nil : pending
+            }
             s.perAddress[address, default: 0] += 1
             s.connections[UInt(bitPattern: connection)] = Tracked(address: address, socket: socket, headDeadline: deadline)
         }

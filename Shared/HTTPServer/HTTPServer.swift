@@ -148,6 +148,13 @@ final class ServerCore: @unchecked Sendable {
         guard var address = SocketAddress(host: config.host, port: UInt16(config.port)) else {
             throw HTTPServerError(description: "invalid listen host '\(config.host)': expected a numeric IP address")
         }
+        let library = String(cString: MHD_get_version())
+        guard Self.parsesStrictly(libraryVersion: library) else {
+            throw HTTPServerError(
+                description:
+                    "libmicrohttpd \(library) is loaded; the server needs 1.0 or later (deploy/local/env.sh puts the one install.sh builds on LD_LIBRARY_PATH)"
+            )
+        }
         // MHD calls back with this pointer; the retain is balanced after MHD_stop_daemon.
         let cls = Unmanaged.passRetained(self).toOpaque()
         var flags =
@@ -167,9 +174,11 @@ final class ServerCore: @unchecked Sendable {
                 MHD_OptionItem(option: .THREAD_POOL_SIZE, value: max(1, config.threadPoolSize), ptr_value: nil),
                 MHD_OptionItem(option: .CONNECTION_LIMIT, value: max(1, config.connectionLimit), ptr_value: nil),
                 MHD_OptionItem(option: .CONNECTION_TIMEOUT, value: idleSeconds, ptr_value: nil),
+                MHD_OptionItem(option: .CLIENT_DISCIPLINE_LVL, value: Self.clientDiscipline, ptr_value: nil),
                 // The pool holds the head being parsed plus MHD's bookkeeping and the reply head.
                 // Twice the head limit: a head over the limit but within the pool reaches `begin`
-                // and gets our JSON 431; only a larger one gets MHD's own (HTML) answer.
+                // and gets our JSON 431; only a larger one gets MHD's own answer (431, its text
+                // body, the connection closed), written before any callback could run.
                 MHD_OptionItem(
                     option: .CONNECTION_MEMORY_LIMIT, value: 2 * max(4096, config.maxHeaderBytes) + 8192,
                     ptr_value: nil),
@@ -194,6 +203,22 @@ final class ServerCore: @unchecked Sendable {
         }
         let port = cshims_mhd_get_daemon_info(daemon, .DAEMON_INFO_BIND_PORT).map { Int($0.pointee.port) }
         return (daemon, port ?? config.port)
+    }
+
+    /// How strictly MHD parses requests. A request it refuses is answered 400 (or 413, 414, 431)
+    /// and its connection closed, by MHD itself, before any callback: a bare LF line end, a folded
+    /// header line, a NUL or bare CR in a field, whitespace before a field's colon, a negative or
+    /// malformed Content-Length. 2 is "stricter than the RFCs allow servers, compatible with
+    /// clients that follow their MUSTs"; 1.0.1's 3 differs from 2 only in *accepting* whitespace
+    /// before a chunk extension's `;` (BWS, which senders must not generate: a known way for two
+    /// parsers to read one body differently), so 2 is the strictest in effect.
+    static let clientDiscipline = 2
+
+    /// Whether the libmicrohttpd loaded has client discipline levels and answers each malformed
+    /// request once (0.9.75, bookworm's, has neither: it would refuse the option and not start).
+    static func parsesStrictly(libraryVersion: String) -> Bool {
+        let parts = libraryVersion.split(separator: ".").map { Int($0) ?? 0 }
+        return (parts.first ?? 0) >= 1
     }
 
     func shutdown() async {
@@ -321,9 +346,8 @@ final class ServerCore: @unchecked Sendable {
     /// refused and the connection closed: repeated or non-numeric Content-Length (MHD takes the
     /// first and would parse the rest of the body as a new request), Content-Length beside
     /// Transfer-Encoding, a transfer coding other than one `chunked`, HTTP/1.1 without exactly one
-    /// Host. (libmicrohttpd 0.9.75 answers a missing Host itself under MHD_OPTION_STRICT_FOR_CLIENT,
-    /// but with its status line and headers sent twice, so the check is ours; it also answers a
-    /// negative Content-Length itself, that way, before any callback.)
+    /// Host. (libmicrohttpd refuses some of these itself, before any callback; the checks stay
+    /// here so that the answer is ours, in JSON, wherever it lets a request through.)
     static func framingProblem(_ headers: [String: String], version: String) -> String? {
         let length = headers["content-length"]
         let coding = headers["transfer-encoding"]

@@ -7,6 +7,9 @@ answer or a close before the deadline: neither is a hung connection. One cut sho
 abandoned after a few seconds, and the server must stay unharmed. A status of 500 or more is a
 failure (PostgreSQL and the broker are up during the run, so not even 503 is expected; 505 is
 the right answer to an unknown HTTP version), and so is the ingress process dying. Genuinely signed notifications must still be answered 200.
+An answer that closes the connection is read to the end: a second answer after it (a request
+answered twice) is a failure. Error answers without the JSON error body are counted by status
+(libmicrohttpd writes its own, in text, for what it refuses before any callback).
 Bounded by --count and --seconds; the random seed is printed so a failing run can be replayed.
 Standard library only. Secrets arrive in the environment, never on the command line or output.
 
@@ -23,6 +26,7 @@ import hmac
 import json
 import os
 import random
+import re
 import socket
 import sys
 import threading
@@ -51,8 +55,9 @@ class Fuzzer:
         self.rng = random.Random(args.seed)
         self.lock = threading.Lock()
         self.stats = {"sent": 0, "hung": 0, "abandoned": 0, "server_errors": 0, "genuine_refused": 0,
-                      "closed_without_answer": 0}
+                      "closed_without_answer": 0, "answered_twice": 0}
         self.statuses = {}
+        self.not_json = {}
         self.examples = []
         self.bodies = [line.strip() for line in open(args.bodies) if line.strip()]
         self.genuine_left = list(self.bodies[args.genuine_from:])
@@ -300,8 +305,19 @@ class Fuzzer:
             raw = raw[: rng.randrange(max(1, len(raw) - 4))]
         return raw, False, complete
 
+    @staticmethod
+    def json_error(head, body):
+        """Whether an error answer carries the product's JSON error body."""
+        if b"application/json" not in head.lower():
+            return False
+        try:
+            return "code" in json.loads(body)
+        except ValueError:
+            return False
+
     def exchange(self, raw, complete, port=None):
-        """'answered STATUS', 'closed' or 'hung'."""
+        """(outcome, status, details): 'answered', 'closed' or 'hung'; for an answer, whether an
+        error came in JSON and, for one closing the connection, whether a second answer followed."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.settimeout(self.args.deadline if complete else self.args.abandon_after)
         try:
@@ -316,16 +332,42 @@ class Fuzzer:
                 if not chunk:
                     break
                 data += chunk
-            if data.startswith(b"HTTP/1."):
+            if not data.startswith(b"HTTP/1."):
+                return "closed", None, {}
+            try:
+                status = int(data.split(b" ", 2)[1])
+            except (IndexError, ValueError):
+                return "closed", None, {}
+            head, _, rest = data.partition(b"\r\n\r\n")
+            details = {}
+            closing = b"\nconnection: close" in head.lower()
+            if status >= 400 or closing:
+                bodiless = raw.startswith(b"HEAD ")
+                length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                length = int(length.group(1)) if length and not bodiless else 0
                 try:
-                    return "answered", int(data.split(b" ", 2)[1])
-                except (IndexError, ValueError):
-                    return "closed", None
-            return "closed", None
+                    # The server closes after this answer: anything else it sends comes at once.
+                    while closing and len(rest) < length + 65536:
+                        chunk = sock.recv(65536)
+                        if not chunk:
+                            break
+                        rest += chunk
+                    while len(rest) < length:
+                        chunk = sock.recv(65536)
+                        if not chunk:
+                            break
+                        rest += chunk
+                except OSError:
+                    pass
+                details["json"] = status < 400 or bodiless or self.json_error(head, rest[:length])
+                # After an answer that keeps the connection, more answers are for bytes sent past
+                # the announced body (a pipelined request): only one after a close is a repeat.
+                details["twice"] = closing and rest[length:].startswith(b"HTTP/1.")
+            return "answered", status, details
         except socket.timeout:
-            return ("hung" if complete else "abandoned"), None
+            return ("hung" if complete else "abandoned"), None, {}
         except ConnectionError:
-            return "closed", None
+            return "closed", None, {}
         finally:
             sock.close()
 
@@ -340,7 +382,7 @@ class Fuzzer:
             else:
                 raw, genuine, complete = self.build(rng)
                 port = None
-            outcome, status = self.exchange(raw, complete, port)
+            outcome, status, details = self.exchange(raw, complete, port)
             with self.lock:
                 self.stats["sent"] += 1
                 if outcome == "hung":
@@ -352,6 +394,11 @@ class Fuzzer:
                     self.stats["closed_without_answer"] += 1
                 else:
                     self.statuses[status] = self.statuses.get(status, 0) + 1
+                    if not details.get("json", True):
+                        self.not_json[status] = self.not_json.get(status, 0) + 1
+                    if details.get("twice"):
+                        self.stats["answered_twice"] += 1
+                        self.record("answered twice", raw)
                     if status >= 500 and status != 505:
                         self.stats["server_errors"] += 1
                         self.record("status %d" % status, raw)
@@ -381,9 +428,12 @@ class Fuzzer:
         print("fuzz: closed without an answer %d, cut short and abandoned %d, hung %d, 5xx %d, genuine notifications not 200 %d" % (
             self.stats["closed_without_answer"], self.stats["abandoned"], self.stats["hung"], self.stats["server_errors"],
             self.stats["genuine_refused"]))
+        print("fuzz: answered twice %d; error answers without a JSON body, by status: %s" % (
+            self.stats["answered_twice"], " ".join("%d:%d" % kv for kv in sorted(self.not_json.items())) or "none"))
         for example in self.examples:
             print("fuzz: example " + example)
-        return self.stats["hung"] == 0 and self.stats["server_errors"] == 0 and self.stats["genuine_refused"] == 0
+        return (self.stats["hung"] == 0 and self.stats["server_errors"] == 0 and self.stats["genuine_refused"] == 0
+                and self.stats["answered_twice"] == 0)
 
 
 def main():

@@ -42,11 +42,9 @@ final class RawConnection {
             let bound = withUnsafePointer(to: &local) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
             }
-            if bound != 0 {
-                let code = errno
-                close(fd)
-                throw SocketError(operation: "bind", code: code)
-            }
+            // Not closed here: deinit closes it (closing twice could close a descriptor another
+            // thread, the server's included, has been given meanwhile).
+            if bound != 0 { throw SocketError(operation: "bind", code: errno) }
         }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -60,11 +58,7 @@ final class RawConnection {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        if result != 0 {
-            let code = errno
-            close(fd)
-            throw SocketError(operation: "connect", code: code)
-        }
+        if result != 0 { throw SocketError(operation: "connect", code: errno) }
     }
 
     deinit { close(fd) }
@@ -114,6 +108,25 @@ final class RawConnection {
                 return RawResponse(status: status, headers: headers, body: body)
             }
             guard try fill() else { throw SocketError(operation: "read response", code: ECONNRESET) }
+        }
+    }
+
+    /// Every response the server sends until it closes the connection (a status line and headers
+    /// sent twice count as two); nil when the connection is still open at the receive timeout.
+    /// Bytes after the last response that are not a whole response fail the read.
+    func responsesUntilClose() throws -> [RawResponse]? {
+        var responses: [RawResponse] = []
+        while true {
+            do {
+                responses.append(try readResponse())
+            } catch let error as SocketError where error.code == ECONNRESET {
+                guard pending.isEmpty else {
+                    throw SocketError(operation: "parse \(pending.count) bytes after the last response", code: EPROTO)
+                }
+                return responses
+            } catch let error as SocketError where error.code == EAGAIN || error.code == EWOULDBLOCK {
+                return nil
+            }
         }
     }
 

@@ -221,19 +221,23 @@ struct ServerTests {
         }
     }
 
-    @Test("a malformed request line is 400 and the connection is closed")
+    @Test("a malformed request line is one 400 and the connection closed; bytes that are not HTTP are only closed")
     func malformedRequestLine() async throws {
         try await withServer(testRouter()) { server in
             let port = server.port
-            for line in ["GET /hello/x HTTP/1.1 trailing-garbage", "\u{1}\u{2} garbage", "GET /hello/x"] {
-                let (response, closed) = try await blocking {
+            // libmicrohttpd 1.0 answers a broken request line, but drops a connection whose first
+            // bytes are control characters without a word: it is not talking HTTP.
+            let cases: [(String, Int?)] = [
+                ("GET /hello/x HTTP/1.1 trailing-garbage", 400), ("\u{1}\u{2} garbage", nil), ("GET /hello/x", 400),
+            ]
+            for (line, expected) in cases {
+                let responses = try await blocking {
                     let connection = try RawConnection(port: port)
                     try connection.send(line + "\r\nHost: test\r\n\r\n")
-                    let response = try connection.readResponse()
-                    return (response, try connection.waitForClose())
+                    return try connection.responsesUntilClose()
                 }
-                #expect(response.status == 400, "\(line)")
-                #expect(closed, "\(line)")
+                let statuses = try #require(responses, "\(line.debugDescription): the connection stayed open").map(\.status)
+                #expect(statuses == (expected.map { [$0] } ?? []), "\(line.debugDescription)")
             }
         }
     }

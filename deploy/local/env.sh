@@ -27,6 +27,13 @@ KAFKA_PORT="${SUBS_KAFKA_PORT:-19092}"
 LOG_DIR="$STATE_DIR/log"
 RUN_DIR="$STATE_DIR/run"
 RDKAFKA_DIR="$STATE_DIR/lib"
+# libmicrohttpd 1.0 (bookworm has 0.9.75), built by install.sh from Debian trixie's source package
+# (deploy/local/build-libmicrohttpd.sh) into a folder of its own per version; the image's build
+# stage builds the same (its ARGs, which check-deployment.py holds to these).
+MHD_SOURCE_VERSION="1.0.1-4"
+MHD_DSC_SHA256="4c5ee2a49beb5b9b667fa6816acdc99f3fb0686b6abdfbe1303e304128cff055"
+MHD_ORIG_SHA256="a89e09fc9b4de34dde19f4fcb4faaa1ce10299b9908db1132bbfa1de47882b94"
+MHD_DIR="$STATE_DIR/mhd-$MHD_SOURCE_VERSION"
 # Tools of the static deployment check (deploy/check-deployment.py), installed by install.sh.
 TOOLS_DIR="$STATE_DIR/bin"
 
@@ -68,7 +75,10 @@ export KAFKA_PROPERTY_TOPIC_METADATA_REFRESH_INTERVAL_MS="${KAFKA_PROPERTY_TOPIC
 # librdkafka 2.16 on Tansu 0.6: minutes, against ~9 s for a dynamic member). Static membership is
 # off here (empty), whatever KUBERNETES_SERVICE_HOST says.
 export FULFILLMENT_INSTANCE_ID="${FULFILLMENT_INSTANCE_ID:-}"
-export LD_LIBRARY_PATH="$RDKAFKA_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# `swift build` finds libmicrohttpd through pkg-config; the binaries, the tests and the services
+# they start load it (same soname as Debian's 0.9.75: the server refuses to start on an older one).
+export PKG_CONFIG_PATH="$MHD_DIR/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export LD_LIBRARY_PATH="$RDKAFKA_DIR:$MHD_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 log() { printf '[local] %s\n' "$*" >&2; }
 # Drops the per-file progress lines of `swift build`, keeping warnings, errors and the summary.

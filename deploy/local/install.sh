@@ -3,7 +3,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
-PACKAGES=(librdkafka-dev libpq-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev
+# gcc, make and dpkg-dev build libmicrohttpd (below).
+PACKAGES=(librdkafka-dev libpq-dev libssl-dev libcurl4-openssl-dev gcc make dpkg-dev
           postgresql postgresql-contrib pkg-config python3-venv wrk nginx-light
           chromium chromium-driver)
 # kubectl renders the Kubernetes manifests (`kubectl kustomize`); Debian's is kubernetes-client.
@@ -56,5 +57,9 @@ if [ ! -x "$TOOLS_DIR/promtool" ]; then
     dpkg-deb --fsys-tarfile "$download"/prometheus_*.deb | tar -x -C "$download" ./usr/bin/promtool
     install -m 0755 "$download/usr/bin/promtool" "$TOOLS_DIR/promtool"
     rm -rf "$download"
+fi
+if [ "$(cat "$MHD_DIR/VERSION" 2>/dev/null)" != "$MHD_SOURCE_VERSION" ]; then
+    log "building libmicrohttpd $MHD_SOURCE_VERSION from Debian's source package into $MHD_DIR"
+    bash "$LOCAL_DIR/build-libmicrohttpd.sh" "$MHD_SOURCE_VERSION" "$MHD_DSC_SHA256" "$MHD_ORIG_SHA256" "$MHD_DIR"
 fi
 log "install complete"
