@@ -5,15 +5,15 @@ import Storage
 /// `subsctl migrate`: the one place a deployment applies the schema migrations (the compose
 /// `migrate` service, the Kubernetes set-up Job, deploy/local/run.sh); the services wait until
 /// the schema has every migration they carry. Safe beside another run (one advisory lock). Each
-/// migration runs under `MIGRATION_LOCK_TIMEOUT_MS` and logs its duration. `--status` only
+/// migration runs under `MIGRATION_LOCK_TIMEOUT_MS` and logs its duration. `--check` only
 /// reports where the schema stands (exit 1 while migrations are missing).
 enum MigrateCommand: SubsctlCommand {
     static let path = ["migrate"]
-    static let usage = "migrate [--status] [--json]"
+    static let usage = "migrate [--check] [--json]"
     static let summary =
-        "Apply the database schema migrations not applied yet (DATABASE_URL, MIGRATION_LOCK_TIMEOUT_MS); print their versions. --status: only report"
+        "Apply the database schema migrations not applied yet (DATABASE_URL, MIGRATION_LOCK_TIMEOUT_MS); print their versions. --check: only report"
 
-    /// `--status`'s answer.
+    /// `--check`'s answer.
     struct Status: Encodable {
         let required: Int
         let current: Int
@@ -23,7 +23,7 @@ enum MigrateCommand: SubsctlCommand {
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let asJSON = arguments.flag("json")
-        let statusOnly = arguments.flag("status")
+        let checkOnly = arguments.flag("check")
         do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
         guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
         let reader = ConfigurationReader(environment: Subsctl.environment)
@@ -34,7 +34,7 @@ enum MigrateCommand: SubsctlCommand {
         }
         return await Subsctl.withDatabase { pool in
             let migrator = Migrator(pool: pool, logger: Subsctl.logger, lockTimeout: lockTimeout)
-            if statusOnly {
+            if checkOnly {
                 let state = try await migrator.state(of: Migrator.bundled())
                 try Subsctl.printResult(Status(required: state.required, current: state.current, missing: state.missing), asJSON: asJSON) {
                     "schema: \(state) (this release needs \(state.required))"

@@ -157,7 +157,7 @@ public enum Subsctl {
 /// positionals. `-` alone is a positional (stdin); `--` ends the options.
 struct ParsedArguments {
     /// Options that take no value.
-    static let flags: Set<String> = ["json", "help"]
+    static let flags: Set<String> = ["json", "help", "check"]
 
     struct UsageError: Error, CustomStringConvertible {
         let description: String
