@@ -12,7 +12,8 @@
   SHUTDOWN_GRACE_SECONDS.
 - deploy/observability: `promtool check rules`, `promtool test rules`; every alert has a unit test
   and a RUNBOOK.md section; the dashboard is JSON; every scrape job an alert names is one the
-  ServiceMonitor/PodMonitor of deploy/k8s/monitoring produce.
+  ServiceMonitor/PodMonitor of deploy/k8s/monitoring produce; alerts watch HTTP 5xx and latency,
+  the App Store API's answers, credit job failures, overdue clearings, the outbox and the targets.
 - deploy/k8s: base and example overlay render with `kubectl kustomize` and every object validates
   against the Kubernetes schemas (`kubernetes-validate --strict`); the KEDA ScaledObject (no
   schema there) is checked against the Deployment and the ConfigMap; every container runs
@@ -195,6 +196,16 @@ def check_observability(promtool: str) -> None:
     exported = "\n".join(p.read_text() for d in ("Shared", "Services") for p in (ROOT / d).rglob("*.swift"))
     expressions = [r["expr"] for g in yaml.safe_load((folder / "alerts.yml").read_text())["groups"] for r in g["rules"]]
     expressions += [t["expr"] for panel in dashboard.get("panels", []) for t in panel.get("targets", [])]
+    # What issue #26 found unwatched: each of these must be read by some alert.
+    alerting = " ".join(r["expr"] for g in yaml.safe_load((folder / "alerts.yml").read_text())["groups"] for r in g["rules"])
+    for signal, metric in (("HTTP 5xx and p99 per route group", "http_server_request_duration_seconds"),
+                           ("App Store API 401/403", "appstore_server_api_responses_total"),
+                           ("credit job failures", "subs_credit_job_failures_total"),
+                           ("overdue clearings", "subs_credit_expiry_clearings_overdue"),
+                           ("the outbox backlog", "subs_outbox_oldest_age_seconds"),
+                           ("targets down", "up{")):
+        if metric not in alerting:
+            problem(f"no alert watches {signal} ({metric})")
     # A job named outright must be produced; a pattern (the dashboard's `subs-.*`) must match one.
     produced = monitor_jobs()
     for job in sorted({j for e in expressions for m in re.findall(r'job=~?"([^"]+)"', e) for j in m.split("|")}):

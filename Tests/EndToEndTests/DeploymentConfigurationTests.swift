@@ -11,7 +11,7 @@ import Testing
 /// (interpolation, healthchecks, volumes) is checked by deploy/check-deployment.py, whose checks
 /// of operations (migrations in one place, autoscaled replicas, draining, trusted proxies, the
 /// admin listener, scrape jobs, secrets from files) are shown here to catch what they are for.
-@Suite(.timeLimit(.minutes(5))) struct DeploymentConfigurationTests {
+@Suite(.timeLimit(.minutes(10))) struct DeploymentConfigurationTests {
     /// The shared service environment of the compose file (`&service-env`): name to raw value.
     static func composeServiceEnvironment() throws -> [String: String] {
         let text = try String(
@@ -127,6 +127,10 @@ import Testing
             "compose service ingress does not wait for `migrate`"
         ),
         ("deploy/UPGRADING.md", "`ADMIN_TOKENS_FILE`", "ADMIN_TOKENS as a file", "does not document ADMIN_TOKENS_FILE"),
+        (
+            "deploy/observability/alerts.yml", "increase(subs_credit_job_failures_total[15m])", "increase(subs_credit_grants_total[15m])",
+            "no alert watches credit job failures"
+        ),
     ]
 
     /// deploy/check-deployment.py on a copy of the deployment files with `edit` applied: its exit
