@@ -2,6 +2,7 @@ import Foundation
 import Kafka
 import Postgres
 import ServiceRuntime
+import Storage
 
 /// Settings both services share: where PostgreSQL and the broker are, and the event topic.
 public struct PipelineConfiguration: Sendable {
@@ -33,6 +34,14 @@ public struct PipelineConfiguration: Sendable {
     /// what could not be published stays in the outbox. Default 20; the orchestrator's grace
     /// (Kubernetes `terminationGracePeriodSeconds`, compose `stop_grace_period`) must exceed it.
     public var shutdownGrace: Duration
+    /// Whether the service applies the schema migrations itself before serving
+    /// (`MIGRATE_ON_START`). Default false: a deployment migrates in one place (`subsctl migrate`,
+    /// run by the Kubernetes Job or compose's one-shot `migrate` service) and the services wait
+    /// until the schema has every migration they carry, `/readyz` saying what they wait for
+    /// (deploy/UPGRADING.md). True suits one machine where nothing else migrates.
+    public var migrateOnStart: Bool
+    /// `lock_timeout` of each migration when `migrateOnStart` (`MIGRATION_LOCK_TIMEOUT_MS`, 0: none). Default 10 s.
+    public var migrationLockTimeout: Duration?
     /// `LOG_LEVEL`, validated here with every other setting (the logger reads it before any
     /// configuration exists). Default info.
     public var logLevel: LogLevel
@@ -44,7 +53,12 @@ public struct PipelineConfiguration: Sendable {
         }
         databaseMaxConnections = reader.int("DATABASE_MAX_CONNECTIONS", default: 16, range: 1...500)
         kafkaBrokers = reader.hostPorts("KAFKA_BROKERS")
-        kafkaProperties = KafkaConfiguration.properties(fromEnvironment: reader.environment)
+        // `KAFKA_PROPERTY_SASL_PASSWORD_FILE` and the like: the broker's secrets from files too.
+        let (kafkaEnvironment, kafkaProblems) = ConfigurationReader.resolvingFiles(reader.environment) {
+            $0.hasPrefix("KAFKA_PROPERTY_")
+        }
+        for problem in kafkaProblems { reader.report(problem.name, problem.value, problem.expected) }
+        kafkaProperties = KafkaConfiguration.properties(fromEnvironment: kafkaEnvironment)
         eventTopic = reader.string("EVENT_TOPIC", default: "appstore.events.v1")
         if eventTopic.range(of: "^[A-Za-z0-9._-]{1,249}$", options: .regularExpression) == nil {
             reader.report("EVENT_TOPIC", eventTopic, "a Kafka topic name: letters, digits, '.', '_' or '-'")
@@ -55,6 +69,8 @@ public struct PipelineConfiguration: Sendable {
         stuckAfter = .seconds(reader.int("EVENT_STUCK_AFTER_SECONDS", default: 60, range: 1...86_400))
         sweepInterval = .milliseconds(reader.int("EVENT_SWEEP_INTERVAL_MS", default: 1000, range: 10...600_000))
         shutdownGrace = .seconds(reader.int("SHUTDOWN_GRACE_SECONDS", default: 20, range: 1...3600))
+        migrateOnStart = reader.bool("MIGRATE_ON_START", default: false)
+        migrationLockTimeout = Migrator.lockTimeout(reader: reader)
         logLevel = LogLevel(rawValue: reader.oneOf("LOG_LEVEL", LogLevel.allCases.map(\.rawValue), default: "info")) ?? .info
     }
 

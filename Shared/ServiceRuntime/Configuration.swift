@@ -23,18 +23,68 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
 
 /// Reads typed settings from environment variables, collecting problems instead of stopping at
 /// the first one. Call `validate()` once everything has been read.
+///
+/// Every setting `X` may come from a file instead: `X_FILE` names it (a mounted Kubernetes or
+/// Docker secret), and its content, without the trailing line break, is the value. Setting both
+/// is a problem: nobody should have to guess which one wins.
 public final class ConfigurationReader {
     public let environment: [String: String]
     public private(set) var problems: [ConfigurationProblem] = []
+
+    /// The settings that hold secrets: each is best given as a file (`X_FILE`), and
+    /// deploy/UPGRADING.md lists them (check-deployment.py compares).
+    public static let secretSettings = [
+        "DATABASE_URL", "DATABASE_READ_URL", "PAYLOAD_ENCRYPTION_KEYS", "CURSOR_SIGNING_KEY", "SERVICE_TOKENS", "ADMIN_TOKENS",
+        "USER_TOKEN_HS256_SECRETS", "USER_TOKEN_HS256_SECRET",
+    ]
 
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         self.environment = environment
     }
 
-    /// The raw value, or nil when unset or empty.
+    /// The raw value, or nil when unset or empty; read from the file `<name>_FILE` names when that is set.
     public func raw(_ name: String) -> String? {
-        guard let value = environment[name], !value.isEmpty else { return nil }
-        return value
+        let direct = environment[name].flatMap { $0.isEmpty ? nil : $0 }
+        guard let path = environment[name + "_FILE"], !path.isEmpty else { return direct }
+        guard direct == nil else {
+            report(name + "_FILE", path, "\(name) or \(name)_FILE, not both")
+            return direct
+        }
+        guard let content = Self.read(path) else {
+            report(name + "_FILE", path, "the path of a readable file holding \(name)")
+            return nil
+        }
+        return content.isEmpty ? nil : content
+    }
+
+    /// `environment` with `X` filled from `X_FILE` for the names `include` accepts (and `X_FILE`
+    /// removed), and the problems met: both set, or a file that cannot be read. For code that
+    /// reads the environment itself (subsctl, the broker's pass-through properties).
+    public static func resolvingFiles(
+        _ environment: [String: String], include: (String) -> Bool
+    ) -> ([String: String], [ConfigurationProblem]) {
+        var resolved = environment
+        var problems: [ConfigurationProblem] = []
+        for (key, path) in environment where key.hasSuffix("_FILE") && key.count > 5 && !path.isEmpty {
+            let name = String(key.dropLast(5))
+            guard include(name) else { continue }
+            resolved[key] = nil
+            if let direct = environment[name], !direct.isEmpty {
+                problems.append(ConfigurationProblem(name: key, value: path, expected: "\(name) or \(key), not both"))
+            } else if let content = read(path) {
+                resolved[name] = content
+            } else {
+                problems.append(ConfigurationProblem(name: key, value: path, expected: "the path of a readable file holding \(name)"))
+            }
+        }
+        return (resolved, problems.sorted { $0.name < $1.name })
+    }
+
+    /// A file's text without its trailing line breaks (`echo` and editors add one).
+    static func read(_ path: String) -> String? {
+        guard var content = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        while content.last?.isNewline == true { content.removeLast() }
+        return content
     }
 
     public func string(_ name: String, default fallback: String) -> String { raw(name) ?? fallback }
@@ -112,8 +162,10 @@ public final class ConfigurationReader {
         return result
     }
 
+    /// Records a problem (once: a setting read twice reports it once).
     public func report(_ name: String, _ value: String?, _ expected: String) {
-        problems.append(ConfigurationProblem(name: name, value: value, expected: expected))
+        let problem = ConfigurationProblem(name: name, value: value, expected: expected)
+        if !problems.contains(problem) { problems.append(problem) }
     }
 
     public func validate() throws(ConfigurationError) {

@@ -25,6 +25,9 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
     case checksumMismatch(version: Int, name: String)
     /// A migration's SQL failed; its transaction was rolled back.
     case failed(version: Int, name: String, underlying: PostgresError)
+    /// A migration waited longer than the lock timeout for a table lock (other transactions held
+    /// it); rolled back, nothing applied: run again when the database is quieter.
+    case lockTimeout(version: Int, name: String, milliseconds: Int)
 
     public var description: String {
         switch self {
@@ -34,6 +37,8 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
         case .checksumMismatch(let version, let name):
             "migration \(version) (\(name)) was changed after being applied"
         case .failed(let version, let name, let underlying): "migration \(version) (\(name)) failed: \(underlying)"
+        case .lockTimeout(let version, let name, let milliseconds):
+            "migration \(version) (\(name)) waited over \(milliseconds) ms for a lock (MIGRATION_LOCK_TIMEOUT_MS) and was rolled back; run it again"
         }
     }
 }
@@ -45,17 +50,35 @@ public enum MigrationError: Error, Sendable, CustomStringConvertible {
 /// runs in its own transaction together with its row in `schema_migrations`, so it is applied
 /// entirely or not at all; its SQL must therefore not contain BEGIN/COMMIT nor statements
 /// that refuse transactions (`CREATE INDEX CONCURRENTLY`).
+///
+/// Each migration runs under `lock_timeout`: a DDL statement queued behind a long transaction
+/// would otherwise hold every later query on that table in the queue behind it (intake stops);
+/// with the timeout it gives up, is rolled back and the run fails with `lockTimeout`, to be run
+/// again. Every migration logs its start and its duration.
 public struct Migrator: Sendable {
     private let pool: PostgresPool
     private let logger: Logger
+    /// `lock_timeout` of each migration's transaction (`MIGRATION_LOCK_TIMEOUT_MS`); nil: the server's.
+    private let lockTimeout: Duration?
+    /// `MIGRATION_LOCK_TIMEOUT_MS`'s default: long enough for a busy table between two short
+    /// transactions, short enough that a blocked intake recovers in seconds.
+    public static let defaultLockTimeout = Duration.seconds(10)
 
     /// First half of the two-integer advisory lock key ("MIGR"); that key space never overlaps
     /// the single bigint keys applications usually pick.
     private static let lockClass: Int32 = 0x4D49_4752
 
-    public init(pool: PostgresPool, logger: Logger) {
+    public init(pool: PostgresPool, logger: Logger, lockTimeout: Duration? = Migrator.defaultLockTimeout) {
         self.pool = pool
         self.logger = logger
+        self.lockTimeout = lockTimeout
+    }
+
+    /// `MIGRATION_LOCK_TIMEOUT_MS` (0: no timeout; default 10000).
+    public static func lockTimeout(reader: ConfigurationReader) -> Duration? {
+        let milliseconds = reader.int(
+            "MIGRATION_LOCK_TIMEOUT_MS", default: Int(defaultLockTimeout.components.seconds) * 1000, range: 0...3_600_000)
+        return milliseconds == 0 ? nil : .milliseconds(milliseconds)
     }
 
     /// Reads the `NNNN_name.sql` files of a folder, ordered by number; other files are ignored.
@@ -128,13 +151,29 @@ public struct Migrator: Sendable {
         let done = Set(
             try await connection.query("SELECT version FROM schema_migrations").map { try $0.decode("version", as: Int.self) })
         var applied: [Int] = []
-        for migration in migrations where !done.contains(migration.version) {
-            let metadata: Logger.Metadata = [
+        let pending = migrations.filter { !done.contains($0.version) }
+        if !pending.isEmpty {
+            logger.info(
+                "migrations to apply",
+                [
+                    "migration.count": .int(Int64(pending.count)),
+                    "migration.versions": .string(pending.map { String($0.version) }.joined(separator: ",")),
+                ])
+        }
+        let timeoutMilliseconds = lockTimeout.map { Int($0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000) }
+        for (index, migration) in pending.enumerated() {
+            var metadata: Logger.Metadata = [
                 "migration.version": .int(Int64(migration.version)), "migration.name": .string(migration.name),
+                "migration.step": .string("\(index + 1)/\(pending.count)"),
             ]
             logger.info("applying migration", metadata)
+            let started = ContinuousClock.now
             do {
                 try await connection.transaction { connection in
+                    if let timeoutMilliseconds {
+                        // An integer of ours, not input: SET takes no bind parameters.
+                        try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL lock_timeout = \(timeoutMilliseconds)"))
+                    }
                     try await connection.query(PostgresQuery(unsafeSQL: migration.sql))
                     try await connection.query(
                         """
@@ -144,11 +183,33 @@ public struct Migrator: Sendable {
                 }
             } catch let error as PostgresError {
                 logger.error("migration failed", metadata.merging(["error": .string("\(error)")]) { $1 })
+                if error.sqlState == "55P03", let timeoutMilliseconds {
+                    throw MigrationError.lockTimeout(version: migration.version, name: migration.name, milliseconds: timeoutMilliseconds)
+                }
                 throw MigrationError.failed(version: migration.version, name: migration.name, underlying: error)
             }
+            let elapsed = ContinuousClock.now - started
+            metadata["migration.duration_ms"] = .int(
+                Int64(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000))
+            logger.info("migration applied", metadata)
             applied.append(migration.version)
         }
         return applied
+    }
+
+    /// The versions of `migrations` applied to the database and the highest applied at all,
+    /// without taking the lock or creating anything: what a service that does not migrate checks.
+    public func state(of migrations: [Migration]) async throws -> SchemaState {
+        let present: Bool = try await pool.query(
+            "SELECT to_regclass('schema_migrations') IS NOT NULL AS present"
+        ).single().decode("present")
+        let applied =
+            present
+            ? try await pool.query("SELECT version FROM schema_migrations").map { try $0.decode("version", as: Int.self) } : []
+        let set = Set(applied)
+        return SchemaState(
+            required: migrations.map(\.version).max() ?? 0, current: applied.max() ?? 0,
+            missing: migrations.map(\.version).filter { !set.contains($0) }.sorted())
     }
 
     private static func ordered(_ migrations: [Migration]) throws -> [Migration] {
@@ -157,5 +218,34 @@ public struct Migrator: Sendable {
             throw MigrationError.duplicateVersion(next.version)
         }
         return sorted
+    }
+}
+
+/// Where a database's schema stands against the migrations a binary carries.
+public struct SchemaState: Sendable, Equatable, CustomStringConvertible {
+    /// The highest version the binary carries: the schema it needs.
+    public let required: Int
+    /// The highest version applied (0 on an empty database).
+    public let current: Int
+    /// Versions the binary carries that the database lacks.
+    public let missing: [Int]
+
+    public init(required: Int, current: Int, missing: [Int]) {
+        self.required = required
+        self.current = current
+        self.missing = missing
+    }
+
+    /// Every migration the binary knows is applied; the database may be ahead (a newer release's
+    /// additive migrations, see deploy/UPGRADING.md).
+    public var isReady: Bool { missing.isEmpty }
+
+    /// "ok", or what is awaited: `waiting for 36, at 35`.
+    public var description: String {
+        if isReady { return "ok" }
+        let gaps =
+            missing.count == 1 || missing.last == required && missing.first! > current
+            ? "" : " (missing \(missing.map(String.init).joined(separator: ",")))"
+        return "waiting for \(required), at \(current)\(gaps)"
     }
 }

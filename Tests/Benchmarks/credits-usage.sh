@@ -42,7 +42,7 @@ DATABASE_URL="$bench_url" EVENT_TOPIC="$topic" INGRESS_HTTP_PORT="$PORT" INGRESS
     PAYLOAD_ENCRYPTION_KEYS="bench:$(openssl rand -base64 32)" CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" \
     USER_TOKEN_HS256_SECRET="$(openssl rand -base64 32)" APPLE_IAP_ENV=Sandbox APPLE_IAP_BUNDLE_ID=com.example.subscriptions \
     APPLE_IAP_ROOT_CERTS="$work/signer/root.pem" APPLE_IAP_ALLOW_TEST_ROOTS=true LOG_LEVEL="${BENCH_LOG_LEVEL:-warning}" \
-    "$bin/ingress" >"$work/ingress.log" 2>&1 &
+    MIGRATE_ON_START=true "$bin/ingress" >"$work/ingress.log" 2>&1 &
 ingress_pid=$!
 for _ in $(seq 300); do curl -fsS "$base/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
 curl -fsS "$base/readyz" >/dev/null || { echo "the ingress did not become ready:" >&2; tail -20 "$work/ingress.log" >&2; exit 1; }

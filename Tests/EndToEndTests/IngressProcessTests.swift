@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-/// The ingress binary as operators run it: environment only, migrations at start-up, probes.
+/// The ingress binary as operators run it: environment only, the schema waited for, probes.
 @Suite(.timeLimit(.minutes(3)))
 struct IngressProcessTests {
     @Test func startsFromItsEnvironmentAndAnswersTheProbes() async throws {

@@ -32,9 +32,10 @@ struct PipelineHarness {
     ///   - brokers: the Kafka brokers of the slice (default: the local services').
     ///   - existingDatabase: a database on that server to use as it is (the scale run's), instead
     ///     of a new one.
+    ///   - migrations: the schema to migrate to (default: every bundled migration).
     static func make(
         partitions: Int = 6, appleEnvironment: AppStoreEnvironment = .sandbox, server: String? = nil, brokers: String? = nil,
-        existingDatabase: String? = nil
+        existingDatabase: String? = nil, migrations: [Migration]? = nil
     ) async throws -> PipelineHarness {
         let baseURL = try server ?? TestEnvironment.databaseURL()
         let brokers = try brokers ?? TestEnvironment.kafkaBrokers()
@@ -45,6 +46,14 @@ struct PipelineHarness {
             // The name is generated above, never input: safe to splice into DDL.
             try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"))
             await admin.shutdown()
+        }
+        // As a deployment does: the schema is migrated in one place before any service starts
+        // (the services wait for it; MIGRATE_ON_START is for a lone machine).
+        let pool = PostgresPool(
+            configuration: TestEnvironment.poolConfiguration(url: Self.replacingDatabase(in: baseURL, with: database), maximumConnections: 1),
+            logger: Logger(label: "e2e", level: .warning))
+        try await withResource({ pool }, cleanUp: { await $0.shutdown() }) {
+            try await Migrator(pool: $0, logger: Logger(label: "e2e", level: .warning)).migrate(migrations ?? Migrator.bundled())
         }
         let signer = try TestAppleSigner()
         var appleSettings = try signer.verifierEnvironment(

@@ -126,4 +126,49 @@ struct MigratorTests {
             #expect(try await migrator.migrate(bundled) == [])
         }
     }
+
+    /// A migration queued behind another session's lock gives up after the lock timeout instead of
+    /// holding every later query on the table behind it; nothing of it stays, and it applies once
+    /// the lock is gone.
+    @Test func aMigrationBlockedOnALockGivesUpAfterTheLockTimeout() async throws {
+        try await Fixture.withSchema { pool, url in
+            try await Migrator(pool: pool, logger: Fixture.logger).migrate(migrations)
+            let alter = Migration(version: 4, name: "alter_runs", sql: "ALTER TABLE runs ADD COLUMN later int;")
+            let migrator = Migrator(pool: pool, logger: Fixture.logger, lockTimeout: .milliseconds(200))
+            let holder = PostgresPool(configuration: TestEnvironment.poolConfiguration(url: url, maximumConnections: 1), logger: Fixture.logger)
+            try await withResource({ holder }, cleanUp: { await $0.shutdown() }) { holder in
+                try await holder.withConnection { connection in
+                    try await connection.transaction { connection in
+                        // A reader's open transaction, as a long report would hold it.
+                        try await connection.query("LOCK TABLE runs IN ACCESS SHARE MODE")
+                        await #expect {
+                            try await migrator.migrate(migrations + [alter])
+                        } throws: { error in
+                            if case MigrationError.lockTimeout(version: 4, name: "alter_runs", milliseconds: 200) = error { true } else { false }
+                        }
+                    }
+                }
+            }
+            let state = try await migrator.state(of: migrations + [alter])
+            #expect(state == SchemaState(required: 4, current: 3, missing: [4]))
+            #expect(state.description == "waiting for 4, at 3")
+            #expect(try await migrator.migrate(migrations + [alter]) == [4])
+            #expect(try await migrator.state(of: migrations + [alter]).isReady)
+        }
+    }
+
+    /// What a service that does not migrate reads: nothing on an empty schema, the gaps otherwise;
+    /// a schema ahead of the migrations it knows is ready.
+    @Test func stateReportsWhatIsMissing() async throws {
+        try await Fixture.withSchema { pool, _ in
+            let migrator = Migrator(pool: pool, logger: Fixture.logger)
+            #expect(try await migrator.state(of: migrations) == SchemaState(required: 3, current: 0, missing: [1, 2, 3]))
+            #expect(try await migrator.state(of: migrations).description == "waiting for 3, at 0")
+            try await migrator.migrate(Array(migrations.prefix(1)))
+            #expect(try await migrator.state(of: migrations).description == "waiting for 3, at 1")
+            try await migrator.migrate(migrations)
+            #expect(try await migrator.state(of: Array(migrations.prefix(2))).isReady)
+            #expect(try await migrator.state(of: migrations).description == "ok")
+        }
+    }
 }

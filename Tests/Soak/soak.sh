@@ -63,11 +63,11 @@ start_ingress() {
         INGRESS_MAX_CONNECTIONS_PER_IP=100000 INGRESS_NOTIFICATION_RATE_PER_SECOND=1000000 \
         INGRESS_NOTIFICATION_RATE_BURST=1000000 SERVICE_TOKENS="soak:$SOAK_SERVICE_TOKEN" \
         CURSOR_SIGNING_KEY="$(openssl rand -base64 32)" USER_TOKEN_HS256_SECRET="$SOAK_USER_SECRET" \
-        "$bin/ingress" >>"$work/ingress.log" 2>&1 &
+        MIGRATE_ON_START=true "$bin/ingress" >>"$work/ingress.log" 2>&1 &
     ingress_pid=$!
 }
 start_worker() {  # name
-    WORKER_ID="$1" FULFILLMENT_HTTP_PORT=0 FULFILLMENT_HTTP_HOST=127.0.0.1 "$bin/fulfillment" >>"$work/$1.log" 2>&1 &
+    WORKER_ID="$1" FULFILLMENT_HTTP_PORT=0 FULFILLMENT_HTTP_HOST=127.0.0.1 MIGRATE_ON_START=true "$bin/fulfillment" >>"$work/$1.log" 2>&1 &
     worker_pids+=($!)
 }
 start_ingress

@@ -72,7 +72,7 @@ struct CatalogAndTokenCommandTests {
             return await SubsctlInProcess.run(["catalog", "apply", Self.demoPath], environment: ["DATABASE_URL": try #require(components.string)])
         }
         #expect(bare.status == 78)
-        #expect(bare.error.contains("start the ingress or a worker once"), "\(bare.stderr)")
+        #expect(bare.error.contains("run `subsctl migrate` first"), "\(bare.stderr)")
     }
 
     /// The JSON object in segment `index` of a compact JWS.

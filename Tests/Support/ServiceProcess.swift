@@ -100,10 +100,13 @@ public final class ServiceProcess: @unchecked Sendable {
 
     /// The HTTP port the service logged (`"http.port":N`), for services started on port 0 so the
     /// kernel picks a port nobody else can take between choosing and binding it.
+    /// The ingress's is on its "ingress listening" line: its probes' listener starts (and logs
+    /// its own `http.port`) first, before the schema is there.
     public var httpPort: Int? {
         let log = output
-        guard let range = log.range(of: #""http.port":(\d+)"#, options: .regularExpression) else { return nil }
-        return Int(log[range].dropFirst("\"http.port\":".count))
+        let pattern = log.contains(#""message":"ingress listening""#) ? #""ingress listening","http.port":\d+"# : #""http.port":\d+"#
+        guard let range = log.range(of: pattern, options: .regularExpression) else { return nil }
+        return log[range].split(separator: ":").last.flatMap { Int($0) }
     }
 
     /// The internal listener's port the ingress logged (`"internal.http.port":N`).

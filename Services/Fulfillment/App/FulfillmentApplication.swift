@@ -26,6 +26,8 @@ public struct FulfillmentApplication: Sendable {
     let retention: EventRetention
     /// The heartbeat of the leases on the events and tasks this worker is working on.
     let renewal: LeaseRenewal
+    /// What the probes say of the schema while the worker waits for its migrations.
+    let schema = SchemaGate()
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -79,8 +81,17 @@ public struct FulfillmentApplication: Sendable {
             ] + sampler.families
         }
         var router = Router()
-        router.get("/healthz") { _ in Self.answer(consumer.health.liveness(stall: stall)) }
-        router.get("/readyz") { _ in Self.answer(consumer.health.readiness(stall: stall)) }
+        // While the schema is awaited the worker is alive (the start-up probe must not kill it
+        // during a long migration elsewhere) and not ready, and both say what it waits for.
+        let schema = schema
+        router.get("/healthz") { _ in
+            schema.waitingFor.map { Self.answer(.init(ok: true, reason: "schema \($0)"), schema: $0) }
+                ?? Self.answer(consumer.health.liveness(stall: stall))
+        }
+        router.get("/readyz") { _ in
+            schema.waitingFor.map { Self.answer(.init(ok: false, reason: "schema \($0)"), schema: $0) }
+                ?? Self.answer(consumer.health.readiness(stall: stall))
+        }
         router.get("/metrics") { _ in
             .text(MetricsRegistry.shared.prometheusText(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
@@ -110,13 +121,17 @@ public struct FulfillmentApplication: Sendable {
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.
-    static func answer(_ verdict: KafkaConsumerHealth.Verdict) -> HTTPResponse {
-        .json(["status": verdict.ok ? "ok" : "unavailable", "reason": verdict.reason], status: verdict.ok ? 200 : 503)
+    static func answer(_ verdict: KafkaConsumerHealth.Verdict, schema: String = "ok") -> HTTPResponse {
+        .json(
+            ["status": verdict.ok ? "ok" : "unavailable", "reason": verdict.reason, "schema": schema], status: verdict.ok ? 200 : 503)
     }
 
+    /// Opens the probes' listener, waits for the schema (or migrates, `MIGRATE_ON_START`) and the
+    /// topic, then runs until SIGTERM/SIGINT.
     public func run() async throws {
-        try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger)
         try operations.start()
+        logger.info("probes listening", ["http.port": .int(Int64(operations.port))])
+        try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger, schema: schema)
         logger.info(
             "fulfillment worker starting",
             [

@@ -41,7 +41,8 @@ public struct IngressApplication: Sendable {
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
             stuckAfter: configuration.pipeline.stuckAfter, logger: logger,
             ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger), topicReady: false)
-        readiness = ReadinessMonitor(pool: pool, producer: producer, topic: configuration.pipeline.eventTopic)
+        readiness = ReadinessMonitor(
+            pool: pool, producer: producer, topic: configuration.pipeline.eventTopic, schema: SchemaGate())
         let context = try IngressContext(
             configuration: configuration, pool: pool, readPool: readPool, publisher: publisher, readiness: readiness, clock: clock,
             logger: logger)
@@ -75,14 +76,19 @@ public struct IngressApplication: Sendable {
             + (adminServer.map { [$0] } ?? [])
     }
 
-    /// Migrates, creates the topic (or leaves it to the sweeper when the broker does not answer
-    /// within a few seconds), then serves until SIGTERM/SIGINT, stopping within the grace.
+    /// Opens the probes' listener, waits for the schema (or migrates, `MIGRATE_ON_START`), creates
+    /// the topic (or leaves it to the sweeper when the broker does not answer within a few
+    /// seconds), then serves until SIGTERM/SIGINT, stopping within the grace.
     public func run() async throws {
-        try await Bootstrap.prepare(configuration: configuration.pipeline, pool: pool, logger: logger, topicWait: .seconds(5))
+        // Probes first: /healthz answers and /readyz says what the schema waits for while the
+        // set-up Job migrates, so a long migration does not fail the start-up probe.
+        try internalServer.start()
+        logger.info("probes listening", ["internal.http.port": .int(Int64(internalServer.port))])
+        try await Bootstrap.prepare(
+            configuration: configuration.pipeline, pool: pool, logger: logger, topicWait: .seconds(5), schema: readiness.schema)
         // Observed once before listening, so the first /readyz already has an answer.
         await readiness.observe()
         try server.start()
-        try internalServer.start()
         logger.info(
             "ingress listening",
             ["http.port": .int(Int64(server.port)), "internal.http.port": .int(Int64(internalServer.port))])

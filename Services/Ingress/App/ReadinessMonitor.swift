@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import Kafka
+import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
@@ -15,13 +16,16 @@ import Synchronization
 /// pods out of the Service (Apple's webhook and the client API with them). The broker's state is
 /// in the body and in `subs_broker_up`; a growing outbox raises `SubsOutboxBacklogOld`. From the
 /// moment the process is asked to stop it answers 503, so load balancers stop sending while the
-/// requests in flight finish.
+/// requests in flight finish. Before the schema has every migration the binary carries (the
+/// set-up Job has not finished) it answers 503 with what it waits for in `schema`.
 final class ReadinessMonitor: Service, Sendable {
     /// Body of `/readyz`: each dependency's state.
     struct Readiness: Encodable, Equatable {
         var status: String
         var postgres: String
         var kafka: String
+        /// "ok", or the migrations awaited (`waiting for 36, at 35`).
+        var schema: String
     }
 
     let name = "readiness"
@@ -35,6 +39,8 @@ final class ReadinessMonitor: Service, Sendable {
     static let failuresToReport = 2
     private let probePostgres: @Sendable () async -> String
     private let probeKafka: @Sendable () async -> String
+    /// Set while the process waits for its schema (Bootstrap); "ok" afterwards.
+    let schema: SchemaGate
     private let latest = Mutex<(readiness: Readiness, at: ContinuousClock.Instant)?>(nil)
     /// Failed probes in a row, PostgreSQL's and the broker's.
     private let failures = Mutex((postgres: 0, kafka: 0))
@@ -47,9 +53,11 @@ final class ReadinessMonitor: Service, Sendable {
 
     /// Observes through the running pool (one query) and the running producer's own client (its
     /// metadata: the broker up and the event topic known).
-    convenience init(pool: PostgresPool, producer: KafkaProducer, topic: String, interval: Duration = .milliseconds(500)) {
+    convenience init(
+        pool: PostgresPool, producer: KafkaProducer, topic: String, schema: SchemaGate, interval: Duration = .milliseconds(500)
+    ) {
         self.init(
-            interval: interval,
+            interval: interval, schema: schema,
             postgres: {
                 (try? await DatabaseProbe.check(pool)) == nil ? "unavailable" : "ok"
             },
@@ -64,10 +72,11 @@ final class ReadinessMonitor: Service, Sendable {
 
     /// Each probe answers "ok" or what is wrong.
     init(
-        interval: Duration, postgres: @escaping @Sendable () async -> String,
+        interval: Duration, schema: SchemaGate = .ready, postgres: @escaping @Sendable () async -> String,
         kafka: @escaping @Sendable () async -> String
     ) {
         self.interval = interval
+        self.schema = schema
         probePostgres = postgres
         probeKafka = kafka
     }
@@ -103,18 +112,24 @@ final class ReadinessMonitor: Service, Sendable {
         let ready = reported.0 == "ok"
         latest.withLock {
             $0 = (
-                Readiness(status: ready ? "ready" : "not ready", postgres: reported.0, kafka: reported.1), ContinuousClock.now
+                Readiness(status: ready ? "ready" : "not ready", postgres: reported.0, kafka: reported.1, schema: "ok"),
+                ContinuousClock.now
             )
         }
     }
 
     /// 200 with the last observation when it is recent and PostgreSQL is up, else 503 (also
-    /// before the first observation, when observing has stalled, and once stopping).
+    /// before the first observation, when observing has stalled, while the schema is awaited
+    /// and once stopping).
     func response() -> HTTPResponse {
-        let stale = Readiness(status: "not ready", postgres: "unknown", kafka: "unknown")
+        let stale = Readiness(status: "not ready", postgres: "unknown", kafka: "unknown", schema: schema.status)
         var readiness = latest.withLock { latest -> Readiness in
             guard let latest, ContinuousClock.now - latest.at <= Self.staleAfter else { return stale }
             return latest.readiness
+        }
+        if let waiting = schema.waitingFor {
+            readiness.status = "not ready"
+            readiness.schema = waiting
         }
         if draining.load(ordering: .relaxed) { readiness.status = "shutting down" }
         return .json(readiness, status: readiness.status == "ready" ? 200 : 503)

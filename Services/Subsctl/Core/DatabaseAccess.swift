@@ -14,7 +14,7 @@ extension Subsctl {
         do {
             status = try await body(pool)
         } catch let error as PostgresError where error.sqlState == .undefinedTable {
-            printError("the database schema is not there yet (\(error)): start the ingress or a worker once (they migrate it)")
+            printError("the database schema is not there yet (\(error)): run `subsctl migrate` first")
             status = ExitStatus.configuration
         } catch let error as PostgresError where error.isRetryable {
             printError("database unavailable, nothing changed: \(error)")

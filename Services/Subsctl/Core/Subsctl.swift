@@ -59,7 +59,15 @@ public enum Subsctl {
         output: @escaping @Sendable (String) -> Void = writeStandardOutput,
         error: @escaping @Sendable (String) -> Void = writeStandardError
     ) async -> Int32 {
-        let invocation = Invocation(environment: environment, readInput: input, writeOutput: output, writeError: error)
+        // Secrets given as files (`X_FILE`), as the services read them.
+        let (resolved, problems) = ConfigurationReader.resolvingFiles(environment) {
+            ConfigurationReader.secretSettings.contains($0)
+        }
+        guard problems.isEmpty else {
+            error(problems.map { "subsctl: \($0)\n" }.joined())
+            return ExitStatus.configuration
+        }
+        let invocation = Invocation(environment: resolved, readInput: input, writeOutput: output, writeError: error)
         return await Invocation.$current.withValue(invocation) { await run(arguments) }
     }
 
@@ -149,7 +157,7 @@ public enum Subsctl {
 /// positionals. `-` alone is a positional (stdin); `--` ends the options.
 struct ParsedArguments {
     /// Options that take no value.
-    static let flags: Set<String> = ["json", "help"]
+    static let flags: Set<String> = ["json", "help", "check"]
 
     struct UsageError: Error, CustomStringConvertible {
         let description: String

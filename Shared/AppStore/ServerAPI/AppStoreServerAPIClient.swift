@@ -260,13 +260,14 @@ public final class AppStoreServerAPIClient: Sendable {
     }
 
     /// Retry-After in seconds or as an HTTP date; nil when absent or unreadable.
-    /// `appstore_server_api_responses_total` by status: 2xx, 401, 429, 4xx, 5xx, or `error` when
-    /// no answer came (transport failure, timeout); the alert on 429 and 5xx reads it.
+    /// `appstore_server_api_responses_total` by status: 2xx, 401, 403, 429, 4xx, 5xx, or `error`
+    /// when no answer came (transport failure, timeout); the alerts on 429 and 5xx and on 401/403
+    /// (a revoked key or wrong issuer) read it.
     static func countResponse(status: Int?) {
         let label: String
         switch status {
         case nil: label = "error"
-        case 401, 429: label = String(status!)
+        case 401, 403, 429: label = String(status!)
         case let code?: label = "\(min(max(code / 100, 1), 5))xx"
         }
         MetricsRegistry.shared.counter(
