@@ -14,8 +14,8 @@ extension ChainBindingStore {
     /// What a product unlocks, as the clock job's events name it: the plan code of its catalogue
     /// rows until the catalogue stores the entitlements themselves (the one place to repoint).
     static let entitlementsOfProduct: PostgresQuery = """
-        coalesce((SELECT json_agg(DISTINCT p.plan_code ORDER BY p.plan_code) FROM payment_product p
-                   WHERE p.product_id = s.active_product_id AND NOT p.deleted), '[]')::text
+        (SELECT string_agg(DISTINCT p.plan_code, chr(31) ORDER BY p.plan_code) FROM payment_product p
+          WHERE p.product_id = s.active_product_id AND NOT p.deleted)
         """
 
     /// Locks up to `limit` rows whose next change is at or before `now` (not frozen), with their
@@ -48,7 +48,7 @@ extension ChainBindingStore {
                     isFamilyShared: try row.decode("is_family_shared"), inBillingRetry: try row.decode("in_billing_retry"),
                     nextChangeAt: try row.decode("next_change_at")),
                 userID: try row.decode("user_id"),
-                entitlements: try JSONDecoder().decode([String].self, from: Data(try row.decode("entitlements", as: String.self).utf8)))
+                entitlements: (try row.decode("entitlements", as: String?.self))?.split(separator: "\u{1F}").map(String.init) ?? [])
         }
     }
 

@@ -4,7 +4,7 @@
 # status history and outbound event; the ceiling is 30 s (deploy/CAPACITY.md).
 #
 #   Tests/Benchmarks/subscription-clock.sh
-#   BENCH_CLOCK_ROWS=20000 Tests/Benchmarks/subscription-clock.sh
+#   BENCH_CLOCK_ROWS=20000 BENCH_CLOCK_BATCH=2000 Tests/Benchmarks/subscription-clock.sh
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../deploy/local/env.sh"
 command -v swift >/dev/null 2>&1 || export PATH="/opt/swift/usr/bin:$PATH"

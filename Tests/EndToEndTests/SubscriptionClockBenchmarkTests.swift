@@ -14,6 +14,7 @@ import Testing
 struct SubscriptionClockBenchmarkTests {
     @Test func advancesAHundredThousandDueSubscriptions() async throws {
         let rows = Int(ProcessInfo.processInfo.environment["BENCH_CLOCK_ROWS"] ?? "") ?? 100_000
+        let batch = Int(ProcessInfo.processInfo.environment["BENCH_CLOCK_BATCH"] ?? "") ?? 500
         try await withTestDatabase("clockbench") { database in
             let pool = database.pool
             try await pool.query(
@@ -36,14 +37,14 @@ struct SubscriptionClockBenchmarkTests {
             try await pool.query("ANALYZE user_subscription")
             let now = Date()
             let start = ContinuousClock.now
-            async let first = SubscriptionClock(pool: pool).advance(now: now)
-            async let second = SubscriptionClock(pool: pool).advance(now: now)
+            async let first = SubscriptionClock(pool: pool, batchSize: batch).advance(now: now)
+            async let second = SubscriptionClock(pool: pool, batchSize: batch).advance(now: now)
             let advanced = try await first + second
             let elapsed = ContinuousClock.now - start
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let events = try await database.count("SELECT count(*) FROM outbound_event")
             print(
-                "subscription_clock rows=\(advanced) runners=2 batch=500 seconds=\(String(format: "%.1f", seconds)) "
+                "subscription_clock rows=\(advanced) runners=2 batch=\(batch) seconds=\(String(format: "%.1f", seconds)) "
                     + "rows_per_second=\(Int(Double(advanced) / seconds)) events=\(events) ceiling_seconds=30")
             #expect(advanced == rows)
         }

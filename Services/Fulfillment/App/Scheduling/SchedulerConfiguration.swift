@@ -44,7 +44,9 @@ public struct SchedulerConfiguration: Sendable {
     /// (expiry, grace end, billing retry's end) within seconds of the moment
     /// (`SUBSCRIPTION_CLOCK_INTERVAL_MS`, 0 disables in this process). Default 1000.
     public var clockInterval: Duration?
-    /// Rows per clock job transaction (`SUBSCRIPTION_CLOCK_BATCH_SIZE`). Default 500.
+    /// Rows per clock job transaction (`SUBSCRIPTION_CLOCK_BATCH_SIZE`, 1–1000). Default 500: each
+    /// row holds its chain's advisory lock until commit, and PostgreSQL's lock table is shared
+    /// (2 runners × 2,000 rows ran out of it with the default `max_locks_per_transaction`).
     public var clockBatchSize: Int
 
     public init(reader: ConfigurationReader) {
@@ -71,7 +73,7 @@ public struct SchedulerConfiguration: Sendable {
         ]
         let clock = reader.int("SUBSCRIPTION_CLOCK_INTERVAL_MS", default: 1000, range: 0...60_000)
         clockInterval = clock == 0 ? nil : .milliseconds(clock)
-        clockBatchSize = reader.int("SUBSCRIPTION_CLOCK_BATCH_SIZE", default: 500, range: 1...10_000)
+        clockBatchSize = reader.int("SUBSCRIPTION_CLOCK_BATCH_SIZE", default: 500, range: 1...1000)
     }
 }
 
