@@ -5,11 +5,14 @@ import ServiceRuntime
 import Storage
 
 extension CreditJobs {
-    /// Clears the SUBSCRIPTION pool of users whose subscription truly ended (EXPIRED or REVOKED;
-    /// not auto-renew off, not grace, not billing retry) before `now`'s UTC day began, i.e. at the
-    /// first UTC midnight after the later of its expiry and the moment it was known to have ended.
-    /// A user entitled again by then (any chain ACTIVE, GRACE or BILLING_RETRY) keeps the pool.
-    /// Each ending is handled once. Returns the number of pools cleared.
+    /// Clears the SUBSCRIPTION lots of chains that truly ended (EXPIRED or REVOKED; not auto-renew
+    /// off, not grace, not billing retry) before `now`'s UTC day began: an expired chain at the
+    /// first UTC midnight after the later of its expiry and the moment it was known to have ended,
+    /// a revoked one at the first UTC midnight after its revocation. Each chain clears only its own
+    /// lots: the user's other chains (a new subscription, a Sandbox test chain) neither keep an
+    /// ended chain's credits nor lose theirs, and lots of no chain (an operator's) stay. Each ending
+    /// is handled once, and only together with the clearing of what it owns; a `credits.cleared`
+    /// event tells the app. Returns the number of chains whose lots were cleared.
     @discardableResult
     public func clearExpiredPools(now: Date, wait: Bool = true) async throws -> Int {
         let startOfToday = UTCDay(containing: now).start
@@ -21,7 +24,7 @@ extension CreditJobs {
             cleared += result.cleared
         }
         metrics.poolsCleared.increment(by: cleared)
-        if cleared > 0 { logger.info("expired subscription pools cleared", ["credits.pools_cleared": .int(Int64(cleared))]) }
+        if cleared > 0 { logger.info("ended chains' subscription credits cleared", ["credits.pools_cleared": .int(Int64(cleared))]) }
         return cleared
     }
 
@@ -34,15 +37,21 @@ extension CreditJobs {
 
     /// Endings due for clearing and not handled yet: found through the chains' marks of their
     /// handled ending (an index of the unmarked endings only), checked against the clearing rows.
+    /// A revocation is due from its own date (the refunded period's expiry may be weeks later).
     private static let dueEndings: StaticString = """
         SELECT s.user_id, s.environment, s.original_transaction_id, s.last_transaction_id, s.status
           FROM user_subscription s
          WHERE s.status IN ('EXPIRED', 'REVOKED') AND s.cleared_ending IS DISTINCT FROM s.last_transaction_id || ':' || s.status
-           AND greatest(s.expires_at, s.grace_expires_at,
-                        coalesce((SELECT max(h.created_at) FROM status_history h
-                                   WHERE h.entity_type = 'SUBSCRIPTION'
-                                     AND h.entity_key = s.environment || ':' || s.original_transaction_id
-                                     AND h.current_status = s.status), s.updated_at)) < $1
+           AND CASE WHEN s.status = 'REVOKED'
+                    THEN coalesce((SELECT t.revocation_date FROM apple_transaction t
+                                    WHERE t.environment = s.environment AND t.transaction_id = s.last_transaction_id),
+                                  s.updated_at)
+                    ELSE greatest(s.expires_at, s.grace_expires_at,
+                                  coalesce((SELECT max(h.created_at) FROM status_history h
+                                             WHERE h.entity_type = 'SUBSCRIPTION'
+                                               AND h.entity_key = s.environment || ':' || s.original_transaction_id
+                                               AND h.current_status = s.status), s.updated_at))
+               END < $1
            AND NOT EXISTS (SELECT 1 FROM credit_expiry_clearing c
                             WHERE c.environment = s.environment AND c.original_transaction_id = s.original_transaction_id
                               AND c.last_transaction_id = s.last_transaction_id AND c.status = s.status)
@@ -56,8 +65,8 @@ extension CreditJobs {
         guard !candidates.isEmpty else { return (Endings(), 0) }
         var users: [String] = []
         for row in candidates { users.append(try row.decode("user_id")) }
-        // Lock the pools first, then read the subscriptions again: a fulfillment that makes the user
-        // entitled again either committed before (seen here) or grants after this clears.
+        // Lock the pools first, then read the endings and their lots: a fulfillment that renews the
+        // chain (a new ending key) or grants to it either committed before (seen here) or after this.
         var balances: [String: MicroCredits] = [:]
         for row in try await db.query(
             """
@@ -70,35 +79,43 @@ extension CreditJobs {
         let endings = try await db.query(
             PostgresQuery(
                 unsafeSQL: """
-                    SELECT d.*, EXISTS (SELECT 1 FROM user_subscription e WHERE e.user_id = d.user_id
-                                           AND e.status IN ('ACTIVE', 'GRACE', 'BILLING_RETRY')) AS entitled
+                    SELECT d.*, (SELECT coalesce(sum(g.remaining), 0) FROM credit_grant g
+                                  WHERE g.environment = d.environment AND g.original_transaction_id = d.original_transaction_id
+                                    AND g.user_id = d.user_id AND g.pool = 'SUBSCRIPTION' AND g.remaining > 0)::bigint AS owned
                       FROM (\(Self.dueEndings)) d WHERE d.user_id = ANY($2::text[])
+                     ORDER BY d.user_id, d.environment, d.original_transaction_id
                     """,
                 binds: [startOfToday.postgresData, PostgresArray(users).postgresData]))
         var handled = Endings()
         var entries = LedgerEntries()
-        var clearedUsers: Set<String> = []
-        var clearedBy: [String: String] = [:]
+        var chains = ClearedChains()
+        var events: [OutboundEvent] = []
         for row in endings {
             let user: String = try row.decode("user_id")
-            let entitled: Bool = try row.decode("entitled")
             let environment: String = try row.decode("environment")
             let original: String = try row.decode("original_transaction_id")
             let last: String = try row.decode("last_transaction_id")
-            var amount: MicroCredits = 0
-            if !entitled, !clearedUsers.contains(user), let balance = balances[user], balance > 0 {
-                amount = balance
-                clearedBy[user] = CreditRules.endingKey(
-                    environment: environment, originalTransactionID: original, lastTransactionID: last,
-                    status: try row.decode("status"))
+            let status: String = try row.decode("status")
+            // The lots add up to the balance (the ledger check says so); the minimum only guards it.
+            let amount = min(try row.decode("owned", as: Int64.self), balances[user] ?? 0)
+            if amount > 0 {
+                let ending = CreditRules.endingKey(
+                    environment: environment, originalTransactionID: original, lastTransactionID: last, status: status)
+                balances[user, default: 0] -= amount
+                chains.append(user: user, environment: environment, original: original, ending: ending, amount: amount)
                 entries.append(
-                    user: user, pool: .subscription, delta: -balance, after: 0, type: "EXPIRY_CLEARING",
+                    user: user, pool: .subscription, delta: -amount, after: balances[user, default: 0], type: "EXPIRY_CLEARING",
                     reference: "expiry:\(environment):\(original):\(last)")
+                events.append(
+                    OutboundEvent(
+                        key: "\(OutboundEventType.creditsCleared.rawValue):\(ending)", type: .creditsCleared, userID: user,
+                        environment: environment, occurredAt: now,
+                        data: [
+                            "pool": .string(CreditPool.subscription.rawValue), "amount": .string(CreditAmount.decimal(amount)),
+                            "originalTransactionId": .string(original),
+                        ]))
             }
-            if !entitled { clearedUsers.insert(user) }
-            handled.append(
-                environment: environment, original: original, last: last, status: try row.decode("status"),
-                user: user, amount: amount)
+            handled.append(environment: environment, original: original, last: last, status: status, user: user, amount: amount)
         }
         try await db.query(
             """
@@ -110,8 +127,9 @@ extension CreditJobs {
                           \(PostgresArray(handled.users))::text[], \(PostgresArray(handled.amounts))::bigint[])
             ON CONFLICT DO NOTHING
             """)
-        try await ledger.clearSubscriptionPools(endings: clearedBy, entries: entries, on: db)
-        return (handled, clearedBy.count)
+        try await ledger.clearChainLots(chains, entries: entries, on: db)
+        if !events.isEmpty { _ = try await OutboundEventStore(pool: pool).append(events, on: db) }
+        return (handled, chains.count)
     }
 
     /// Marks the chains whose endings a batch handled, after it committed (see `dueEndings`): in
@@ -144,6 +162,25 @@ private struct Endings {
         lasts.append(last)
         statuses.append(status)
         users.append(user)
+        amounts.append(amount)
+    }
+}
+
+/// Chains whose SUBSCRIPTION lots a batch clears, as parallel arrays.
+struct ClearedChains {
+    var users: [String] = []
+    var environments: [String] = []
+    var originals: [String] = []
+    var endings: [String] = []
+    var amounts: [Int64] = []
+
+    var count: Int { users.count }
+
+    mutating func append(user: String, environment: String, original: String, ending: String, amount: MicroCredits) {
+        users.append(user)
+        environments.append(environment)
+        originals.append(original)
+        endings.append(ending)
         amounts.append(amount)
     }
 }

@@ -340,7 +340,7 @@ public struct CreditLedger: Sendable {
     }
 
     /// Books ledger entries in order (ids follow the array order) for balance changes a job wrote
-    /// with `setBalances` or `clearSubscriptionPools`.
+    /// with `setBalances` or `clearChainLots`.
     func insert(_ entries: LedgerEntries, on db: PostgresConnection) async throws {
         guard !entries.userIDs.isEmpty else { return }
         try await db.query(
@@ -371,24 +371,27 @@ public struct CreditLedger: Sendable {
         try await insert(entries, on: db)
     }
 
-    /// Empties the SUBSCRIPTION pools of users whose chain truly ended, each lot remembering what
-    /// the clearing took and which ending took it (`CreditRules.clear`), so that a reversed refund
-    /// gives exactly that back; with their ledger entries. The caller holds the accounts' locks.
-    func clearSubscriptionPools(endings: [String: String], entries: LedgerEntries, on db: PostgresConnection)
-        async throws
-    {
-        guard !endings.isEmpty else { return }
-        let users = endings.keys.sorted()
+    /// Clears the SUBSCRIPTION lots of chains that truly ended, each lot remembering what the
+    /// clearing took and which ending took it (`CreditRules.clear`), so that a reversed refund
+    /// gives exactly that back; the pools lose what the lots held, with their ledger entries. The
+    /// caller holds the accounts' locks and read what each chain's lots hold (`amounts`).
+    func clearChainLots(_ chains: ClearedChains, entries: LedgerEntries, on db: PostgresConnection) async throws {
+        guard chains.count > 0 else { return }
         try await db.query(
             """
-            WITH emptied AS (
-                UPDATE credit_account SET balance = 0, updated_at = now()
-                 WHERE pool = 'SUBSCRIPTION' AND user_id = ANY(\(PostgresArray(users))::text[])
+            WITH c AS MATERIALIZED (
+                SELECT * FROM unnest(\(PostgresArray(chains.users))::text[], \(PostgresArray(chains.environments))::text[],
+                                     \(PostgresArray(chains.originals))::text[], \(PostgresArray(chains.endings))::text[],
+                                     \(PostgresArray(chains.amounts))::bigint[]) AS c(user_id, environment, original, ending, amount)
+            ), emptied AS (
+                UPDATE credit_account a SET balance = a.balance - t.amount, updated_at = now()
+                  FROM (SELECT user_id, sum(amount)::bigint AS amount FROM c GROUP BY user_id) t
+                 WHERE a.pool = 'SUBSCRIPTION' AND a.user_id = t.user_id
             )
             UPDATE credit_grant g SET cleared_amount = g.remaining, cleared_by = c.ending, remaining = 0
-              FROM unnest(\(PostgresArray(users))::text[], \(PostgresArray(users.map { endings[$0] ?? "" }))::text[])
-                   AS c(user_id, ending)
-             WHERE g.user_id = c.user_id AND g.pool = 'SUBSCRIPTION' AND g.remaining > 0
+              FROM c
+             WHERE g.environment = c.environment AND g.original_transaction_id = c.original AND g.user_id = c.user_id
+               AND g.pool = 'SUBSCRIPTION' AND g.remaining > 0
             """)
         try await insert(entries, on: db)
     }

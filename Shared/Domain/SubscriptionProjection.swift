@@ -21,15 +21,22 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     public var status: SubscriptionStatus
     public var autoRenewEnabled: Bool
     public var expiresAt: Date?
+    /// The end of the grace period Apple gave for the current period's renewal, kept from the
+    /// failure on (it may come before the period ends), not only while in grace.
     public var graceExpiresAt: Date?
     public var lastTransactionID: String
     public var lastSignedDate: Date
     public var isFamilyShared: Bool
+    /// Apple is retrying the current period's renewal (the failure may come before the period ends).
+    public var inBillingRetry: Bool
+    /// The next moment `status` changes by the clock alone (nil: only a fact changes it).
+    public var nextChangeAt: Date?
 
     public init(
         originalTransactionID: String, environment: String, activeProductID: String, pendingProductID: String?,
         status: SubscriptionStatus, autoRenewEnabled: Bool, expiresAt: Date?, graceExpiresAt: Date?,
-        lastTransactionID: String, lastSignedDate: Date, isFamilyShared: Bool
+        lastTransactionID: String, lastSignedDate: Date, isFamilyShared: Bool, inBillingRetry: Bool = false,
+        nextChangeAt: Date? = nil
     ) {
         self.originalTransactionID = originalTransactionID
         self.environment = environment
@@ -42,10 +49,79 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
         self.lastTransactionID = lastTransactionID
         self.lastSignedDate = lastSignedDate
         self.isFamilyShared = isFamilyShared
+        self.inBillingRetry = inBillingRetry
+        self.nextChangeAt = nextChangeAt
+    }
+
+    /// The facts of the row that decide its status at any instant.
+    public var timeline: SubscriptionTimeline {
+        SubscriptionTimeline(
+            revoked: status == .revoked, expiresAt: expiresAt, graceExpiresAt: graceExpiresAt, inBillingRetry: inBillingRetry,
+            autoRenewEnabled: autoRenewEnabled)
+    }
+
+    /// The row as it stands at `now`: its status then and the next moment it changes.
+    public func advanced(to now: Date) -> SubscriptionState {
+        var state = self
+        state.status = timeline.status(at: now)
+        state.nextChangeAt = timeline.nextChange(after: now)
+        return state
     }
 
     /// The chain's key in status history: `environment:originalTransactionId`.
     public var historyKey: String { "\(environment):\(originalTransactionID)" }
+}
+
+/// The facts of a chain's current period that decide its status at any instant: a row is
+/// recomputed when a fact arrives, but its status also changes between facts (the period ends,
+/// the grace period ends, Apple's retries end), so every reader and the clock job ask this.
+public struct SubscriptionTimeline: Sendable, Hashable {
+    public var revoked: Bool
+    public var expiresAt: Date?
+    public var graceExpiresAt: Date?
+    public var inBillingRetry: Bool
+    public var autoRenewEnabled: Bool
+
+    /// How long after the period's end Apple keeps retrying a failed renewal (60 days); the chain
+    /// is EXPIRED after it without a word from Apple.
+    public static let billingRetryWindow: TimeInterval = 60 * 86_400
+
+    public init(revoked: Bool, expiresAt: Date?, graceExpiresAt: Date?, inBillingRetry: Bool, autoRenewEnabled: Bool) {
+        self.revoked = revoked
+        self.expiresAt = expiresAt
+        self.graceExpiresAt = graceExpiresAt
+        self.inBillingRetry = inBillingRetry
+        self.autoRenewEnabled = autoRenewEnabled
+    }
+
+    /// The status at `now`. The SQL function `subscription_status_at` (migration 0032) is the same
+    /// rule, tested against this one.
+    public func status(at now: Date) -> SubscriptionStatus {
+        if revoked { return .revoked }
+        // A non-expiring product: entitled until revoked.
+        guard let expiresAt, expiresAt <= now else { return .active }
+        // Auto-renew off: nothing is retried, the period's end is the end.
+        guard autoRenewEnabled else { return .expired }
+        if let graceExpiresAt, graceExpiresAt > now { return .grace }
+        if inBillingRetry, now < expiresAt + Self.billingRetryWindow { return .billingRetry }
+        return .expired
+    }
+
+    /// The first moment after `now` at which `status(at:)` differs from `status(at: now)`; nil
+    /// when only a fact can change it.
+    public func nextChange(after now: Date) -> Date? {
+        guard !revoked, let expiresAt else { return nil }
+        let current = status(at: now)
+        let moments = [expiresAt, graceExpiresAt, expiresAt + Self.billingRetryWindow].compactMap { $0 }
+        return moments.filter { $0 > now }.sorted().first { status(at: $0) != current }
+    }
+
+    /// The status of a stored row at `now`: the stored one until its next change, the rule's after
+    /// it. A row written without a next change (before migration 0032 knew it) keeps its status.
+    public func status(at now: Date, stored: SubscriptionStatus, nextChangeAt: Date?) -> SubscriptionStatus {
+        guard let nextChangeAt, nextChangeAt <= now else { return stored }
+        return status(at: now)
+    }
 }
 
 /// The projection: because it reads only stored facts and the clock, recomputing it after every
@@ -55,30 +131,27 @@ public enum SubscriptionProjection {
         guard let current = currentTransaction(of: facts.transactions) else { return nil }
         let renewal = facts.renewal
         let expiresAt = current.expiresDate
-        let status: SubscriptionStatus
-        if current.revocationDate != nil {
-            status = .revoked
-        } else if let expiresAt, expiresAt > now {
-            status = .active
-        } else if expiresAt == nil {
-            status = .active  // a non-expiring product: entitled until revoked
-        } else if let grace = renewal?.gracePeriodExpiresDate, grace > now, grace > (expiresAt ?? .distantPast) {
-            status = .grace
-        } else if renewal?.isInBillingRetryPeriod == true {
-            status = .billingRetry
-        } else {
-            status = .expired
+        let revoked = current.revocationDate != nil
+        // Renewal info signed before the current period began speaks of an earlier period.
+        let aboutThisPeriod = renewal.map { $0.signedDate >= current.purchaseDate } ?? false
+        let autoRenew = renewal?.autoRenewEnabled ?? !revoked
+        // Apple may give the grace date before the period ends (it tries the renewal early): kept
+        // from then on, so the grace starts at the expiry without another fact.
+        let grace = renewal?.gracePeriodExpiresDate.flatMap { grace in
+            !revoked && autoRenew && grace > (expiresAt ?? .distantFuture) ? grace : nil
         }
+        let inRetry = !revoked && aboutThisPeriod && renewal?.isInBillingRetryPeriod == true
+        let timeline = SubscriptionTimeline(
+            revoked: revoked, expiresAt: expiresAt, graceExpiresAt: grace, inBillingRetry: inRetry, autoRenewEnabled: autoRenew)
+        let status = timeline.status(at: now)
         let pending = renewal?.autoRenewProductID.flatMap { $0 == current.productID ? nil : $0 }
         let lastSigned = ([current.signedDate] + (renewal.map { [$0.signedDate] } ?? [])).max()!
         return SubscriptionState(
             originalTransactionID: current.originalTransactionID, environment: current.environment,
-            activeProductID: current.productID, pendingProductID: status == .revoked ? nil : pending,
-            status: status, autoRenewEnabled: renewal?.autoRenewEnabled ?? (status != .revoked),
-            expiresAt: expiresAt,
-            graceExpiresAt: status == .grace ? renewal?.gracePeriodExpiresDate : nil,
-            lastTransactionID: current.transactionID, lastSignedDate: lastSigned,
-            isFamilyShared: current.isFamilyShared)
+            activeProductID: current.productID, pendingProductID: revoked ? nil : pending,
+            status: status, autoRenewEnabled: autoRenew, expiresAt: expiresAt, graceExpiresAt: grace,
+            lastTransactionID: current.transactionID, lastSignedDate: lastSigned, isFamilyShared: current.isFamilyShared,
+            inBillingRetry: inRetry, nextChangeAt: timeline.nextChange(after: now))
     }
 
     /// The transaction that defines the current period: the latest purchase that was not

@@ -379,7 +379,8 @@ public struct CaseStore: Sendable {
         static func chains(_ scope: Scope, on db: PostgresConnection) async throws -> [SupportCase.Chain] {
             try await db.query(
                 """
-                SELECT c.e AS environment, c.o AS original_transaction_id, s.user_id, s.status, s.active_product_id,
+                SELECT c.e AS environment, c.o AS original_transaction_id, s.user_id,
+                       \(fragment: SubscriptionStore.statusNow) AS status, s.active_product_id,
                        s.pending_product_id, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared,
                        s.frozen_reason, s.updated_at, b.user_id AS bound_user_id, b.source, b.apple_token_status
                   FROM unnest(\(scope.environments)::text[], \(scope.originals)::text[]) AS c(e, o)

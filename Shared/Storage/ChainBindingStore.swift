@@ -372,6 +372,8 @@ public struct ChainBindingStore: Sendable {
                 .init("last_transaction_id", "text[]", s.map(\.state.lastTransactionID)),
                 .init("last_signed_date", "timestamptz[]", s.map(\.state.lastSignedDate)),
                 .init("is_family_shared", "boolean[]", s.map(\.state.isFamilyShared)),
+                .init("in_billing_retry", "boolean[]", s.map(\.state.inBillingRetry)),
+                .init("next_change_at", "timestamptz[]", s.map(\.state.nextChangeAt)),
             ],
             conflict: .update(
                 target: "(environment, original_transaction_id)",

@@ -325,6 +325,20 @@ public struct OrderStore: Sendable {
         return "\(insert)"
     }
 
+    /// Subscriptions' changes of status that no event caused (the clock's), with their `cause`.
+    public static func appendSubscriptionHistory(
+        _ changes: [(key: String, previous: String, current: String)], cause: String, on db: PostgresConnection
+    ) async throws {
+        guard !changes.isEmpty else { return }
+        try await db.query(
+            """
+            INSERT INTO status_history (entity_type, entity_key, previous_status, current_status, cause)
+            SELECT 'SUBSCRIPTION', c.key, c.previous, c.current, \(cause)
+              FROM unnest(\(PostgresArray(changes.map(\.key)))::text[], \(PostgresArray(changes.map(\.previous)))::text[],
+                          \(PostgresArray(changes.map(\.current)))::text[]) AS c(key, previous, current)
+            """)
+    }
+
     // MARK: - Statements shared by the operations above
 
     static let openStatuses = OrderStatus.allCases.filter(\.isOpen).map(\.rawValue)

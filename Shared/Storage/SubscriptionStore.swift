@@ -21,21 +21,18 @@ public struct UserSubscription: Sendable, Equatable {
     public var renewalPrice: Int64?
     public var renewalCurrency: String?
 
-    /// The status at `now`. A row is recomputed when a fact arrives, but time passes between
-    /// facts: a paid period can end before the renewal (or its absence) is known.
+    /// Apple is retrying the renewal of the current period.
+    public var inBillingRetry: Bool = false
+    /// The next moment the status changes by the clock alone.
+    public var nextChangeAt: Date?
+
+    /// The status at `now`: the stored one until its next change, `SubscriptionTimeline`'s rule
+    /// after it (the clock job stores it within seconds; readers do not wait for it).
     public func status(at now: Date) -> SubscriptionStatus {
-        switch storedStatus {
-        case .active:
-            guard let expiresAt, expiresAt <= now else { return .active }
-            if let graceExpiresAt, graceExpiresAt > now { return .grace }
-            return .expired
-        case .grace:
-            // Apple keeps retrying the charge after the grace period: no service, recovery possible.
-            guard let graceExpiresAt, graceExpiresAt <= now else { return .grace }
-            return .billingRetry
-        case .billingRetry, .expired, .revoked:
-            return storedStatus
-        }
+        SubscriptionTimeline(
+            revoked: storedStatus == .revoked, expiresAt: expiresAt, graceExpiresAt: graceExpiresAt,
+            inBillingRetry: inBillingRetry, autoRenewEnabled: autoRenewEnabled
+        ).status(at: now, stored: storedStatus, nextChangeAt: nextChangeAt)
     }
 }
 
@@ -66,7 +63,7 @@ public struct SubscriptionStore: Sendable {
             """
             SELECT s.environment, s.original_transaction_id, s.subscription_group_id, s.active_product_id, s.pending_product_id,
                 s.status, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared,
-                r.price_increase_status, r.renewal_price, r.renewal_currency
+                s.in_billing_retry, s.next_change_at, r.price_increase_status, r.renewal_price, r.renewal_currency
             FROM user_subscription s
             LEFT JOIN apple_renewal_info r ON r.environment = s.environment AND r.original_transaction_id = s.original_transaction_id
             WHERE s.user_id = \(userID)
@@ -80,7 +77,8 @@ public struct SubscriptionStore: Sendable {
                 autoRenewEnabled: try row.decode("auto_renew_enabled"), expiresAt: try row.decode("expires_at"),
                 graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: try row.decode("is_family_shared"),
                 priceIncreaseStatus: try row.decode("price_increase_status"), renewalPrice: try row.decode("renewal_price"),
-                renewalCurrency: try row.decode("renewal_currency"))
+                renewalCurrency: try row.decode("renewal_currency"), inBillingRetry: try row.decode("in_billing_retry"),
+                nextChangeAt: try row.decode("next_change_at"))
         }
     }
 
@@ -96,8 +94,7 @@ public struct SubscriptionStore: Sendable {
               FROM user_subscription s
               JOIN payment_product p ON p.product_id = s.active_product_id AND p.app_key = \(appKey)
              WHERE s.user_id = \(userID) AND p.subscription_group_id = \(group)
-               AND s.status = ANY(\(PostgresArray(serving))::text[]) AND NOT s.is_family_shared
-               AND (s.expires_at IS NULL OR s.expires_at > now() OR s.grace_expires_at > now())
+               AND \(fragment: Self.statusNow) = ANY(\(PostgresArray(serving))::text[]) AND NOT s.is_family_shared
              ORDER BY s.expires_at DESC NULLS FIRST LIMIT 1
             """
         ).first?.decode("active_product_id")
@@ -110,7 +107,7 @@ public struct SubscriptionStore: Sendable {
     {
         let rows = try await pool.query(
             """
-            SELECT o.order_no, o.status AS order_status, s.status AS subscription_status, s.active_product_id, s.expires_at,
+            SELECT o.order_no, o.status AS order_status, \(fragment: Self.statusNow) AS subscription_status, s.active_product_id, s.expires_at,
                    s.user_id AS chain_owner,
                    (SELECT least(coalesce(sum(balance), 0), 9223372036854775807)::bigint FROM credit_account WHERE user_id = \(userID)) AS balance
               FROM (SELECT 1) AS one
@@ -127,6 +124,12 @@ public struct SubscriptionStore: Sendable {
             expiresAt: try row.decode("expires_at", as: Date?.self), balance: try row.decode("balance", as: Int64.self),
             chainOwner: try row.decode("chain_owner", as: String?.self))
     }
+
+    /// The status of the `user_subscription` row `s` at the statement's instant (migration 0032).
+    public static let statusNow: PostgresQuery = """
+        subscription_status_at(s.status, s.next_change_at, s.expires_at, s.grace_expires_at, s.in_billing_retry,
+                               s.auto_renew_enabled, now())
+        """
 
     private static func value<T: RawRepresentable>(_ raw: String, _ column: String) throws -> T where T.RawValue == String {
         guard let value = T(rawValue: raw) else {

@@ -304,11 +304,13 @@ public struct TaskStore: Sendable {
         ).first?.decode("id", as: Int64.self)
     }
 
-    /// Flags for a re-query the chains Apple went silent on: past their expiry by more than
-    /// `after`, auto-renew on, and no renewal, expiry or billing-retry fact since (no renewal info
-    /// signed after the expiry, none in billing retry or naming an expiration intent). A missed
-    /// DID_RENEW or EXPIRED is the usual cause. Frozen and revoked chains are left alone; a chain
-    /// re-queried within `cooldown` is not flagged again. Returns the chains flagged.
+    /// Flags for a re-query the chains Apple went silent on, more than `after` past a moment
+    /// their status changed by the clock: past their expiry with auto-renew on and no renewal,
+    /// expiry or billing-retry fact since (a missed DID_RENEW or EXPIRED); past their expiry with
+    /// auto-renew off and no renewal info signed since (a missed EXPIRED); in billing retry past
+    /// the grace period's end or the end of Apple's 60 days of retries with no word since (a missed
+    /// DID_RECOVER or EXPIRED). Frozen and revoked chains are left alone; a chain re-queried within
+    /// `cooldown` is not flagged again. Returns the chains flagged.
     public func requestRequeriesOfLapsedChains(
         environments: [String], after: Duration, cooldown: Duration, requestedBy: String
     ) async throws -> [String] {
@@ -316,16 +318,23 @@ public struct TaskStore: Sendable {
             """
             INSERT INTO fulfillment_task (kind, environment, original_transaction_id, reason, requested_by, dedup_key)
             SELECT \(sql: TaskKind.requery.literal), s.environment, s.original_transaction_id,
-                   'LAPSED: expired with auto-renew on and no word from Apple since', \(requestedBy),
+                   'LAPSED: past a moment of its status with no word from Apple since', \(requestedBy),
                    \(sql: TaskKind.requery.literal) || '/' || s.environment || '/' || s.original_transaction_id
               FROM user_subscription s
               LEFT JOIN apple_renewal_info r
                 ON r.environment = s.environment AND r.original_transaction_id = s.original_transaction_id
-             WHERE s.expires_at < now() - make_interval(secs => \(after.inSeconds)) AND s.frozen_reason IS NULL
+              CROSS JOIN LATERAL (SELECT now() - make_interval(secs => \(after.inSeconds)) AS lapsed) m
+             WHERE s.expires_at < m.lapsed AND s.frozen_reason IS NULL
                AND s.environment = ANY(\(PostgresArray(environments))::text[])
-               AND s.status <> 'REVOKED' AND s.auto_renew_enabled
+               AND s.status <> 'REVOKED'
                AND (r.original_transaction_id IS NULL
-                    OR (r.signed_date < s.expires_at AND NOT r.is_in_billing_retry AND r.expiration_intent IS NULL))
+                    OR s.auto_renew_enabled AND r.signed_date < s.expires_at AND NOT r.is_in_billing_retry
+                       AND r.expiration_intent IS NULL
+                    OR NOT s.auto_renew_enabled AND r.signed_date < s.expires_at
+                    OR s.auto_renew_enabled AND r.is_in_billing_retry
+                       AND (r.grace_period_expires_at < m.lapsed AND r.signed_date < r.grace_period_expires_at
+                            OR s.expires_at + interval '1440 hours' < m.lapsed
+                               AND r.signed_date < s.expires_at + interval '1440 hours'))
                AND NOT EXISTS (SELECT 1 FROM fulfillment_task q
                                 WHERE q.kind = \(sql: TaskKind.requery.literal) AND q.environment = s.environment
                                   AND q.original_transaction_id = s.original_transaction_id

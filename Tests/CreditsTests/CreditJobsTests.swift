@@ -142,15 +142,24 @@ struct CreditJobsTests {
         }
     }
 
-    @Test func expiredSubscriptionPoolsAreClearedAtTheNextUTCMidnightOnce() async throws {
+    @Test func endedChainsLoseTheirOwnLotsAtTheNextUTCMidnightOnce() async throws {
         try await CreditsFixture.with { f in
             let expired = Date.utc("2026-03-10T15:00:00Z")
-            for user in ["alice", "bob", "carol", "dave"] { try await f.fund(user, .subscription, micro: 100 * Self.credit) }
+            for (user, chain) in [("alice", "a1"), ("bob", "b1"), ("carol", "c1"), ("carol", "c2"), ("dave", "d1"), ("erin", "e1")] {
+                try await f.fund(user, .subscription, micro: 100 * Self.credit, chain: chain)
+            }
             try await f.fund("alice", .permanent, micro: 5 * Self.credit)
+            // An operator's credit to the pool belongs to no chain: no ending takes it.
+            try await f.fund("alice", .subscription, micro: 2 * Self.credit)
             try await f.subscription(
                 user: "alice", original: "a1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
-            try await f.subscription(user: "bob", original: "b1", product: "p", status: "REVOKED", purchase: expired - 30 * 86_400, expires: expired)
-            // Carol's old chain expired but she subscribed again: entitled, she keeps the pool.
+            // Bob's refund came on the 9th for a period ending on the 10th: cleared at the midnight
+            // after the revocation, not after the refunded period's expiry.
+            try await f.subscription(
+                user: "bob", original: "b1", product: "p", status: "REVOKED", purchase: expired - 30 * 86_400, expires: expired + 5 * 86_400,
+                revoked: .utc("2026-03-09T10:00:00Z"))
+            // Carol's old chain expired and she subscribed again: the old chain's lots go, the new
+            // chain's stay, and the new chain does not hold back the old one's clearing.
             try await f.subscription(
                 user: "carol", original: "c1", product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400, expires: expired)
             try await f.subscription(user: "carol", original: "c2", product: "p", status: "ACTIVE", purchase: expired, expires: expired + 30 * 86_400)
@@ -164,21 +173,31 @@ struct CreditJobsTests {
                 """)
 
             let jobs = f.jobs()
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-09T23:59:59Z")) == 0)
+            #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-10T00:00:00Z")) == 1, "the revocation's midnight")
+            #expect(try await f.balances("bob")[.subscription] == 0)
             // The backlog gauge: due at midnight, overdue an hour later while nothing ran.
             #expect(try await jobs.overdue(now: .utc("2026-03-11T00:59:59Z"), grace: .seconds(3600)).expiryClearings == 0)
-            #expect(try await jobs.overdue(now: .utc("2026-03-11T01:00:01Z"), grace: .seconds(3600)).expiryClearings == 3)
+            #expect(try await jobs.overdue(now: .utc("2026-03-11T01:00:01Z"), grace: .seconds(3600)).expiryClearings == 2)
             #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-10T23:59:59Z")) == 0)
             #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-11T00:00:00Z")) == 2)
             #expect(try await jobs.overdue(now: .utc("2026-03-11T01:00:01Z"), grace: .seconds(3600)).expiryClearings == 0)
-            #expect(try await f.balances("alice") == [.subscription: 0, .permanent: 5 * Self.credit], "permanent credits never expire")
-            #expect(try await f.total("bob") == 0)
-            #expect(try await f.total("carol") == 100 * Self.credit)
+            #expect(
+                try await f.balances("alice") == [.subscription: 2 * Self.credit, .permanent: 5 * Self.credit],
+                "permanent credits and an operator's never expire")
+            #expect(try await f.total("carol") == 100 * Self.credit, "the new chain's lots")
             #expect(try await f.total("dave") == 100 * Self.credit)
+            #expect(try await f.total("erin") == 100 * Self.credit, "a lot whose chain has no subscription row")
+            #expect(
+                try await f.count(
+                    "SELECT count(*) FROM outbound_event WHERE type = 'credits.cleared' AND data->>'amount' = '100' AND data->>'pool' = 'SUBSCRIPTION'"
+                ) == 3)
             // A grant after the clearing stays: the ending was handled once.
-            try await f.fund("alice", .subscription, micro: 7 * Self.credit)
+            try await f.fund("alice", .subscription, micro: 7 * Self.credit, chain: "a1")
             #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-12T00:00:00Z")) == 0)
-            #expect(try await f.balances("alice")[.subscription] == 7 * Self.credit)
+            #expect(try await f.balances("alice")[.subscription] == 9 * Self.credit)
             #expect(try await f.count("SELECT count(*) FROM credit_expiry_clearing") == 3)
+            #expect(try await f.count("SELECT count(*) FROM credit_expiry_clearing WHERE cleared_amount = 0") == 0)
             #expect(try await f.violations() == 0)
         }
     }
@@ -186,7 +205,9 @@ struct CreditJobsTests {
     @Test func aChainRemembersItsHandledEndingAndIsSearchedAgainWhenItEndsAgain() async throws {
         try await CreditsFixture.with { f in
             let expired = Date.utc("2026-03-10T15:00:00Z")
-            for user in ["alice", "bob"] { try await f.fund(user, .subscription, micro: 100 * Self.credit) }
+            for (user, chain) in [("alice", "a1"), ("bob", "b1")] {
+                try await f.fund(user, .subscription, micro: 100 * Self.credit, chain: chain)
+            }
             for (user, original) in [("alice", "a1"), ("bob", "b1")] {
                 try await f.subscription(
                     user: user, original: original, product: "p", status: "EXPIRED", purchase: expired - 30 * 86_400,
@@ -202,12 +223,12 @@ struct CreditJobsTests {
             #expect(try await f.count(unmarked) == 0, "handled endings leave the search")
             // A lost mark only sends the search to the clearing rows: nothing is cleared twice.
             try await f.pool.query("UPDATE user_subscription SET cleared_ending = NULL WHERE user_id = 'bob'")
-            try await f.fund("bob", .subscription, micro: 3 * Self.credit)
+            try await f.fund("bob", .subscription, micro: 3 * Self.credit, chain: "b1")
             #expect(try await jobs.clearExpiredPools(now: .utc("2026-03-12T00:00:00Z")) == 0)
             #expect(try await f.total("bob") == 3 * Self.credit)
             // Alice renews and her chain ends again: a new ending, searched and cleared once.
             let renewed = expired + 30 * 86_400
-            try await f.fund("alice", .subscription, micro: 9 * Self.credit)
+            try await f.fund("alice", .subscription, micro: 9 * Self.credit, chain: "a1")
             try await f.subscription(
                 user: "alice", original: "a1", transaction: "a2", product: "p", status: "EXPIRED", purchase: expired,
                 expires: renewed, known: renewed)

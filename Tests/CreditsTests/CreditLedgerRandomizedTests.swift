@@ -43,7 +43,11 @@ struct CreditLedgerRandomizedTests {
                 case 0..<18:
                     let key = grantKeys.isEmpty || Bool.random(using: &random) ? "g\(step)" : grantKeys.randomElement(using: &random)!
                     let pool = CreditPool.allCases.randomElement(using: &random)!
-                    try await f.fund(user, pool, micro: Int64.random(in: 1...5_000_000, using: &random), key: key)
+                    // A SUBSCRIPTION lot comes with one of the user's two chains, whose ending clears it.
+                    let chain = Int.random(in: 0..<2, using: &random)
+                    try await f.fund(
+                        user, pool, micro: Int64.random(in: 1...5_000_000, using: &random), key: key,
+                        chain: pool == .subscription ? "\(user)-chain-\(chain)" : nil)
                     grantKeys.append(key)
                     counts["grant", default: 0] += 1
                 case 18..<55:
@@ -72,7 +76,8 @@ struct CreditLedgerRandomizedTests {
                     let status = ["EXPIRED", "REVOKED", "ACTIVE", "GRACE"].randomElement(using: &random)!
                     try await f.subscription(
                         user: user, original: "\(user)-chain-\(Int.random(in: 0..<2, using: &random))", transaction: "t\(step)",
-                        product: "p", status: status, purchase: now - 86_400 * 30, expires: now, known: now)
+                        product: "p", status: status, purchase: now - 86_400 * 30, expires: now, revoked: status == "REVOKED" ? now : nil,
+                        known: now)
                     counts["expiry", default: 0] += 1
                 case 78..<88:
                     now += TimeInterval.random(in: 3600...30 * 3600, using: &random)

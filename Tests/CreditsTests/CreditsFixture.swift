@@ -30,12 +30,19 @@ struct CreditsFixture {
         try await pool.query("INSERT INTO app_user (user_id) VALUES (\(id)) ON CONFLICT DO NOTHING")
     }
 
-    /// Grants `micro` micro-credits into a pool under a fresh key.
-    func fund(_ user: String, _ pool: CreditPool, micro: MicroCredits, key: String = UUID().uuidString) async throws {
+    /// Grants `micro` micro-credits into a pool under a fresh key, as a lot of the Sandbox chain
+    /// `chain` if given.
+    func fund(
+        _ user: String, _ pool: CreditPool, micro: MicroCredits, key: String = UUID().uuidString, chain: String? = nil
+    ) async throws {
         try await self.user(user)
         try await self.pool.transaction { db in
             try await CreditLedger(pool: self.pool).grant(
-                [CreditGrant(userID: user, decision: GrantDecision(grantKey: key, pool: pool, amount: micro, reason: "TEST"))],
+                [
+                    CreditGrant(
+                        userID: user, decision: GrantDecision(grantKey: key, pool: pool, amount: micro, reason: "TEST"),
+                        environment: chain.map { _ in "Sandbox" }, transactionID: chain, originalTransactionID: chain)
+                ],
                 limits: CreditLimits(), on: db)
         }
     }

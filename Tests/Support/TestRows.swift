@@ -41,16 +41,28 @@ public struct TestRows: Sendable {
     public func addSubscription(
         user: String, product: String, status: String, expiresAt: Date?, graceExpiresAt: Date? = nil,
         pendingProduct: String? = nil, autoRenew: Bool = true, familyShared: Bool = false, environment: String = "Sandbox",
-        group: String = "21000000", originalTransactionID: String = String(UInt64.random(in: 1_000_000_000...9_999_999_999))
+        group: String = "21000000", originalTransactionID: String = String(UInt64.random(in: 1_000_000_000...9_999_999_999)),
+        inBillingRetry: Bool? = nil
     ) async throws {
         try await addUser(user)
+        // As the worker writes a row in that status: the moment it changes by the clock (its
+        // period's end, its grace's end, the end of Apple's 60 days of retries).
+        let nextChange: Date? =
+            switch status {
+            case "ACTIVE": expiresAt
+            case "GRACE": graceExpiresAt
+            case "BILLING_RETRY": expiresAt.map { $0 + 60 * 86_400 }
+            default: nil
+            }
+        let retrying = inBillingRetry ?? (status == "GRACE" || status == "BILLING_RETRY")
         try await pool.query(
             """
             INSERT INTO user_subscription (environment, original_transaction_id, user_id, subscription_group_id, active_product_id,
                 pending_product_id, status, auto_renew_enabled, expires_at, grace_expires_at, last_transaction_id,
-                last_signed_date, is_family_shared)
+                last_signed_date, is_family_shared, in_billing_retry, next_change_at)
             VALUES (\(environment), \(originalTransactionID), \(user), \(group), \(product), \(pendingProduct), \(status),
-                \(autoRenew), \(expiresAt), \(graceExpiresAt), \(originalTransactionID), now(), \(familyShared))
+                \(autoRenew), \(expiresAt), \(graceExpiresAt), \(originalTransactionID), now(), \(familyShared), \(retrying),
+                \(nextChange))
             """)
     }
 }

@@ -16,6 +16,7 @@ public struct FulfillmentApplication: Sendable {
     public let sweeper: PipelineSweeper
     /// Stale orders, disagreeing chains, re-queries and notification-history recoveries.
     let scheduler: Scheduler
+    let subscriptionClock: SubscriptionClockService
     /// Daily close, expiry clearing, yearly months, welcome credits, the ledger check.
     public let credits: CreditsScheduler
     /// `/healthz`, `/readyz` and `/metrics` (Prometheus text) for the orchestrator and the alerts.
@@ -104,6 +105,9 @@ public struct FulfillmentApplication: Sendable {
         scheduler = Scheduler(
             configuration: configuration, events: store, publisher: publisher, verifier: verifier, cipher: cipher,
             clients: clients, renewal: renewal, logger: logger)
+        subscriptionClock = SubscriptionClockService(
+            pool: pool, interval: configuration.schedulers.clockInterval, batchSize: configuration.schedulers.clockBatchSize,
+            clock: clock, logger: logger)
         sweeper = PipelineSweeper(
             publisher: publisher,
             interval: configuration.pipeline.sweepInterval, stuckAfter: configuration.pipeline.stuckAfter,
@@ -117,7 +121,7 @@ public struct FulfillmentApplication: Sendable {
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
     public var services: [any Service] {
-        [pool, producer, renewal, sweeper, scheduler, credits, retention, sampler, operations, consumer]
+        [pool, producer, renewal, sweeper, scheduler, subscriptionClock, credits, retention, sampler, operations, consumer]
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.

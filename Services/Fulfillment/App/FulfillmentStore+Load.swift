@@ -45,7 +45,8 @@ extension FulfillmentStore {
             'expiresAt', (extract(epoch FROM s.expires_at) * 1000)::bigint,
             'graceExpiresAt', (extract(epoch FROM s.grace_expires_at) * 1000)::bigint,
             'lastTransactionID', s.last_transaction_id,
-            'lastSignedDate', (extract(epoch FROM s.last_signed_date) * 1000)::bigint, 'isFamilyShared', s.is_family_shared)
+            'lastSignedDate', (extract(epoch FROM s.last_signed_date) * 1000)::bigint, 'isFamilyShared', s.is_family_shared,
+            'inBillingRetry', s.in_billing_retry, 'nextChangeAt', (extract(epoch FROM s.next_change_at) * 1000)::bigint)
         """
 
     static let orderJSON: StaticString = """

@@ -21,12 +21,15 @@ struct ChainRequery: Sendable {
     let cipher: PayloadCipher
     let clients: AppStoreAPIClients
     let bundleID: String
+    /// Keeps this worker's calls under Apple's rate (`FULFILLMENT_REQUERY_RATE_*`).
+    let pacer: RequestPacer
     let logger: Logger
 
     func run(_ task: ClaimedTask, originalTransactionID: String) async throws(ProcessingFailure) -> TaskResult {
         guard let client = clients.client(for: task.environment) else {
             throw .permanent(code: "ENVIRONMENT_NOT_SERVED", message: "this deployment does not serve \(task.environment)")
         }
+        await pacer.wait(for: task.environment)
         let answer: StatusResponse
         do {
             answer = try await client.getAllSubscriptionStatuses(transactionId: originalTransactionID)

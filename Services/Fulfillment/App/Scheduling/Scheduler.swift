@@ -49,7 +49,8 @@ final class Scheduler: Service {
             (
                 ChainRequery(
                     events: events, publisher: publisher, cipher: cipher, clients: clients,
-                    bundleID: configuration.appStore.bundleId, logger: logger),
+                    bundleID: configuration.appStore.bundleId,
+                    pacer: RequestPacer(rates: configuration.schedulers.requeryRates), logger: logger),
                 NotificationRecovery(
                     events: events, publisher: publisher, cipher: cipher, verifier: verifier, clients: clients, logger: logger),
                 AppAccountTokenSetter(

@@ -35,6 +35,19 @@ public struct SchedulerConfiguration: Sendable {
     /// How long after its expiry a chain with auto-renew on and no renewal, expiry or billing-retry
     /// fact counts as lapsed (`FULFILLMENT_EXPIRY_REQUERY_AFTER_MINUTES`). Default 60.
     public var expiryRequeryAfter: Duration
+    /// The most re-query calls to Apple per second of this worker, per environment
+    /// (`FULFILLMENT_REQUERY_RATE_PRODUCTION`, default 20; `FULFILLMENT_REQUERY_RATE_SANDBOX`,
+    /// default 5): the sum over the workers must stay within Apple's limits (at most 50 a second
+    /// in Production, less in Sandbox).
+    public var requeryRates: [String: Int]
+    /// Period of the clock job, which advances subscriptions whose status changes by the clock
+    /// (expiry, grace end, billing retry's end) within seconds of the moment
+    /// (`SUBSCRIPTION_CLOCK_INTERVAL_MS`, 0 disables in this process). Default 1000.
+    public var clockInterval: Duration?
+    /// Rows per clock job transaction (`SUBSCRIPTION_CLOCK_BATCH_SIZE`, 1–1000). Default 500: each
+    /// row holds its chain's advisory lock until commit, and PostgreSQL's lock table is shared
+    /// (2 runners × 2,000 rows ran out of it with the default `max_locks_per_transaction`).
+    public var clockBatchSize: Int
 
     public init(reader: ConfigurationReader) {
         let keySettings = ["APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH"]
@@ -54,6 +67,13 @@ public struct SchedulerConfiguration: Sendable {
         let lapsed = reader.int("FULFILLMENT_EXPIRY_REQUERY_INTERVAL_SECONDS", default: 86_400, range: 0...(86_400 * 30))
         expiryRequeryInterval = lapsed == 0 ? nil : .seconds(lapsed)
         expiryRequeryAfter = .seconds(60 * reader.int("FULFILLMENT_EXPIRY_REQUERY_AFTER_MINUTES", default: 60, range: 0...(60 * 24 * 30)))
+        requeryRates = [
+            "Production": reader.int("FULFILLMENT_REQUERY_RATE_PRODUCTION", default: 20, range: 1...50),
+            "Sandbox": reader.int("FULFILLMENT_REQUERY_RATE_SANDBOX", default: 5, range: 1...50),
+        ]
+        let clock = reader.int("SUBSCRIPTION_CLOCK_INTERVAL_MS", default: 1000, range: 0...60_000)
+        clockInterval = clock == 0 ? nil : .milliseconds(clock)
+        clockBatchSize = reader.int("SUBSCRIPTION_CLOCK_BATCH_SIZE", default: 500, range: 1...1000)
     }
 }
 

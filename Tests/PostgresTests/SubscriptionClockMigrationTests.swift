@@ -1,0 +1,63 @@
+import Foundation
+import Postgres
+import Storage
+import Testing
+
+/// Migration 0032: the rows already there get their facts from their renewal infos and are due at
+/// once, so readers apply the rule (and the clock job recomputes them) from the migration on.
+@Suite struct SubscriptionClockMigrationTests {
+    @Test func existingRowsGetTheirFactsAndAreDueAtOnce() async throws {
+        try await Fixture.acrossMigration(
+            32,
+            seed: """
+                INSERT INTO app_user (user_id) VALUES ('u');
+                -- a: failed a day before its end (in retry, grace given), stored ACTIVE, ended an hour ago.
+                -- b: auto-renew off, stored ACTIVE, ended an hour ago. c: revoked. d: retry info older
+                -- than the current period (a renewal came since). e: no renewal info, still paid.
+                INSERT INTO apple_transaction (environment, transaction_id, original_transaction_id, user_id, product_id,
+                                               purchase_date, expires_date, ownership_type, signed_date, payload_hash)
+                VALUES ('Sandbox', 'a', 'a', 'u', 'p', now() - interval '30 days', now() - interval '1 hour', 'PURCHASED', now() - interval '30 days', 'h'),
+                       ('Sandbox', 'b', 'b', 'u', 'p', now() - interval '30 days', now() - interval '1 hour', 'PURCHASED', now() - interval '30 days', 'h'),
+                       ('Sandbox', 'c', 'c', 'u', 'p', now() - interval '30 days', now() + interval '1 day', 'PURCHASED', now() - interval '30 days', 'h'),
+                       ('Sandbox', 'd', 'd', 'u', 'p', now() - interval '2 days', now() - interval '1 hour', 'PURCHASED', now() - interval '2 days', 'h'),
+                       ('Sandbox', 'e', 'e', 'u', 'p', now() - interval '2 days', now() + interval '1 day', 'PURCHASED', now() - interval '2 days', 'h');
+                INSERT INTO apple_renewal_info (environment, original_transaction_id, product_id, auto_renew_enabled,
+                                                is_in_billing_retry, grace_period_expires_at, signed_date)
+                VALUES ('Sandbox', 'a', 'p', true, true, now() + interval '5 days', now() - interval '1 day'),
+                       ('Sandbox', 'b', 'p', false, false, NULL, now() - interval '3 days'),
+                       ('Sandbox', 'c', 'p', true, true, now() + interval '5 days', now() - interval '1 day'),
+                       ('Sandbox', 'd', 'p', true, true, NULL, now() - interval '3 days');
+                INSERT INTO user_subscription (environment, original_transaction_id, user_id, active_product_id, status,
+                                               auto_renew_enabled, expires_at, last_transaction_id, last_signed_date)
+                VALUES ('Sandbox', 'a', 'u', 'p', 'ACTIVE', true, now() - interval '1 hour', 'a', now()),
+                       ('Sandbox', 'b', 'u', 'p', 'ACTIVE', false, now() - interval '1 hour', 'b', now()),
+                       ('Sandbox', 'c', 'u', 'p', 'REVOKED', true, now() + interval '1 day', 'c', now()),
+                       ('Sandbox', 'd', 'u', 'p', 'ACTIVE', true, now() - interval '1 hour', 'd', now()),
+                       ('Sandbox', 'e', 'u', 'p', 'ACTIVE', true, now() + interval '1 day', 'e', now());
+                """
+        ) { pool in
+            var rows: [String: (retry: Bool, grace: Bool, due: Bool, now: String)] = [:]
+            for row in try await pool.query(
+                """
+                SELECT original_transaction_id AS o, in_billing_retry, grace_expires_at IS NOT NULL AS grace,
+                       next_change_at IS NOT NULL AS due,
+                       subscription_status_at(status, next_change_at, expires_at, grace_expires_at, in_billing_retry,
+                                              auto_renew_enabled, now()) AS now_status
+                  FROM user_subscription
+                """)
+            {
+                rows[try row.decode("o")] = (
+                    try row.decode("in_billing_retry"), try row.decode("grace"), try row.decode("due"), try row.decode("now_status")
+                )
+            }
+            #expect(rows["a"].map { [$0.retry, $0.grace, $0.due] } == [true, true, true])
+            #expect(rows["a"]?.now == "GRACE", "the failure came before the end: grace from the expiry")
+            #expect(rows["b"]?.now == "EXPIRED", "auto-renew off: ended at the expiry")
+            #expect(rows["c"].map { [$0.retry, $0.grace, $0.due] } == [false, false, false])
+            #expect(rows["c"]?.now == "REVOKED")
+            #expect(rows["d"]?.retry == false, "a failure older than the current period")
+            #expect(rows["d"]?.now == "EXPIRED")
+            #expect(rows["e"]?.now == "ACTIVE")
+        }
+    }
+}
