@@ -28,6 +28,11 @@ public final class OutboundRelay: Service {
     private let wake = Mutex(ShutdownTrigger())
     private let listening = Mutex<PostgresListener?>(nil)
     private let announcements: GroupCommit<Int, Void>
+    /// Whether this relay's last pass held the lock: then its own wake-up is enough, and a commit
+    /// here sends no NOTIFY (a transaction of its own).
+    private let holding = Atomic(false)
+    /// When the backlog gauges were last sampled (a count per pass cost a statement per wake-up).
+    private let sampled = Mutex<ContinuousClock.Instant?>(nil)
     static let batch = 500
 
     private let published = MetricsRegistry.shared.counter(
@@ -56,6 +61,7 @@ public final class OutboundRelay: Service {
     /// After a commit that wrote events: publish them now, here and in the other workers.
     public func nudge() {
         wake.withLock { $0 }.fire()
+        guard !holding.load(ordering: .relaxed) else { return }
         let (announcements, logger) = (announcements, logger)
         Task {
             do { try await announcements.submit(0) } catch {
@@ -103,15 +109,25 @@ public final class OutboundRelay: Service {
         do {
             while !stop.isFired {
                 let sent = try await store.relay(limit: Self.batch) { [self] events in await publish(events) }
+                holding.store(sent != nil, ordering: .relaxed)
                 // Another worker relays: the gauges below are still this worker's view of the backlog.
                 guard let sent else { break }
                 total += sent
                 if sent < Self.batch { break }
             }
-            let backlog = try await store.backlog()
-            unpublished.set(Double(backlog.count))
-            oldest.set(backlog.oldestSeconds)
+            let now = ContinuousClock.now
+            let due = sampled.withLock { last in
+                guard last.map({ now - $0 >= .seconds(5) }) ?? true else { return false }
+                last = now
+                return true
+            }
+            if due {
+                let backlog = try await store.backlog()
+                unpublished.set(Double(backlog.count))
+                oldest.set(backlog.oldestSeconds)
+            }
         } catch {
+            holding.store(false, ordering: .relaxed)
             failures.record("outbound relay pass failed", reason: "relay", ["error": .string("\(error)")])
         }
         return total
