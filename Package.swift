@@ -84,7 +84,7 @@ let package = Package(
             name: "Credits", dependencies: ["Postgres", "Domain", "ServiceRuntime", "Storage"], path: "Shared/Credits",
             swiftSettings: swiftSettings),
         // Event envelope shared by ingress and workers (the Kafka message schema).
-        .target(name: "Events", path: "Shared/Events", swiftSettings: swiftSettings),
+        .target(name: "Events", path: "Shared/Events", exclude: ["Schemas"], swiftSettings: swiftSettings),
 
         // The two services: a library with all logic (testable) and a thin executable each.
         .target(

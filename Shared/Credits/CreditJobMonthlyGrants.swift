@@ -126,6 +126,8 @@ extension CreditJobs {
                 guard !still.isEmpty else { return 0 }
                 let (booked, refused) = try await ledger.grantRefusingOverLimit(due, limits: configuration.limits, on: db)
                 recordRefusals(refused)
+                let refusedKeys = Set(refused.map(\.decision.grantKey))
+                try await ledger.announceGranted(due.filter { !refusedKeys.contains($0.decision.grantKey) }, now: now, on: db)
                 return booked
             }
             granted += booked ?? 0

@@ -27,6 +27,8 @@ extension CreditJobs {
             }
             let (booked, refused) = try await ledger.grantRefusingOverLimit(grants, limits: configuration.limits, on: db)
             recordRefusals(refused)
+            let refusedKeys = Set(refused.map(\.decision.grantKey))
+            try await ledger.announceGranted(grants.filter { !refusedKeys.contains($0.decision.grantKey) }, now: Date(), on: db)
             // Refused grants count as done for this loop: they are recorded and not candidates again.
             return booked + refused.count
         }

@@ -486,6 +486,7 @@ public struct CreditLedger: Sendable {
         let booked = try rows[0].decode("booked", as: Int.self) == 1
         if booked {
             if applied < 0 { try await burnLots([(userID, pool, -applied)], on: db) }
+            try await announceAdjustment(userID: userID, pool: pool, applied: applied, key: key, on: db)
             try await AuditLog(pool: self.pool).record(
                 on: db, operator: operatorName, action: "CREDITS_ADJUSTED", reason: reason,
                 before: AdjustmentAudit(userId: userID, pool: pool.rawValue, balance: balance),
@@ -560,4 +561,33 @@ private struct AdjustmentAudit: Encodable, Sendable {
     var adjustmentNo: String? = nil
     var amount: MicroCredits? = nil
     var unrecoverable: MicroCredits? = nil
+}
+
+// The outbound events of the ledger's own writers (the credit jobs, adjustments); fulfillment
+// plans its grants' events itself (`FulfillmentEvents`).
+extension CreditLedger {
+    /// Appends `credits.granted` for booked `grants` on the caller's transaction; a grant booked
+    /// before has its event already (keyed by the grant), so passing it again adds nothing.
+    public func announceGranted(_ grants: [CreditGrant], now: Date, on db: PostgresConnection) async throws {
+        let events = grants.map { grant in
+            CreditEvents.granted(
+                userID: grant.userID, environment: grant.environment ?? "Production", grantKey: grant.decision.grantKey,
+                pool: grant.decision.pool, amount: grant.decision.amount, reason: grant.decision.reason,
+                originalTransactionID: grant.originalTransactionID, transactionID: grant.transactionID, now: now)
+        }
+        try await OutboundEventStore(pool: pool).append(events, on: db)
+    }
+
+    /// An adjustment's event: `credits.granted` for a credit, `credits.revoked` for what a debit took.
+    private func announceAdjustment(userID: String, pool: CreditPool, applied: MicroCredits, key: String, on db: PostgresConnection)
+        async throws
+    {
+        guard applied != 0 else { return }
+        let type: OutboundEventType = applied > 0 ? .creditsGranted : .creditsRevoked
+        let event = CreditEvents.event(
+            type, key: "\(type.rawValue):\(key)", userID: userID, environment: "Production", grantKey: applied > 0 ? key : nil,
+            pool: pool, amount: applied > 0 ? applied : -applied, reason: "ADJUSTMENT",
+            originalTransactionID: nil, transactionID: nil, now: Date())
+        try await OutboundEventStore(pool: self.pool).append([event], on: db)
+    }
 }

@@ -123,18 +123,7 @@ public enum UsageError: Error, Sendable, Hashable {
 /// Exact decimal text of micro-credits.
 public enum CreditAmount {
     /// Micro-credits as an exact decimal string of credits without trailing zeros: 1_500_000 → "1.5".
-    public static func decimal(_ micro: MicroCredits) -> String {
-        let magnitude = micro.magnitude
-        let whole = magnitude / UInt64(Credits.micro)
-        let fraction = magnitude % UInt64(Credits.micro)
-        var text = String(whole)
-        if fraction != 0 {
-            let digits = String(fraction)
-            let padded = String(repeating: "0", count: 6 - digits.count) + digits
-            text += "." + padded.reversed().drop(while: { $0 == "0" }).reversed()
-        }
-        return micro < 0 ? "-" + text : text
-    }
+    public static func decimal(_ micro: MicroCredits) -> String { Credits.decimal(micro) }
 
     /// The exact micro-credits of decimal credits ("3", "-2.5", "0.000001"); nil for anything else
     /// (more than 6 decimals, exponents, spaces, beyond the 64-bit range).

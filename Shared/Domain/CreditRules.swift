@@ -16,6 +16,20 @@ public enum Credits {
     /// Whole credits available, rounded down (a partial credit is not spendable as a whole one).
     public static func whole(_ micro: MicroCredits) -> Int64 { micro / Self.micro }
 
+    /// Micro-credits as an exact decimal string of credits without trailing zeros: 1_500_000 → "1.5".
+    public static func decimal(_ micro: MicroCredits) -> String {
+        let magnitude = micro.magnitude
+        let whole = magnitude / UInt64(Self.micro)
+        let fraction = magnitude % UInt64(Self.micro)
+        var text = String(whole)
+        if fraction != 0 {
+            let digits = String(fraction)
+            let padded = String(repeating: "0", count: 6 - digits.count) + digits
+            text += "." + padded.reversed().drop(while: { $0 == "0" }).reversed()
+        }
+        return micro < 0 ? "-" + text : text
+    }
+
     /// The sum of balances for comparing with a cost or showing a total, saturating at the 64-bit
     /// range: pools are bounded by `CreditLimits` so the sum fits, but a balance written before the
     /// bounds existed must not trap a reader.

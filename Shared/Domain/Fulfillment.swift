@@ -294,6 +294,9 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// A family member's first upload of their shared access: bind the chain to them (and replay
     /// its facts that waited for an owner).
     public var bindFamilyMember: String?
+    /// The outbound events of the changes above (`FulfillmentEvents`), `now` their time; the
+    /// store keeps one per key, so planning them again adds nothing.
+    public var events: [OutboundEvent] = []
 
     /// True for a pure duplicate: every fact stored, every order and grant written before.
     public var writesNothing: Bool {
@@ -328,7 +331,7 @@ public enum FulfillmentPlanner {
         let user = attribution.user
         let productID = input.transaction?.productID ?? input.renewal!.productID
         guard let product = input.catalogue[productID] else { return FulfillmentPlan(verdict: .unmatched(.product)) }
-        if let refusal = gate(input, user: user) { return FulfillmentPlan(verdict: refusal, user: user) }
+        if let refusal = gate(input, user: user) { return refused(refusal, user: user, input: input) }
         if let stop = conflicts(input, user: user) { return stop }
 
         var plan = FulfillmentPlan(verdict: .applied, user: user)
@@ -336,9 +339,17 @@ public enum FulfillmentPlanner {
         let recorded = facts(input)
         plan.storeTransaction = recorded.newTransaction
         plan.storeRenewal = recorded.newRenewal
-        if let refusal = credits(&plan, input: input, chain: recorded.chain) { return FulfillmentPlan(verdict: refusal, user: user) }
+        if let refusal = credits(&plan, input: input, chain: recorded.chain) { return refused(refusal, user: user, input: input) }
         plan.subscription = projection(input, chain: recorded.chain, product: product, user: user)
         plan.history = history(order: plan.order, subscription: plan.subscription, cause: input.source.cause)
+        plan.events = FulfillmentEvents.applied(plan, input: input, chain: recorded.chain)
+        return plan
+    }
+
+    /// A refusal's plan: nothing written but the refusal, and `order.failed` for a client's upload.
+    private static func refused(_ verdict: FulfillmentVerdict, user: UserRecord, input: FulfillmentInput) -> FulfillmentPlan {
+        var plan = FulfillmentPlan(verdict: verdict, user: user)
+        if case .refused(let code, let reason) = verdict { plan.events = FulfillmentEvents.refused(input, code: code, reason: reason) }
         return plan
     }
 

@@ -88,20 +88,23 @@ public enum Bootstrap {
     /// Creates the event topic if it is missing and creating is allowed (idempotent); returns its
     /// partition count. A count other than the configured one is a warning and a metric
     /// (`subs_event_topic_partitions` beside `subs_event_topic_partitions_configured`).
+    /// The outbound topic (`OUTBOUND_EVENT_TOPIC`) is ensured the same way beside it, when
+    /// outbound events are on.
     @discardableResult
     public static func ensureTopic(configuration: PipelineConfiguration, logger: Logger) async throws -> Int {
         let admin = KafkaAdmin(configuration: configuration.kafka, logger: logger)
-        let partitions: Int
-        if configuration.eventTopicCreate {
-            partitions = try await admin.createTopic(
-                configuration.eventTopic, partitions: configuration.eventTopicPartitions,
-                replicationFactor: configuration.eventTopicReplicationFactor)
-        } else {
-            guard let existing = try await admin.partitionCount(configuration.eventTopic) else {
-                throw TopicMissing(topic: configuration.eventTopic)
+        func ensure(_ topic: String, partitions: Int) async throws -> Int {
+            if configuration.eventTopicCreate {
+                return try await admin.createTopic(
+                    topic, partitions: partitions, replicationFactor: configuration.eventTopicReplicationFactor)
             }
-            partitions = existing
+            guard let existing = try await admin.partitionCount(topic) else { throw TopicMissing(topic: topic) }
+            return existing
         }
+        if configuration.outboundEventsEnabled {
+            _ = try await ensure(configuration.outboundEventTopic, partitions: configuration.outboundEventTopicPartitions)
+        }
+        let partitions = try await ensure(configuration.eventTopic, partitions: configuration.eventTopicPartitions)
         let labels = ["topic": configuration.eventTopic]
         MetricsRegistry.shared.gauge(
             "subs_event_topic_partitions", help: "Partitions of the event topic, as the broker reports them", labels: labels
@@ -144,7 +147,7 @@ public enum Bootstrap {
 public struct TopicMissing: Error, CustomStringConvertible {
     public let topic: String
     public var description: String {
-        "event topic \(topic) does not exist and EVENT_TOPIC_CREATE=false: create it (EVENT_TOPIC_PARTITIONS partitions) with the broker's tools"
+        "topic \(topic) does not exist and EVENT_TOPIC_CREATE=false: create it (EVENT_TOPIC_PARTITIONS or OUTBOUND_EVENT_TOPIC_PARTITIONS partitions) with the broker's tools"
     }
 }
 

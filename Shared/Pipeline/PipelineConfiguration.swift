@@ -25,6 +25,16 @@ public struct PipelineConfiguration: Sendable {
     /// Whether the services create the topic when it is missing (`EVENT_TOPIC_CREATE`). Default
     /// true; false where the broker forbids CreateTopics: then a missing topic stops start-up.
     public var eventTopicCreate: Bool
+    /// The topic of the app's outbound events (`OUTBOUND_EVENT_TOPIC`), created at start-up like
+    /// the event topic (same replication factor and `EVENT_TOPIC_CREATE`). Default
+    /// `subscriptions.events.v1`.
+    public var outboundEventTopic: String
+    /// Partitions of the outbound topic when it is created (`OUTBOUND_EVENT_TOPIC_PARTITIONS`);
+    /// the key is the user, so a user's events stay in order on one. Default 12.
+    public var outboundEventTopicPartitions: Int
+    /// Whether changes write outbound events and the worker publishes them
+    /// (`OUTBOUND_EVENTS_ENABLED`). Default true; false writes none and creates no topic.
+    public var outboundEventsEnabled: Bool
     /// Events still RECEIVED after this long are re-published (`EVENT_STUCK_AFTER_SECONDS`). Default 60.
     public var stuckAfter: Duration
     /// Sweeper and relay period (`EVENT_SWEEP_INTERVAL_MS`). Default 1000.
@@ -66,6 +76,12 @@ public struct PipelineConfiguration: Sendable {
         eventTopicPartitions = reader.int("EVENT_TOPIC_PARTITIONS", default: 12, range: 1...10_000)
         eventTopicReplicationFactor = reader.int("EVENT_TOPIC_REPLICATION_FACTOR", default: 1, range: 1...100)
         eventTopicCreate = reader.bool("EVENT_TOPIC_CREATE", default: true)
+        outboundEventTopic = reader.string("OUTBOUND_EVENT_TOPIC", default: "subscriptions.events.v1")
+        if outboundEventTopic.range(of: "^[A-Za-z0-9._-]{1,249}$", options: .regularExpression) == nil {
+            reader.report("OUTBOUND_EVENT_TOPIC", outboundEventTopic, "a Kafka topic name: letters, digits, '.', '_' or '-'")
+        }
+        outboundEventTopicPartitions = reader.int("OUTBOUND_EVENT_TOPIC_PARTITIONS", default: 12, range: 1...10_000)
+        outboundEventsEnabled = reader.bool("OUTBOUND_EVENTS_ENABLED", default: true)
         stuckAfter = .seconds(reader.int("EVENT_STUCK_AFTER_SECONDS", default: 60, range: 1...86_400))
         sweepInterval = .milliseconds(reader.int("EVENT_SWEEP_INTERVAL_MS", default: 1000, range: 10...600_000))
         shutdownGrace = .seconds(reader.int("SHUTDOWN_GRACE_SECONDS", default: 20, range: 1...3600))

@@ -42,6 +42,10 @@ struct FulfillmentCrashPointTests {
         #expect(try await harness.count("SELECT count(*) FROM apple_transaction") == 1)
         #expect(try await harness.count("SELECT count(*) FROM payment_order WHERE status = 'FULFILLED'") == 1)
         #expect(try await harness.count("SELECT count(*) FROM processed_event") == 1)
+        // The outbound events committed with the purchase, once: granted, the order, the grant.
+        #expect(
+            try await harness.value("SELECT string_agg(type || '#' || sequence, ',' ORDER BY seq) FROM outbound_event", as: String.self)
+                == "entitlement.granted#1,order.fulfilled#2,credits.granted#3")
         // Before the commit the crash left nothing; at the commit point the first worker's
         // transaction is the one that counts.
         let completedBy = try await harness.value("SELECT worker_id FROM processed_event", as: String.self)

@@ -24,6 +24,9 @@ struct FulfillmentThroughputTests {
     static let partitions = Int(ProcessInfo.processInfo.environment["BENCH_PARTITIONS"] ?? "") ?? 12
     /// `BENCH_DATABASE`: drain into this existing database (the scale run's) instead of an empty one.
     static let existingDatabase = ProcessInfo.processInfo.environment["BENCH_DATABASE"]
+    /// `BENCH_OUTBOUND_EVENTS`: the workers' `OUTBOUND_EVENTS_ENABLED` (default true, the
+    /// deployment's), so outbound-events-throughput.sh compares the same drain with them off and on.
+    static let outboundEvents = ProcessInfo.processInfo.environment["BENCH_OUTBOUND_EVENTS"] ?? "true"
 
     @Test(arguments: [1, 2]) func drainsABacklogOfRenewals(workers: Int) async throws {
         let total = 3_000
@@ -106,6 +109,7 @@ struct FulfillmentThroughputTests {
                         // The backlog is older than the test's stuck threshold: keep the sweeper from
                         // re-publishing it while it drains, as the default threshold would.
                         "WORKER_ID": "bench-\(index)", "LOG_LEVEL": "warning", "EVENT_STUCK_AFTER_SECONDS": "600",
+                        "OUTBOUND_EVENTS_ENABLED": Self.outboundEvents,
                     ]) {
                         _, new in new
                     }))
@@ -120,6 +124,26 @@ struct FulfillmentThroughputTests {
                 == total
         }
         #expect(drained, "\(processes.map { $0.output.suffix(2000) })")
+        // With outbound events on, the drain ends when the relay has published them too.
+        let outbound = "SELECT count(*) FROM outbound_event WHERE user_id LIKE 'bench\(tag)-%'"
+        if Self.outboundEvents == "true" {
+            let published = try await eventually(timeout: 120, every: .milliseconds(200)) {
+                try await count(outbound + " AND published_at IS NULL") == 0
+            }
+            #expect(published, "every outbound event published")
+        }
+        let outboundWritten = try await count(outbound)
+        // Each renewal: its entitlement event, its order's and its grant's.
+        #expect(outboundWritten == (Self.outboundEvents == "true" ? 3 * total : 0))
+        let outboundSeconds =
+            outboundWritten == 0
+            ? 0
+            : try await pool.query(
+                PostgresQuery(
+                    unsafeSQL:
+                        "SELECT extract(epoch FROM max(published_at) - min(created_at))::float8 AS s FROM outbound_event WHERE user_id LIKE 'bench\(tag)-%'"
+                )
+            ).first!.decode("s", as: Double.self)
         let seconds = try await pool.query(
             "SELECT extract(epoch FROM max(processed_at) - min(processed_at))::float8 AS s FROM processed_event WHERE event_kind = 'notification' AND event_id > \(firstEvent)"
         ).first!.decode("s", as: Double.self)
@@ -148,7 +172,9 @@ struct FulfillmentThroughputTests {
                 + " postgres_commits_per_event=\(String(format: "%.2f", Double(commits) / Double(total)))"
                 + " worker_peak_rss_mib=\(String(format: "%.1f", rss))"
                 + " wal_bytes_per_event=\(wal / total)"
-                + " rows_written_per_event=\(String(format: "%.2f", Double(rows.values.reduce(0, +)) / Double(total)))")
+                + " rows_written_per_event=\(String(format: "%.2f", Double(rows.values.reduce(0, +)) / Double(total)))"
+                + " outbound_events=\(Self.outboundEvents == "true" ? "on" : "off") outbound_written=\(outboundWritten)"
+                + " outbound_first_to_last_published_seconds=\(String(format: "%.2f", outboundSeconds))")
         print(
             "fulfillment_rows_per_event workers=\(workers) "
                 + rows.sorted { $0.key < $1.key }.map { "\($0.key)=\(String(format: "%.2f", Double($0.value) / Double(total)))" }

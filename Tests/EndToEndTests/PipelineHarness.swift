@@ -79,6 +79,8 @@ struct PipelineHarness {
             "KAFKA_BROKERS": brokers,
             "EVENT_TOPIC": topic,
             "EVENT_TOPIC_PARTITIONS": String(partitions),
+            // The slice's own outbound topic: the shared broker's default one would mix the suites' events.
+            "OUTBOUND_EVENT_TOPIC": topic + ".outbound",
             "FULFILLMENT_GROUP_ID": groupID,
             "FULFILLMENT_LEASE_SECONDS": "3",
             "EVENT_SWEEP_INTERVAL_MS": "500",

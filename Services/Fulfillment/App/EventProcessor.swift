@@ -26,6 +26,8 @@ public struct EventProcessor: Sendable {
     var consumption: ConsumptionResponder?
     /// Extends the lease of the event while it is worked on (set by the application).
     var renewal: LeaseRenewal?
+    /// Publishes the outbound events a commit wrote (set by the application when they are on).
+    var outboundRelay: OutboundRelay?
     private let metrics = ProcessorMetrics()
 
     public init(
@@ -39,7 +41,8 @@ public struct EventProcessor: Sendable {
         store = FulfillmentStore(
             leases: leases, appKey: configuration.appStore.bundleId,
             everyoneIsTestUser: configuration.appStore.environment != .production, topic: configuration.pipeline.eventTopic,
-            creditLimits: configuration.credits.limits, crashPoint: configuration.crashPoint)
+            creditLimits: configuration.credits.limits, crashPoint: configuration.crashPoint,
+            outboundEvents: configuration.pipeline.outboundEventsEnabled)
         reader = EventReader(cipher: cipher, verifier: verifier)
         batches = FulfillmentBatches(
             leases: leases, store: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
@@ -87,6 +90,7 @@ public struct EventProcessor: Sendable {
             case .done(let plan, let granted):
                 configuration.crashPoint.reached(.committed)
                 notifier.notify(event)
+                if !plan.events.isEmpty { outboundRelay?.nudge() }
                 record(plan, granted: granted, source: verified.source, log: log, started: started)
             }
         } catch {

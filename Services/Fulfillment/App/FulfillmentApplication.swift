@@ -14,6 +14,8 @@ public struct FulfillmentApplication: Sendable {
     public let producer: KafkaProducer
     public let consumer: KafkaConsumer
     public let sweeper: PipelineSweeper
+    /// Publishes the outbound events to `OUTBOUND_EVENT_TOPIC` (nil with `OUTBOUND_EVENTS_ENABLED=false`).
+    public let outboundRelay: OutboundRelay?
     /// Stale orders, disagreeing chains, re-queries and notification-history recoveries.
     let scheduler: Scheduler
     let subscriptionClock: SubscriptionClockService
@@ -51,6 +53,14 @@ public struct FulfillmentApplication: Sendable {
         processor.consumption = ConsumptionResponder(store: ConsumptionStore(pool: pool), clients: clients, logger: logger)
         renewal = LeaseRenewal(pool: pool, owner: configuration.workerID, lease: configuration.lease, logger: logger)
         processor.renewal = renewal
+        let relay =
+            configuration.pipeline.outboundEventsEnabled
+            ? OutboundRelay(
+                store: OutboundEventStore(pool: pool), producer: producer, topic: configuration.pipeline.outboundEventTopic,
+                interval: configuration.pipeline.sweepInterval, logger: logger)
+            : nil
+        outboundRelay = relay
+        processor.outboundRelay = relay
         var consumerConfiguration = KafkaConsumerConfiguration(
             kafka: configuration.pipeline.kafka, groupID: configuration.groupID,
             topics: [configuration.pipeline.eventTopic], maxConcurrentPartitions: configuration.concurrency)
@@ -121,7 +131,11 @@ public struct FulfillmentApplication: Sendable {
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
     public var services: [any Service] {
-        [pool, producer, renewal, sweeper, scheduler, subscriptionClock, credits, retention, sampler, operations, consumer]
+        // The relay stops before the producer it publishes through.
+        let relay: [any Service] = outboundRelay.map { [$0] } ?? []
+        let before: [any Service] = [pool, producer, renewal, sweeper]
+        let after: [any Service] = [scheduler, subscriptionClock, credits, retention, sampler, operations, consumer]
+        return before + relay + after
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.

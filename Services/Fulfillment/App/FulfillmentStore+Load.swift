@@ -101,7 +101,9 @@ extension FulfillmentStore {
                                   '2', promotional_free_grants_credits, '3', offer_code_free_grants_credits,
                                   '4', win_back_free_grants_credits)),
                               'billingRetrySpendsCredits', billing_retry_spends_credits,
-                              'kind', kind, 'permanentCredits', permanent_credits))
+                              'kind', kind, 'permanentCredits', permanent_credits,
+                              -- What the product unlocks: its plan code until the catalogue names more.
+                              'entitlements', json_build_array(plan_code)))
                               FROM payment_product
                              WHERE channel = 'APPLE' AND app_key = \(appKey) AND NOT deleted
                                AND (product_id IN (e.product_id, e.renewal_product_id, e.auto_renew_product_id)

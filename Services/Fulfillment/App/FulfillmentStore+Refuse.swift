@@ -28,6 +28,7 @@ extension FulfillmentStore {
                 on: db)
         case .refused(let code, let reason):
             try await leases.fail(event, owner: owner, code: code, message: reason, retryAt: nil, on: db)
+            if outboundEvents, !plan.events.isEmpty { try await OutboundEventStore(pool: pool).append(plan.events, on: db) }
         }
     }
 

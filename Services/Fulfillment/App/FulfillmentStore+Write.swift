@@ -21,6 +21,10 @@ extension FulfillmentStore {
         }
         let rows = WriteRows(batch)
         let events = batch.map(\.pending.event)
+        // The plans' outbound events in the same statement: committed with the change or not at all.
+        let outbound = outboundEvents ? batch.flatMap(\.plan.events) : []
+        let appendOutbound: PostgresQuery =
+            outbound.isEmpty ? ")" : "), \(fragment: OutboundEventStore.appendCTEs(outbound))"
         // One statement for the whole batch (a statement per table and event cost a round trip
         // each); every part is the SQL of its table's owner.
         let completed = try await db.query(
@@ -32,8 +36,7 @@ extension FulfillmentStore {
             ), subscription AS (\(fragment: ChainBindingStore.storeProjections(rows.subscriptions))
             ), history AS (\(fragment: OrderStore.appendHistory(rows.history))
             ), done AS (\(fragment: EventLeaseStore.succeed(events))
-            ), proof AS (\(fragment: EventLeaseStore.prove(events, owner: owner, succeeded: "done"))
-            )
+            ), proof AS (\(fragment: EventLeaseStore.prove(events, owner: owner, succeeded: "done"))\(fragment: appendOutbound)
             SELECT (SELECT count(*) FROM proof) AS completed
             """)
         guard try completed.single().decode("completed", as: Int.self) == batch.count else {
@@ -53,15 +56,23 @@ extension FulfillmentStore {
             }
         }
         let booked = try await ledger.grant(grants.flatMap { $0 }, limits: creditLimits, on: db)
-        for (_, plan) in batch {
+        var moved: [OutboundEvent] = []
+        for (pending, plan) in batch {
+            let moves = CreditMoves(pending: pending, plan: plan)
             for grant in plan.revocations {
-                try await ledger.revoke(grantKey: grant.grantKey, percentage: plan.revocationPercentage, on: db)
+                let taken = try await ledger.revoke(grantKey: grant.grantKey, percentage: plan.revocationPercentage, on: db)
+                moved += moves.revoked(grant, amount: taken)
             }
-            for grant in plan.restorations { try await ledger.restore(grantKey: grant.grantKey, on: db) }
+            for grant in plan.restorations {
+                moved += moves.restored(grant, amount: try await ledger.restore(grantKey: grant.grantKey, on: db))
+            }
             if let ending = plan.restoreClearing, let user = plan.user {
-                try await ledger.restoreClearing(ending: ending, userID: user.userID, on: db)
+                let given = try await ledger.restoreClearing(ending: ending, userID: user.userID, on: db)
+                moved += moves.clearingRestored(ending, amount: given)
             }
         }
+        // What refunds took and reversals gave back is known once booked: rare, a statement of its own.
+        if outboundEvents, !moved.isEmpty { try await OutboundEventStore(pool: pool).append(moved, on: db) }
         // The ledger counts the batch; each event's share is what it planned (grant keys are unique
         // and the plans skip keys already booked), unless a key was booked meanwhile: then only a
         // batch of one can say whose grant it was, and a larger batch is retried one by one.
@@ -113,5 +124,56 @@ struct WriteRows {
                 OrderStore.HistoryEntry(change: $0, cause: verified.source.cause, kind: pending.event.kind.rawValue, eventID: pending.event.id)
             }
         }
+    }
+}
+
+/// The outbound events of an event's credit moves whose amounts the ledger decides when it books
+/// them (refunds, their reversals, an undone clearing); keyed by the move, so a redelivery adds
+/// nothing.
+struct CreditMoves {
+    let user: String?
+    let fact: TransactionFact?
+    let now: Date
+
+    init(pending: PendingEvent, plan: FulfillmentPlan) {
+        user = plan.user?.userID
+        fact = pending.verified.transaction?.fact
+        now = pending.now
+    }
+
+    private var environment: String { fact?.environment ?? "Production" }
+    /// The moment of the fact that moved the credits (milliseconds), naming this refund or reversal.
+    private var step: String {
+        let date = fact?.revocationDate ?? fact?.signedDate ?? now
+        return String(Int64((date.timeIntervalSince1970 * 1000).rounded()))
+    }
+
+    func revoked(_ lot: GrantRecord, amount: MicroCredits) -> [OutboundEvent] {
+        guard amount > 0 else { return [] }
+        return [
+            CreditEvents.revoked(
+                userID: lot.userID, environment: environment, grantKey: lot.grantKey, step: step, pool: lot.pool, amount: amount,
+                reason: "REFUND", originalTransactionID: fact?.originalTransactionID, transactionID: fact?.transactionID, now: now)
+        ]
+    }
+
+    func restored(_ lot: GrantRecord, amount: MicroCredits) -> [OutboundEvent] {
+        guard amount > 0 else { return [] }
+        return [
+            CreditEvents.event(
+                .creditsGranted, key: "credits.granted:\(lot.grantKey):restored:\(step)", userID: lot.userID,
+                environment: environment, grantKey: lot.grantKey, pool: lot.pool, amount: amount, reason: "REFUND_REVERSED",
+                originalTransactionID: fact?.originalTransactionID, transactionID: fact?.transactionID, now: now)
+        ]
+    }
+
+    func clearingRestored(_ ending: String, amount: MicroCredits) -> [OutboundEvent] {
+        guard let user, amount > 0 else { return [] }
+        return [
+            CreditEvents.event(
+                .creditsGranted, key: "credits.granted:clearing-restored:\(ending):\(step)", userID: user,
+                environment: environment, grantKey: nil, pool: .subscription, amount: amount, reason: "CLEARING_RESTORED",
+                originalTransactionID: fact?.originalTransactionID, transactionID: fact?.transactionID, now: now)
+        ]
     }
 }

@@ -62,6 +62,8 @@ struct FulfillmentStore: Sendable {
     let ledger: CreditLedger
     /// The chains' owners: family members bound, conflicting chains frozen.
     let chains: ChainBindingStore
+    /// Whether the plans' outbound events are written (`OUTBOUND_EVENTS_ENABLED`).
+    let outboundEvents: Bool
 
     /// Reads the JSON documents of the queries (dates are milliseconds, like Apple's) with the
     /// strict parser the verifier uses: Foundation's JSONDecoder was a tenth of a worker's CPU.
@@ -71,9 +73,10 @@ struct FulfillmentStore: Sendable {
 
     init(
         leases: EventLeaseStore, appKey: String, everyoneIsTestUser: Bool, topic: String,
-        creditLimits: CreditLimits = CreditLimits(), crashPoint: CrashPoint? = nil
+        creditLimits: CreditLimits = CreditLimits(), crashPoint: CrashPoint? = nil, outboundEvents: Bool = true
     ) {
         self.leases = leases
+        self.outboundEvents = outboundEvents
         self.creditLimits = creditLimits
         ledger = CreditLedger(pool: leases.pool)
         chains = ChainBindingStore(pool: leases.pool, topic: topic)

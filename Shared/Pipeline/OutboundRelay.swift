@@ -1,0 +1,167 @@
+import Foundation
+import Kafka
+import Postgres
+import ServiceRuntime
+import Storage
+import Synchronization
+
+/// Publishes committed outbound events to `OUTBOUND_EVENT_TOPIC` (key: the user, value: the
+/// event) and marks them published once the broker acknowledged them.
+///
+/// One relay publishes at a time (`OutboundEventStore.relay` holds an advisory lock), so a user's
+/// events reach their partition in sequence order whatever the number of workers; the others
+/// wake, find the lock taken and wait for the next wake-up. A writer's commit wakes the relays
+/// (`nudge`: in-process at once, the other workers through NOTIFY), and a sweep every `interval`
+/// catches a lost wake-up. With the broker away nothing is marked: the events wait in the table.
+/// Delivery is at least once: a crash between the acknowledgement and the mark publishes again
+/// (consumers deduplicate by `id`, or by `userId` and `sequence`).
+public final class OutboundRelay: Service {
+    public let name = "outbound-relay"
+    private let store: OutboundEventStore
+    private let producer: KafkaProducer
+    private let topic: String
+    private let interval: Duration
+    private let logger: Logger
+    private let failures: ThrottledLog
+    private let stop = ShutdownTrigger()
+    /// Fired by a wake-up; replaced before each pass, so a wake-up during a pass starts another.
+    private let wake = Mutex(ShutdownTrigger())
+    private let listening = Mutex<PostgresListener?>(nil)
+    private let announcements: GroupCommit<Int, Void>
+    /// Whether this relay's last pass held the lock: then its own wake-up is enough, and a commit
+    /// here sends no NOTIFY (a transaction of its own).
+    private let holding = Atomic(false)
+    /// When the backlog gauges were last sampled (a count per pass cost a statement per wake-up).
+    private let sampled = Mutex<ContinuousClock.Instant?>(nil)
+    static let batch = 500
+
+    private let published = MetricsRegistry.shared.counter(
+        "subs_outbound_events_published_total", help: "Outbound events acknowledged by the broker on OUTBOUND_EVENT_TOPIC")
+    private let failed = MetricsRegistry.shared.counter(
+        "subs_outbound_events_publish_failures_total", help: "Outbound events the broker did not acknowledge (retried)")
+    private let unpublished = MetricsRegistry.shared.gauge(
+        "subs_outbound_events_unpublished", help: "Committed outbound events not acknowledged by the broker yet")
+    private let oldest = MetricsRegistry.shared.gauge(
+        "subs_outbound_events_oldest_unpublished_seconds", help: "Age of the oldest unpublished outbound event (0: none)")
+
+    public init(store: OutboundEventStore, producer: KafkaProducer, topic: String, interval: Duration, logger: Logger) {
+        self.store = store
+        self.producer = producer
+        self.topic = topic
+        self.interval = interval
+        self.logger = logger
+        failures = ThrottledLog(logger: logger)
+        // Wake-ups of batches committed meanwhile share one NOTIFY (a commit of its own each).
+        announcements = GroupCommit(maxBatchSize: 1024, maxConcurrentBatches: 1) { nudges in
+            try await store.announce()
+            return nudges.map { _ in () }
+        }
+    }
+
+    /// After a commit that wrote events: publish them now, here and in the other workers.
+    public func nudge() {
+        wake.withLock { $0 }.fire()
+        guard !holding.load(ordering: .relaxed) else { return }
+        let (announcements, logger) = (announcements, logger)
+        Task {
+            do { try await announcements.submit(0) } catch {
+                logger.debug("could not wake the other relays", ["error": .string("\(error)")])
+            }
+        }
+    }
+
+    public func run() async throws {
+        let listener = Task { await listen() }
+        defer { listener.cancel() }
+        while !stop.isFired {
+            let next = ShutdownTrigger()
+            wake.withLock { $0 = next }
+            await relayOnce()
+            _ = await next.wait(timeout: interval)
+        }
+    }
+
+    public func shutdown() async {
+        stop.fire()
+        wake.withLock { $0 }.fire()
+        listening.withLock { $0 }?.close()
+    }
+
+    /// Wakes the loop on every NOTIFY of a writer, listening again after a lost connection.
+    private func listen() async {
+        while !stop.isFired, !Task.isCancelled {
+            do {
+                let listener = try await store.pool.listen(OutboundEventStore.channel)
+                listening.withLock { $0 = listener }
+                for await _ in listener { wake.withLock { $0 }.fire() }
+            } catch {
+                failures.record("outbound relay cannot listen", reason: "listen", ["error": .string("\(error)")])
+            }
+            _ = await stop.wait(timeout: .seconds(1))
+        }
+    }
+
+    /// Publishes until nothing is left, the broker fails or another relay holds the lock; returns
+    /// how many were acknowledged.
+    @discardableResult
+    public func relayOnce() async -> Int {
+        var total = 0
+        do {
+            while !stop.isFired {
+                let sent = try await store.relay(limit: Self.batch) { [self] events in await publish(events) }
+                holding.store(sent != nil, ordering: .relaxed)
+                // Another worker relays: the gauges below are still this worker's view of the backlog.
+                guard let sent else { break }
+                total += sent
+                if sent < Self.batch { break }
+            }
+            let now = ContinuousClock.now
+            let due = sampled.withLock { last in
+                guard last.map({ now - $0 >= .seconds(5) }) ?? true else { return false }
+                last = now
+                return true
+            }
+            if due {
+                let backlog = try await store.backlog()
+                unpublished.set(Double(backlog.count))
+                oldest.set(backlog.oldestSeconds)
+            }
+        } catch {
+            holding.store(false, ordering: .relaxed)
+            failures.record("outbound relay pass failed", reason: "relay", ["error": .string("\(error)")])
+        }
+        return total
+    }
+
+    /// Sends each user's events in order, one after the other (a later one only once the earlier
+    /// is acknowledged, so a failure cannot put it ahead), and the users' in parallel.
+    private func publish(_ events: [PublishableOutboundEvent]) async -> [Int64] {
+        var byUser: [String: [PublishableOutboundEvent]] = [:]
+        for event in events { byUser[event.userID, default: []].append(event) }
+        let acknowledged = await withTaskGroup(of: [Int64].self) { group in
+            for (user, events) in byUser {
+                group.addTask { [producer, topic, failures] in
+                    var done: [Int64] = []
+                    for event in events {
+                        do {
+                            _ = try await producer.send(topic: topic, key: Array(user.utf8), value: Array(event.value.utf8))
+                            done.append(event.seq)
+                        } catch {
+                            failures.record(
+                                "outbound event not acknowledged, left for the next pass", reason: "not_acknowledged",
+                                ["error": .string("\(error)")])
+                            break
+                        }
+                    }
+                    return done
+                }
+            }
+            var all: [Int64] = []
+            for await done in group { all += done }
+            return all
+        }
+        published.increment(by: acknowledged.count)
+        failed.increment(by: events.count - acknowledged.count)
+        return acknowledged
+    }
+}
