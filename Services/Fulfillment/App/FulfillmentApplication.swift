@@ -24,6 +24,8 @@ public struct FulfillmentApplication: Sendable {
     let sampler: BacklogSampler
     /// The event table's months: partitions ahead, payload redaction, old months detached.
     let retention: EventRetention
+    /// Promotional grants ended at their expiry, with their events.
+    let grantExpiry: PromotionalGrantExpiry
     /// The heartbeat of the leases on the events and tasks this worker is working on.
     let renewal: LeaseRenewal
     public let logger: Logger
@@ -102,11 +104,12 @@ public struct FulfillmentApplication: Sendable {
         retention = EventRetention(
             store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
             clock: clock, logger: logger)
+        grantExpiry = PromotionalGrantExpiry(store: EntitlementStore(pool: pool), clock: clock, logger: logger)
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
     public var services: [any Service] {
-        [pool, producer, renewal, sweeper, scheduler, credits, retention, sampler, operations, consumer]
+        [pool, producer, renewal, sweeper, scheduler, credits, retention, grantExpiry, sampler, operations, consumer]
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.
