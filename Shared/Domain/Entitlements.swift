@@ -78,8 +78,9 @@ public struct PromotionalGrant: Sendable, Hashable, Codable {
     public var endsAt: Date { min(expiresAt, revokedAt ?? expiresAt) }
 }
 
-/// One entitlement of a user at one instant, as the entitlements API answers it.
-public struct EntitlementItem: Sendable, Hashable {
+/// One entitlement of a user at one instant, as the entitlements API answers it (every field
+/// written, null when it has no value).
+public struct EntitlementItem: Sendable, Hashable, Encodable {
     public var entitlement: String
     public var active: Bool
     public var source: EntitlementSource
@@ -112,6 +113,96 @@ public struct EntitlementItem: Sendable, Hashable {
         self.willRenew = willRenew
         self.gracePeriodExpiresAt = gracePeriodExpiresAt
         self.promotionalExpiresAt = promotionalExpiresAt
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case entitlement, active, source, status, productId, originalTransactionId, environment, expiresAt, willRenew
+        case gracePeriodExpiresAt, promotionalExpiresAt
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(entitlement, forKey: .entitlement)
+        try container.encode(active, forKey: .active)
+        try container.encode(source, forKey: .source)
+        // Optionals through `encode`, not `encodeIfPresent`: an absent value is an explicit null.
+        try container.encode(status, forKey: .status)
+        try container.encode(productID, forKey: .productId)
+        try container.encode(originalTransactionID, forKey: .originalTransactionId)
+        try container.encode(environment, forKey: .environment)
+        try container.encode(expiresAt, forKey: .expiresAt)
+        try container.encode(willRenew, forKey: .willRenew)
+        try container.encode(gracePeriodExpiresAt, forKey: .gracePeriodExpiresAt)
+        try container.encode(promotionalExpiresAt, forKey: .promotionalExpiresAt)
+    }
+}
+
+/// A promotional grant as operators see it (admin API, `subsctl --json`, the support case):
+/// the row under the API's names, every field written, and whether it is in force.
+public struct PromotionalGrantView: Sendable, Hashable, Codable {
+    public var grantId: Int64
+    public var userId: String
+    public var entitlement: String
+    public var startsAt: Date
+    public var expiresAt: Date
+    public var reason: String
+    public var grantedBy: String
+    public var createdAt: Date
+    public var revokedAt: Date?
+    public var revokedBy: String?
+    public var revokeReason: String?
+    public var endedAt: Date?
+    /// Whether it gives its entitlement at the instant the view was made.
+    public var inForce: Bool
+
+    public init(_ grant: PromotionalGrant, now: Date) {
+        grantId = grant.grantID
+        userId = grant.userID
+        entitlement = grant.entitlement
+        startsAt = grant.startsAt
+        expiresAt = grant.expiresAt
+        reason = grant.reason
+        grantedBy = grant.grantedBy
+        createdAt = grant.createdAt
+        revokedAt = grant.revokedAt
+        revokedBy = grant.revokedBy
+        revokeReason = grant.revokeReason
+        endedAt = grant.endedAt
+        inForce = grant.isInForce(at: now)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(grantId, forKey: .grantId)
+        try container.encode(userId, forKey: .userId)
+        try container.encode(entitlement, forKey: .entitlement)
+        try container.encode(startsAt, forKey: .startsAt)
+        try container.encode(expiresAt, forKey: .expiresAt)
+        try container.encode(reason, forKey: .reason)
+        try container.encode(grantedBy, forKey: .grantedBy)
+        try container.encode(createdAt, forKey: .createdAt)
+        try container.encode(revokedAt, forKey: .revokedAt)
+        try container.encode(revokedBy, forKey: .revokedBy)
+        try container.encode(revokeReason, forKey: .revokeReason)
+        try container.encode(endedAt, forKey: .endedAt)
+        try container.encode(inForce, forKey: .inForce)
+    }
+}
+
+/// What a user may use now, in words and in items, with every promotional grant they had: the
+/// admin API's read, `subsctl entitlements show` and the top of a support case.
+public struct EntitlementOverview: Sendable, Hashable, Encodable {
+    public var userId: String
+    /// `Entitlements.summary` of the items.
+    public var summary: String
+    public var entitlements: [EntitlementItem]
+    public var grants: [PromotionalGrantView]
+
+    public init(userID: String, items: [EntitlementItem], grants: [PromotionalGrant], now: Date) {
+        userId = userID
+        summary = Entitlements.summary(items)
+        entitlements = items
+        self.grants = grants.map { PromotionalGrantView($0, now: now) }
     }
 }
 
@@ -189,6 +280,34 @@ public enum Entitlements {
             if let promotional = item.promotionalExpiresAt { text += ", promotional until \(day(promotional))" }
             return text
         }.joined(separator: "; ")
+    }
+
+    /// A promotional grant may last at most this long (ten years): a typo in a date should not give forever.
+    public static let longestGrant: TimeInterval = 10 * 366 * 86_400
+
+    /// Why a grant's end was refused.
+    public enum GrantEndProblem: Error, Sendable, Equatable {
+        /// Neither or both of an end and a duration.
+        case endOrDuration
+        /// Not an ISO 8601 duration, or not a positive one.
+        case badDuration
+        case notInFuture
+        case tooLong
+    }
+
+    /// When a grant made at `now` ends: at `expiresAt`, or `duration` after `now` (exactly one given).
+    public static func grantEnd(expiresAt: Date?, duration: String?, now: Date) throws(GrantEndProblem) -> Date {
+        let end: Date
+        switch (expiresAt, duration) {
+        case (let date?, nil): end = date
+        case (nil, let duration?):
+            guard let date = Entitlements.end(of: duration, from: now) else { throw .badDuration }
+            end = date
+        default: throw .endOrDuration
+        }
+        guard end > now else { throw .notInFuture }
+        guard end.timeIntervalSince(now) <= longestGrant else { throw .tooLong }
+        return end
     }
 
     /// The end of an ISO 8601 duration (`P7D`, `P1M`, `PT12H`, `P1Y2M10DT2H30M`, `P2W`) started at

@@ -60,6 +60,18 @@ public struct EntitlementStore: Sendable {
         return Entitlements.items(chains: chains, grants: grants, entitlementsOf: { unlocks[$0] ?? [] }, now: now)
     }
 
+    /// The user's entitlements and grants at `now`, for operators (one snapshot).
+    public func overview(userID: String, now: Date) async throws -> EntitlementOverview {
+        try await pool.transaction(isolation: .repeatableRead, readOnly: true) { try await overview(userID: userID, now: now, on: $0) }
+    }
+
+    /// The same on the caller's connection.
+    public func overview(userID: String, now: Date, on db: PostgresConnection) async throws -> EntitlementOverview {
+        EntitlementOverview(
+            userID: userID, items: try await entitlements(userID: userID, now: now, on: db),
+            grants: try await grants(userID: userID, on: db), now: now)
+    }
+
     /// Every promotional grant of the user, oldest first.
     public func grants(userID: String) async throws -> [PromotionalGrant] {
         try await pool.withConnection { try await grants(userID: userID, on: $0) }

@@ -41,44 +41,15 @@ struct EntitlementRoutes: Sendable {
         }
     }
 
-    /// One entitlement as clients see it; fields without a value are written as null.
-    struct ItemView: Encodable, Sendable {
-        let entitlement: String
-        let active: Bool
-        let source: EntitlementSource
-        @ExplicitNull var status: SubscriptionStatus?
-        @ExplicitNull var productId: String?
-        @ExplicitNull var originalTransactionId: String?
-        @ExplicitNull var environment: String?
-        @ExplicitNull var expiresAt: Date?
-        let willRenew: Bool
-        @ExplicitNull var gracePeriodExpiresAt: Date?
-        @ExplicitNull var promotionalExpiresAt: Date?
-
-        init(_ item: EntitlementItem) {
-            entitlement = item.entitlement
-            active = item.active
-            source = item.source
-            status = item.status
-            productId = item.productID
-            originalTransactionId = item.originalTransactionID
-            environment = item.environment
-            expiresAt = item.expiresAt
-            willRenew = item.willRenew
-            gracePeriodExpiresAt = item.gracePeriodExpiresAt
-            promotionalExpiresAt = item.promotionalExpiresAt
-        }
-    }
-
     struct Answer: Encodable, Sendable {
-        let entitlements: [ItemView]
+        let entitlements: [EntitlementItem]
     }
 
     func answer(_ request: HTTPRequest, userID: String) async throws -> HTTPResponse {
         let nonce = try Self.nonce(request)
         let now = clock.now()
         var response = HTTPResponse.json(
-            Answer(entitlements: try await entitlements.entitlements(userID: userID, now: now).map(ItemView.init)))
+            Answer(entitlements: try await entitlements.entitlements(userID: userID, now: now)))
         if let nonce, let signer {
             response.headers.append(
                 (EntitlementSigner.header, try signer.signature(nonce: nonce, userID: userID, body: response.body, now: now)))
