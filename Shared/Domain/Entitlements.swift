@@ -80,7 +80,7 @@ public struct PromotionalGrant: Sendable, Hashable, Codable {
 
 /// One entitlement of a user at one instant, as the entitlements API answers it (every field
 /// written, null when it has no value).
-public struct EntitlementItem: Sendable, Hashable, Encodable {
+public struct EntitlementItem: Sendable, Hashable, Codable {
     public var entitlement: String
     public var active: Bool
     public var source: EntitlementSource
@@ -118,6 +118,21 @@ public struct EntitlementItem: Sendable, Hashable, Encodable {
     private enum CodingKeys: String, CodingKey {
         case entitlement, active, source, status, productId, originalTransactionId, environment, expiresAt, willRenew
         case gracePeriodExpiresAt, promotionalExpiresAt
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            entitlement: try container.decode(String.self, forKey: .entitlement), active: try container.decode(Bool.self, forKey: .active),
+            source: try container.decode(EntitlementSource.self, forKey: .source),
+            status: try container.decodeIfPresent(SubscriptionStatus.self, forKey: .status),
+            productID: try container.decodeIfPresent(String.self, forKey: .productId),
+            originalTransactionID: try container.decodeIfPresent(String.self, forKey: .originalTransactionId),
+            environment: try container.decodeIfPresent(String.self, forKey: .environment),
+            expiresAt: try container.decodeIfPresent(Date.self, forKey: .expiresAt),
+            willRenew: try container.decode(Bool.self, forKey: .willRenew),
+            gracePeriodExpiresAt: try container.decodeIfPresent(Date.self, forKey: .gracePeriodExpiresAt),
+            promotionalExpiresAt: try container.decodeIfPresent(Date.self, forKey: .promotionalExpiresAt))
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -191,7 +206,7 @@ public struct PromotionalGrantView: Sendable, Hashable, Codable {
 
 /// What a user may use now, in words and in items, with every promotional grant they had: the
 /// admin API's read, `subsctl entitlements show` and the top of a support case.
-public struct EntitlementOverview: Sendable, Hashable, Encodable {
+public struct EntitlementOverview: Sendable, Hashable, Codable {
     public var userId: String
     /// `Entitlements.summary` of the items.
     public var summary: String

@@ -24,11 +24,11 @@ public struct EntitlementStore: Sendable {
 
     /// The user's entitlements at `now` (`Entitlements.items`); an unknown user has none.
     public func entitlements(userID: String, now: Date) async throws -> [EntitlementItem] {
-        try await pool.withConnection { try await entitlements(userID: userID, now: now, on: $0) }
+        try await pool.withConnection { try await Self.entitlements(userID: userID, now: now, on: $0) }
     }
 
     /// The same on the caller's connection (the support case reads it in its snapshot).
-    public func entitlements(userID: String, now: Date, on db: PostgresConnection) async throws -> [EntitlementItem] {
+    public static func entitlements(userID: String, now: Date, on db: PostgresConnection) async throws -> [EntitlementItem] {
         // Each chain with what its product unlocks; a product the catalogue does not know unlocks nothing.
         let rows = try await db.query(
             """
@@ -56,17 +56,19 @@ public struct EntitlementStore: Sendable {
                     autoRenewEnabled: subscription.autoRenewEnabled, expiresAt: subscription.expiresAt,
                     graceExpiresAt: subscription.graceExpiresAt))
         }
-        let grants = try await grants(userID: userID, on: db)
+        let grants = try await Self.grants(userID: userID, on: db)
         return Entitlements.items(chains: chains, grants: grants, entitlementsOf: { unlocks[$0] ?? [] }, now: now)
     }
 
     /// The user's entitlements and grants at `now`, for operators (one snapshot).
     public func overview(userID: String, now: Date) async throws -> EntitlementOverview {
-        try await pool.transaction(isolation: .repeatableRead, readOnly: true) { try await overview(userID: userID, now: now, on: $0) }
+        try await pool.transaction(isolation: .repeatableRead, readOnly: true) {
+            try await Self.overview(userID: userID, now: now, on: $0)
+        }
     }
 
     /// The same on the caller's connection.
-    public func overview(userID: String, now: Date, on db: PostgresConnection) async throws -> EntitlementOverview {
+    public static func overview(userID: String, now: Date, on db: PostgresConnection) async throws -> EntitlementOverview {
         EntitlementOverview(
             userID: userID, items: try await entitlements(userID: userID, now: now, on: db),
             grants: try await grants(userID: userID, on: db), now: now)
@@ -74,11 +76,11 @@ public struct EntitlementStore: Sendable {
 
     /// Every promotional grant of the user, oldest first.
     public func grants(userID: String) async throws -> [PromotionalGrant] {
-        try await pool.withConnection { try await grants(userID: userID, on: $0) }
+        try await pool.withConnection { try await Self.grants(userID: userID, on: $0) }
     }
 
     /// The same on the caller's connection.
-    public func grants(userID: String, on db: PostgresConnection) async throws -> [PromotionalGrant] {
+    public static func grants(userID: String, on db: PostgresConnection) async throws -> [PromotionalGrant] {
         try await db.query("SELECT \(fragment: Self.columns) FROM entitlement_grant WHERE user_id = \(userID) ORDER BY id")
             .map(Self.grant)
     }

@@ -17,8 +17,8 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
         cases: context.cases, queue: context.queue, events: context.leases, chains: context.chains, tasks: context.tasks,
         users: context.users, ledger: context.ledger, cursors: PageCursorSigner(key: context.configuration.cursorSigningKey),
         eventTopic: context.configuration.pipeline.eventTopic, creditLimits: context.configuration.creditLimits,
-        clock: context.clock)
-    let entitlements = context.entitlementAdminRoutes
+        clock: context.clock, entitlements: context.entitlementAdminRoutes)
+    let entitlements = routes.entitlements
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .viewer)]) {
         routes.registerReads(in: &$0)
         entitlements.registerReads(in: &$0)
