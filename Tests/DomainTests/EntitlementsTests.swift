@@ -120,6 +120,20 @@ import Testing
         }
     }
 
+    /// A product decoded without `entitlements` (a snapshot from before them) unlocks its plan
+    /// code; one with them keeps them through a round trip.
+    @Test func productsDecodedWithoutEntitlementsUnlockTheirPlanCode() throws {
+        let product = CatalogueProduct(
+            productID: "p", subscriptionGroupID: "g", planCode: "pro", planLevel: 1, duration: .month, creditsAmount: 5,
+            entitlements: ["pro", "export"])
+        let encoded = try JSONEncoder().encode(product)
+        #expect(try JSONDecoder().decode(CatalogueProduct.self, from: encoded) == product)
+        var object = try #require(try JSONSerialization.jsonObject(with: encoded) as? [String: Any])
+        object["entitlements"] = nil
+        let old = try JSONDecoder().decode(CatalogueProduct.self, from: try JSONSerialization.data(withJSONObject: object))
+        #expect(old.entitlements == ["pro"])
+    }
+
     @Test func theSummaryPutsAccessInWords() {
         let expires = Date(timeIntervalSince1970: 1_799_107_200)  // 2027-01-05T00:00:00Z
         let item = EntitlementItem(
