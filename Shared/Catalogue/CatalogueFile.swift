@@ -67,6 +67,7 @@ public struct CatalogueFile: Sendable, Equatable {
                     ("familySharedGrantsCredits", product.familySharedGrantsCredits != nil),
                     ("freePeriodGrantsCredits", product.freePeriodGrantsCredits != nil),
                     ("billingRetrySpendsCredits", product.billingRetrySpendsCredits != nil),
+                    ("entitlements", product.entitlements != nil),
                 ]
                 for (name, present) in subscriptionFields where present {
                     problems.append("\(at).\(name) is a subscription field; a CONSUMABLE has permanentCredits only")
@@ -100,6 +101,13 @@ public struct CatalogueFile: Sendable, Equatable {
             if !(0...maxCreditsAmount).contains(creditsAmount) {
                 problems.append("\(at).creditsAmount must be from 0 to \(maxCreditsAmount) whole credits")
             }
+            if let entitlements = product.entitlements {
+                if entitlements.isEmpty { problems.append("\(at).entitlements must name at least one entitlement (or be left out: [planCode])") }
+                for (position, entitlement) in entitlements.enumerated() where !Entitlements.isIdentifier(entitlement) {
+                    problems.append("\(at).entitlements[\(position)] \"\(entitlement)\" is not an entitlement identifier ([a-z0-9_.-], 1 to 64)")
+                }
+                if Set(entitlements).count != entitlements.count { problems.append("\(at).entitlements lists an entitlement twice") }
+            }
             var freePeriods: [OfferKind: Bool] = [:]
             for (name, grants) in (product.freePeriodGrantsCredits ?? [:]).sorted(by: { $0.key < $1.key }) {
                 guard let kind = OfferKind.allCases.first(where: { $0.catalogueName == name }), kind != .introductory else {
@@ -116,7 +124,8 @@ public struct CatalogueFile: Sendable, Equatable {
                     duration: duration, creditsAmount: creditsAmount, enabled: product.enabled ?? true,
                     trialGrantsCredits: product.trialGrantsCredits ?? true, upgradeGrant: product.upgradeGrant ?? .full,
                     familySharedGrantsCredits: product.familySharedGrantsCredits ?? false, freePeriodGrantsCredits: freePeriods,
-                    billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference))
+                    billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference,
+                    entitlements: product.entitlements))
         }
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
@@ -136,7 +145,7 @@ public struct CatalogueFile: Sendable, Equatable {
         enum CodingKeys: String, CodingKey, CaseIterable {
             case productId, kind, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, permanentCredits, enabled
             case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
-            case refundPreference
+            case refundPreference, entitlements
         }
         let productId: String
         /// Nil: AUTO_RENEWABLE.
@@ -154,6 +163,8 @@ public struct CatalogueFile: Sendable, Equatable {
         let freePeriodGrantsCredits: [String: Bool]?
         let billingRetrySpendsCredits: Bool?
         let refundPreference: RefundPreference?
+        /// Nil: the plan code.
+        let entitlements: [String]?
     }
 
     private static func unknownKeys(of object: [String: Any], allowed: [String], at prefix: String) -> [String] {

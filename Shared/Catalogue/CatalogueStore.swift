@@ -38,7 +38,7 @@ public struct CatalogueStore: Sendable {
                 """
                 SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                     trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, kind, permanent_credits, version, deleted
+                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements, version, deleted
                 FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
                 """)
             for row in rows {
@@ -59,13 +59,14 @@ public struct CatalogueStore: Sendable {
                         INSERT INTO payment_product (channel, app_key, product_id, subscription_group_id, plan_code, plan_level,
                             duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits,
                             promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits,
-                            billing_retry_spends_credits, refund_preference, kind, permanent_credits)
+                            billing_retry_spends_credits, refund_preference, kind, permanent_credits, entitlements)
                         VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
                             \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
                             \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits),
                             \(product.freePeriodGrantsCredits[.promotional]), \(product.freePeriodGrantsCredits[.offerCode]),
                             \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits),
-                            \(product.refundPreference?.rawValue), \(product.kind.rawValue), \(product.permanentCredits))
+                            \(product.refundPreference?.rawValue), \(product.kind.rawValue), \(product.permanentCredits),
+                            \(PostgresArray(product.entitlements))::text[])
                         RETURNING version
                         """
                     )[0].decode("version")
@@ -83,7 +84,8 @@ public struct CatalogueStore: Sendable {
                             win_back_free_grants_credits = \(product.freePeriodGrantsCredits[.winBack]),
                             billing_retry_spends_credits = \(product.billingRetrySpendsCredits),
                             refund_preference = \(product.refundPreference?.rawValue), kind = \(product.kind.rawValue),
-                            permanent_credits = \(product.permanentCredits), deleted = false,
+                            permanent_credits = \(product.permanentCredits),
+                            entitlements = \(PostgresArray(product.entitlements))::text[], deleted = false,
                             version = version + 1, updated_at = now()
                         WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
                         RETURNING version
@@ -109,7 +111,7 @@ public struct CatalogueStore: Sendable {
             SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                 trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
                 offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference,
-                kind, permanent_credits
+                kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
             ORDER BY subscription_group_id, plan_level,
@@ -140,7 +142,8 @@ public struct CatalogueStore: Sendable {
             ].compactMapValues { $0 },
             billingRetrySpendsCredits: try row.decode("billing_retry_spends_credits"),
             refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)),
-            kind: kind, permanentCredits: try row.decode("permanent_credits"))
+            kind: kind, permanentCredits: try row.decode("permanent_credits"),
+            entitlements: try row.decode("entitlements", as: PostgresJSON.self).decode([String].self))
     }
 }
 
@@ -165,6 +168,7 @@ private struct StoredProduct {
             let refundPreference: String?
             let kind: String
             let permanentCredits: Int64
+            let entitlements: [String]
             let version: Int
             let deleted: Bool
         }
@@ -180,7 +184,8 @@ private struct StoredProduct {
                 freePeriodGrantsCredits: Dictionary(
                     uniqueKeysWithValues: product.freePeriodGrantsCredits.map { ($0.key.catalogueName, $0.value) }),
                 billingRetrySpendsCredits: product.billingRetrySpendsCredits, refundPreference: product.refundPreference?.rawValue,
-                kind: product.kind.rawValue, permanentCredits: product.permanentCredits, version: version, deleted: deleted),
+                kind: product.kind.rawValue, permanentCredits: product.permanentCredits,
+                entitlements: product.entitlements, version: version, deleted: deleted),
             encoder: encoder)
     }
 }

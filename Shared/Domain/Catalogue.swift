@@ -152,6 +152,29 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.entitlements = entitlements ?? [planCode]
     }
 
+    /// Decoded as encoded, except that a product written without `entitlements` (a snapshot made
+    /// before they existed, or a statement that does not select them) unlocks its plan code, as
+    /// a catalogue naming none does.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            productID: try container.decode(String.self, forKey: .productID),
+            subscriptionGroupID: try container.decode(String.self, forKey: .subscriptionGroupID),
+            planCode: try container.decode(String.self, forKey: .planCode), planLevel: try container.decode(Int.self, forKey: .planLevel),
+            duration: try container.decode(ProductDuration.self, forKey: .duration),
+            creditsAmount: try container.decode(Int64.self, forKey: .creditsAmount),
+            enabled: try container.decode(Bool.self, forKey: .enabled),
+            trialGrantsCredits: try container.decode(Bool.self, forKey: .trialGrantsCredits),
+            upgradeGrant: try container.decode(UpgradeGrant.self, forKey: .upgradeGrant),
+            familySharedGrantsCredits: try container.decode(Bool.self, forKey: .familySharedGrantsCredits),
+            freePeriodGrantsCredits: try container.decode([OfferKind: Bool].self, forKey: .freePeriodGrantsCredits),
+            billingRetrySpendsCredits: try container.decode(Bool.self, forKey: .billingRetrySpendsCredits),
+            refundPreference: try container.decodeIfPresent(RefundPreference.self, forKey: .refundPreference),
+            kind: try container.decode(ProductKind.self, forKey: .kind),
+            permanentCredits: try container.decode(Int64.self, forKey: .permanentCredits),
+            entitlements: try container.decodeIfPresent([String].self, forKey: .entitlements))
+    }
+
     /// A credit pack: `permanentCredits` per purchase, no group, level or duration.
     public static func consumable(
         productID: String, planCode: String, permanentCredits: Int64, enabled: Bool = true,

@@ -1,3 +1,4 @@
+import Domain
 import Foundation
 import Postgres
 
@@ -176,6 +177,8 @@ public struct SupportCase: Sendable, Codable {
     }
 
     public var user: User?
+    /// What the user may use now and their promotional grants (nil without a user).
+    public var entitlements: EntitlementOverview?
     public var chains: [Chain]
     public var orders: [Order]
     public var transactions: [Transaction]
@@ -335,8 +338,10 @@ public struct CaseStore: Sendable {
         let ledger = try await Section.ledger(userID, on: db)
         let consumption = try await Section.consumptionAnswers(userID, events: events, on: db)
         let audit = try await Section.audit(scope, events: events, on: db)
+        var entitlements: EntitlementOverview?
+        if let userID { entitlements = try await EntitlementStore.overview(userID: userID, now: now, on: db) }
         var supportCase = SupportCase(
-            user: user, chains: chainList, orders: orders, transactions: transactions, events: events, grants: grants,
+            user: user, entitlements: entitlements, chains: chainList, orders: orders, transactions: transactions, events: events, grants: grants,
             balances: balances, ledger: ledger, consumptionAnswers: consumption, audit: audit, timeline: [])
         supportCase.timeline = Self.timeline(of: supportCase)
         return supportCase

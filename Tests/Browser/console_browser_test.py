@@ -1,12 +1,12 @@
 """Drives the support console in Debian's headless Chromium (JavaScript off) through Selenium:
 sign-in, a search by transaction id, the timeline, the replay of a DEAD event with a reason and
-its confirmation, and sign-out, after which the session cookie taken before it opens nothing,
+its confirmation, a user's access in words with a promotional grant given and revoked, and sign-out, after which the session cookie taken before it opens nothing,
 put back into the browser or sent with a plain request. Screenshots go to SCREENSHOT_DIR for a
 person to look at.
 
 Run by Tests/EndToEndTests/ConsoleBrowserTests.swift, which starts the ingress with an admin
-token and a DEAD event, passes CONSOLE_URL, ADMIN_TOKEN and TRANSACTION_ID, and checks the
-database afterwards. Exits non-zero with the reason on the first step that fails.
+token, a DEAD event and a subscriber, passes CONSOLE_URL, ADMIN_TOKEN, TRANSACTION_ID and USER_ID,
+and checks the database afterwards. Exits non-zero with the reason on the first step that fails.
 """
 import http.client
 import os
@@ -23,6 +23,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 BASE = os.environ["CONSOLE_URL"].rstrip("/")
 TOKEN = os.environ["ADMIN_TOKEN"]
 TRANSACTION = os.environ["TRANSACTION_ID"]
+USER = os.environ["USER_ID"]
 SHOTS = os.environ["SCREENSHOT_DIR"]
 REASON = "product added (browser test)"
 
@@ -97,6 +98,38 @@ def main():
         check("DEAD_EVENT_REPLAYED" in after_click("audit").text, "the case shows the audit row")
         shot("06-case-after")
 
+        # A user's case starts with their access in words; a promotional grant, then its revocation.
+        search = driver.find_element(By.ID, "q")
+        search.clear()
+        search.send_keys(USER)
+        driver.find_element(By.ID, "search").click()
+        summary = after_click("access-summary").text
+        check(summary.startswith("pro until ") and ", renews; " in summary and summary.endswith(" credits"), "access in words: " + summary)
+        shot("08-access")
+        form = driver.find_element(By.CSS_SELECTOR, "form[action='/admin/actions/grant-entitlement']")
+        form.find_element(By.NAME, "entitlement").send_keys("beta")
+        form.find_element(By.NAME, "duration").send_keys("P7D")
+        form.find_element(By.NAME, "reason").send_keys("early access (browser test)")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        after_click("confirm")
+        check("Confirm: Grant an entitlement" in driver.page_source, "a grant is confirmed first")
+        driver.find_element(By.ID, "confirm").click()
+        check("Done, audited as browser-operator" in after_click("result").text, "the grant is done")
+        driver.find_element(By.ID, "back").click()
+        check("beta (promotional) until " in after_click("access-summary").text, "the grant shows in words")
+        check("in force" in driver.find_element(By.ID, "entitlement-grants").text, "the grant is listed in force")
+        shot("09-granted")
+        form = driver.find_element(By.CSS_SELECTOR, "form[action='/admin/actions/revoke-entitlement']")
+        form.find_element(By.NAME, "reason").send_keys("test over (browser test)")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        after_click("confirm")
+        driver.find_element(By.ID, "confirm").click()
+        check("Done, audited as browser-operator" in after_click("result").text, "the revocation is done")
+        driver.find_element(By.ID, "back").click()
+        check("beta" not in after_click("access-summary").text, "the revoked grant no longer gives access")
+        check("revoked" in driver.find_element(By.ID, "entitlement-grants").text, "the grant is listed revoked")
+        shot("10-revoked")
+
         session = driver.get_cookie("admin_session")
         check(session is not None and session.get("httpOnly"), "the session cookie is there, HttpOnly")
         check(TOKEN not in session["value"], "the cookie holds a session id, not the admin token")
@@ -125,7 +158,8 @@ def main():
         return 1
     finally:
         driver.quit()
-    print("console browser test: sign-in, search, timeline, replay, sign-out, old cookie refused; screenshots in " + SHOTS)
+    print("console browser test: sign-in, search, timeline, replay, access, grant, revoke, sign-out, old cookie refused; "
+          "screenshots in " + SHOTS)
     return 0
 
 

@@ -106,6 +106,30 @@ import Testing
                 "products[0].refundPreference has an invalid value") == true)
     }
 
+    /// What a product unlocks: the entitlements it names, else its plan code; identifiers checked
+    /// one by one, a consumable names none.
+    @Test func entitlementsAreNamedOrThePlanCode() throws {
+        let named = try Self.parse(["appKey": "a", "products": [Self.product(["entitlements": ["pro", "pro.export", "tier_2-b"]])]])
+        #expect(named.products.first?.entitlements == ["pro", "pro.export", "tier_2-b"])
+        #expect(try Self.parse(["appKey": "a", "products": [Self.product()]]).products.first?.entitlements == ["starter"])
+        let cases: [(Any, String)] = [
+            (["Pro"], #"products[0].entitlements[0] "Pro" is not an entitlement identifier"#),
+            (["pro", "pro plan"], #"products[0].entitlements[1] "pro plan" is not an entitlement identifier"#),
+            ([String(repeating: "x", count: 65)], "products[0].entitlements[0] "),
+            ([String](), "products[0].entitlements must name at least one entitlement"),
+            (["pro", "pro"], "products[0].entitlements lists an entitlement twice"),
+            ("pro", "products[0].entitlements has the wrong type"),
+        ]
+        for (value, expected) in cases {
+            let problems = Self.problems(["appKey": "a", "products": [Self.product(["entitlements": value])]])
+            #expect(problems.contains { $0.hasPrefix(expected) }, "\(value): \(problems)")
+        }
+        let pack: [String: Any] = [
+            "productId": "c.100", "kind": "CONSUMABLE", "planCode": "pack", "permanentCredits": 100, "entitlements": ["pro"],
+        ]
+        #expect(Self.problems(["appKey": "a", "products": [pack]]).contains { $0.hasPrefix("products[0].entitlements is a subscription field") })
+    }
+
     /// Each case: fields (JSON) merged into a valid product, and the start of the expected problem.
     @Test(arguments: [
         (#"{"creditAmount": 5}"#, "products[0].creditAmount is not a catalogue field"),

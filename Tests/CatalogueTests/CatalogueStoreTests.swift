@@ -102,6 +102,32 @@ struct CatalogueStoreTests {
         }
     }
 
+    /// Entitlements are stored and read back; changing them is an update; a row written without
+    /// them (before migration 0033, or by hand) unlocks its plan code.
+    @Test func entitlementsRoundTrip() async throws {
+        try await withTestDatabase("catalogue") { database in
+            let store = CatalogueStore(pool: database.pool)
+            var file = Self.demo
+            file.products = [
+                CatalogueProduct(
+                    productID: "p.named", subscriptionGroupID: "g", planCode: "pro", planLevel: 1, duration: .month, creditsAmount: 1,
+                    entitlements: ["pro", "export"]),
+                CatalogueProduct(
+                    productID: "p.default", subscriptionGroupID: "g", planCode: "starter", planLevel: 2, duration: .month, creditsAmount: 1),
+            ]
+            try await store.apply(file, operator: "test", reason: "seed")
+            let read = Dictionary(uniqueKeysWithValues: try await store.products(appKey: file.appKey).map { ($0.productID, $0) })
+            #expect(read["p.named"]?.entitlements == ["pro", "export"])
+            #expect(read["p.default"]?.entitlements == ["starter"])
+            file.products[0].entitlements = ["pro"]
+            #expect(try await store.apply(file, operator: "test", reason: "narrow").updated == ["p.named"])
+            #expect(try await store.products(appKey: file.appKey).first { $0.productID == "p.named" }?.entitlements == ["pro"])
+            try await database.pool.query("UPDATE payment_product SET entitlements = NULL WHERE product_id = 'p.default'")
+            #expect(try await store.products(appKey: file.appKey).first { $0.productID == "p.default" }?.entitlements == ["starter"])
+            #expect(try await store.apply(file, operator: "test", reason: "again").unchanged.count == 2)
+        }
+    }
+
     @Test func disabledProductsStayKnownAndDeletedOnesComeBack() async throws {
         try await withTestDatabase("catalogue") { database in
             let store = CatalogueStore(pool: database.pool)

@@ -49,11 +49,17 @@ struct ConsoleBrowserTests {
                 """
             ).first!.decode("id")
 
+            // A subscriber whose case opens with their access in words.
+            let rows = TestRows(pool: harness.pool, bundleID: IngressHarness.bundleID)
+            try await rows.applyDemoCatalogue()
+            try await rows.addSubscription(
+                user: "browser-user", product: "com.example.pro.yearly", status: "ACTIVE", expiresAt: Date() + 30 * 86_400)
+
             let screenshots = state.appendingPathComponent("browser-screenshots").path
             let run = try ServiceProcess(
                 executablePath: python.path, name: "console-browser", arguments: [script.path],
                 environment: [
-                    "CONSOLE_URL": "http://127.0.0.1:\(port)", "ADMIN_TOKEN": token, "TRANSACTION_ID": transactionID,
+                    "CONSOLE_URL": "http://127.0.0.1:\(port)", "ADMIN_TOKEN": token, "TRANSACTION_ID": transactionID, "USER_ID": "browser-user",
                     "SCREENSHOT_DIR": screenshots, "HOME": FileManager.default.temporaryDirectory.path, "PATH": "/usr/bin:/bin",
                 ])
             let finished = await eventually(timeout: 180, every: .milliseconds(500)) { !run.isRunning }
@@ -68,6 +74,12 @@ struct ConsoleBrowserTests {
                 "SELECT count(*) FROM audit_log WHERE action = 'DEAD_EVENT_REPLAYED' AND operator = 'browser-operator' AND reason = 'product added (browser test)'"
             )
             #expect(audited == 1)
+            let grants = try await harness.count(
+                """
+                SELECT count(*) FROM audit_log WHERE action IN ('ENTITLEMENT_GRANTED', 'ENTITLEMENT_REVOKED')
+                   AND operator = 'browser-operator' AND after::text LIKE '%browser-user%'
+                """)
+            #expect(grants == 2, "the grant and its revocation are audited")
             #expect(try await harness.count("SELECT count(*) FROM console_session") == 0, "the sign-out closed the session")
             #expect(FileManager.default.fileExists(atPath: screenshots + "/03-case.png"))
             #expect(!harness.process.output.contains(token), "the ingress log leaks the admin token")

@@ -342,6 +342,45 @@ struct ConsoleRouteTests {
         }
     }
 
+    /// The case starts with what the user has now, in words; operators grant and revoke
+    /// entitlements from it, each after a confirmation, audited.
+    @Test func theCaseShowsAccessInWordsAndGrantsAndRevokes() async throws {
+        try await AdminTestApp.with { admin in
+            try await admin.app.rows.applyDemoCatalogue()
+            let expires = try #require(RFC3339.date(from: "2037-01-05T10:00:00Z"))
+            try await admin.app.rows.addSubscription(
+                user: "u1", product: "com.example.pro.yearly", status: "ACTIVE", expiresAt: expires, originalTransactionID: "4000000001")
+            try await admin.app.pool.query(
+                "INSERT INTO credit_account (user_id, pool, balance) VALUES ('u1', 'PERMANENT', 5000000000)")
+            let browser = Browser(admin)
+            #expect(try await browser.signIn(admin.operatorToken).status == 303)
+            let page = await browser.send("GET", "/admin/case?q=u1")
+            #expect(page.status == 200, "\(page.text)")
+            #expect(page.text.contains("<p id=\"access-summary\"><strong>pro until 2037-01-05, renews; 5,000 credits</strong></p>"), "\(page.text)")
+            #expect(
+                try #require(page.text.range(of: "id=\"access\"")).lowerBound < (try #require(page.text.range(of: "id=\"who\""))).lowerBound,
+                "access comes first")
+            let csrf = try #require(Browser.field("csrf", in: page.text))
+            let grant = ["csrf": csrf, "userId": "u1", "entitlement": "beta", "duration": "P7D", "reason": "early access", "back": "u1"]
+            #expect(await browser.send("POST", "/admin/actions/grant-entitlement", form: grant).text.contains("id=\"confirm\""))
+            #expect(try await admin.audits("ENTITLEMENT_GRANTED").isEmpty, "nothing happens before the confirmation")
+            let granted = await browser.send("POST", "/admin/actions/grant-entitlement", form: grant.merging(["confirm": "yes"]) { a, _ in a })
+            #expect(granted.status == 200, "\(granted.text)")
+            #expect(try await admin.audits("ENTITLEMENT_GRANTED").map(\.operator) == ["alice"])
+            let after = await browser.send("GET", "/admin/case?q=u1")
+            #expect(after.text.contains("beta (promotional) until "), "\(after.text)")
+            #expect(after.text.contains("action=\"/admin/actions/revoke-entitlement\""))
+            let revoke = ["csrf": csrf, "userId": "u1", "entitlement": "beta", "reason": "test over", "back": "u1", "confirm": "yes"]
+            let revoked = await browser.send("POST", "/admin/actions/revoke-entitlement", form: revoke)
+            #expect(revoked.status == 200, "\(revoked.text)")
+            #expect(try await admin.audits("ENTITLEMENT_REVOKED").map(\.operator) == ["alice"])
+            let again = await browser.send("POST", "/admin/actions/revoke-entitlement", form: revoke)
+            #expect(again.status == 404 && again.text.contains("GRANT_NOT_FOUND"))
+            let last = await browser.send("GET", "/admin/case?q=u1")
+            #expect(!last.text.contains("action=\"/admin/actions/revoke-entitlement\""), "no button for a revoked grant")
+        }
+    }
+
     @Test func aViewerReadsButCannotAct() async throws {
         try await AdminTestApp.with { admin in
             let browser = Browser(admin)

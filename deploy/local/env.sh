@@ -44,6 +44,8 @@ CONFLUENT_KAFKA_VERSION="2.16.1"
 SCHEMATHESIS_VERSION="4.32.5"
 # Validates the rendered Kubernetes manifests against the API schemas.
 KUBERNETES_VALIDATE_VERSION="1.37.0"
+# Entitlement signatures are checked in tests by an implementation independent of ours.
+CRYPTOGRAPHY_VERSION="51.0.1"
 # The support console's browser test drives Debian's chromium and chromium-driver with it.
 SELENIUM_VERSION="4.27.1"
 

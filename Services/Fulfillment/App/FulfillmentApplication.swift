@@ -27,6 +27,8 @@ public struct FulfillmentApplication: Sendable {
     let sampler: BacklogSampler
     /// The event table's months: partitions ahead, payload redaction, old months detached.
     let retention: EventRetention
+    /// Promotional grants ended at their expiry, with their events.
+    let grantExpiry: PromotionalGrantExpiry
     /// The heartbeat of the leases on the events and tasks this worker is working on.
     let renewal: LeaseRenewal
     /// What the probes say of the schema while the worker waits for its migrations.
@@ -127,6 +129,7 @@ public struct FulfillmentApplication: Sendable {
         retention = EventRetention(
             store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
             clock: clock, logger: logger)
+        grantExpiry = PromotionalGrantExpiry(store: EntitlementStore(pool: pool), clock: clock, logger: logger)
     }
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
@@ -134,7 +137,7 @@ public struct FulfillmentApplication: Sendable {
         // The relay stops before the producer it publishes through.
         let relay: [any Service] = outboundRelay.map { [$0] } ?? []
         let before: [any Service] = [pool, producer, renewal, sweeper]
-        let after: [any Service] = [scheduler, subscriptionClock, credits, retention, sampler, operations, consumer]
+        let after: [any Service] = [scheduler, subscriptionClock, credits, retention, grantExpiry, sampler, operations, consumer]
         return before + relay + after
     }
 

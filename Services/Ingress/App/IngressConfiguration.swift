@@ -1,5 +1,6 @@
 import AppStore
 import Credits
+import Crypto
 import Domain
 import Foundation
 import HTTPServer
@@ -64,6 +65,9 @@ public struct IngressConfiguration: Sendable {
     public var admin: AdminSettings
     /// `CREDITS_MAX_BALANCE`, `CREDITS_MAX_ADJUSTMENT`: what an operator's adjustment may not pass.
     public var creditLimits: CreditLimits
+    /// `ENTITLEMENT_SIGNING_KEY_PATH`: an unencrypted EC P-256 PEM key that signs entitlement
+    /// answers asked with `X-Nonce`; unset, answers are not signed.
+    public var entitlementSigningKey: P256PrivateKey?
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -94,6 +98,7 @@ public struct IngressConfiguration: Sendable {
         serviceTokens = ServiceTokenSettings(reader: reader)
         admin = AdminSettings(reader: reader)
         creditLimits = CreditLimits(reader: reader)
+        entitlementSigningKey = Self.signingKey(reader, "ENTITLEMENT_SIGNING_KEY_PATH")
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")
@@ -115,6 +120,21 @@ public struct IngressConfiguration: Sendable {
         let bytes = Data(base64Encoded: raw).map(Array.init) ?? Array(raw.utf8)
         if bytes.count < 32 { reader.report(name, raw, expected) }
         return bytes
+    }
+
+    /// An optional P-256 private key file; a path that is set must hold one.
+    static func signingKey(_ reader: ConfigurationReader, _ name: String) -> P256PrivateKey? {
+        guard let path = reader.optionalString(name) else { return nil }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            reader.report(name, path, "a readable PEM file of an EC P-256 private key")
+            return nil
+        }
+        do throws(CryptoError) {
+            return try P256PrivateKey(pem: String(decoding: data, as: UTF8.self))
+        } catch {
+            reader.report(name, path, "an unencrypted EC P-256 private key in PEM (\(error.reason))")
+            return nil
+        }
     }
 
     /// Comma-separated CIDRs (blanks around them allowed); unset or empty is none.

@@ -45,6 +45,7 @@ struct IngressContext: Sendable {
     let chains: ChainBindingStore
     let tasks: TaskStore
     let consoleSessions: ConsoleSessionStore
+    let entitlements: EntitlementStore
     /// The Apple endpoints' budgets per source.
     let notificationLimits: NotificationLimits
     /// What `/readyz` reports; the application runs it as a service.
@@ -95,10 +96,22 @@ struct IngressContext: Sendable {
         chains = ChainBindingStore(pool: pool, topic: configuration.pipeline.eventTopic)
         tasks = TaskStore(pool: pool)
         consoleSessions = ConsoleSessionStore(pool: pool)
+        entitlements = EntitlementStore(pool: pool)
     }
 
     /// The metering routes' store and clock.
     var creditsRoutes: CreditsRoutes { CreditsRoutes(credits: meter, clock: clock) }
+
+    /// The entitlement reads, signed with `ENTITLEMENT_SIGNING_KEY_PATH`'s key when it is set.
+    var entitlementRoutes: EntitlementRoutes {
+        EntitlementRoutes(
+            entitlements: entitlements, signer: configuration.entitlementSigningKey.map(EntitlementSigner.init), clock: clock)
+    }
+
+    /// The admin API's entitlement reads and promotional grants.
+    var entitlementAdminRoutes: EntitlementAdminRoutes {
+        EntitlementAdminRoutes(entitlements: entitlements, environment: configuration.appStore.environment.rawValue, clock: clock)
+    }
 
     /// The upload routes, which the import routes also verify signed transactions with.
     var submissionRoutes: SubmissionRoutes {
@@ -115,7 +128,7 @@ struct IngressRequestContext: RequestContext {
     var logger: Logger
     /// Set by `UserAuthentication` on the user routes.
     var user: AuthenticatedUser?
-    /// Set by `ServiceAuthentication` on the metering routes.
+    /// Set by `ServiceAuthentication` on the service routes (metering, entitlement reads).
     var service: AuthenticatedService?
 
     init(traceID: String, logger: Logger) {
@@ -129,7 +142,7 @@ struct IngressRequestContext: RequestContext {
         return user
     }
 
-    /// The authenticated service; a route outside the metering group has none.
+    /// The authenticated service; a route outside the service groups has none.
     func requireService() throws(HTTPError) -> AuthenticatedService {
         guard let service else { throw APIError.unauthorized("a service bearer token is required") }
         return service

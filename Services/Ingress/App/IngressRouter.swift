@@ -5,8 +5,9 @@ import HTTPServer
 /// the router directly, with a database and no broker).
 ///
 /// Every route maps database errors (`DatabaseErrors`). The user API needs a user token
-/// (`UserAuthentication`), the metering API a service token (`ServiceAuthentication`); Apple's
-/// notifications carry their own signature, and the probes and the API document are open.
+/// (`UserAuthentication`), the metering API and the entitlement reads by user id a service token
+/// (`ServiceAuthentication`); Apple's notifications carry their own signature, and the probes, the
+/// API document and the entitlements' signing key are open.
 /// Metrics are served on the internal listener only (`HealthRoutes.internalRouter`).
 func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestContext> {
     var router = Router(context: IngressRequestContext.self)
@@ -21,6 +22,8 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
     }
     let appStore = context.configuration.appStore
     let submissions = context.submissionRoutes
+    let entitlements = context.entitlementRoutes
+    entitlements.registerOpen(in: &router)
     router.group("/api/v1", middleware: [UserAuthentication(authenticator: context.authenticator)]) { api in
         OrderRoutes(
             orders: context.orders, appStore: appStore, openOrderWindow: context.configuration.openOrderWindow, clock: context.clock
@@ -38,9 +41,13 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
             statements: context.statements, cursors: PageCursorSigner(key: context.configuration.cursorSigningKey),
             clock: context.clock
         ).register(in: &api)
+        entitlements.registerUser(in: &api)
     }
     router.group("/api/v1/credits", middleware: [ServiceAuthentication(authenticator: context.services)]) { metering in
         context.creditsRoutes.register(in: &metering)
+    }
+    router.group("/api/v1", middleware: [ServiceAuthentication(authenticator: context.services)]) { services in
+        entitlements.registerService(in: &services)
     }
     return router
 }

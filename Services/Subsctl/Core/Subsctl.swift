@@ -42,7 +42,8 @@ public enum Subsctl {
             ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
             CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
             AppleTestNotificationCommand.self, AppleExtendCommand.self, ChainRequeryCommand.self, LookupCommand.self,
-            EventsListCommand.self, EventsSummaryCommand.self,
+            EventsListCommand.self, EventsSummaryCommand.self, EntitlementGrantCommand.self, EntitlementRevokeCommand.self,
+            EntitlementShowCommand.self,
         ]
     }
 

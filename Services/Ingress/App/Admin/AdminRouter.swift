@@ -17,12 +17,15 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
         cases: context.cases, queue: context.queue, events: context.leases, chains: context.chains, tasks: context.tasks,
         users: context.users, ledger: context.ledger, cursors: PageCursorSigner(key: context.configuration.cursorSigningKey),
         eventTopic: context.configuration.pipeline.eventTopic, creditLimits: context.configuration.creditLimits,
-        clock: context.clock)
+        clock: context.clock, entitlements: context.entitlementAdminRoutes)
+    let entitlements = routes.entitlements
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .viewer)]) {
         routes.registerReads(in: &$0)
+        entitlements.registerReads(in: &$0)
     }
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .operator)]) {
         routes.registerActions(in: &$0)
+        entitlements.registerActions(in: &$0)
     }
     let sessions = ConsoleSessions(
         store: context.consoleSessions, settings: context.configuration.admin, authenticator: authenticator, clock: context.clock)
@@ -56,6 +59,8 @@ struct AdminRefusals: RouterMiddleware {
             HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
         case let refusal as EventReplayRefusal:
             HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
+        case let refusal as EntitlementGrantError:
+            EntitlementAdminRoutes.httpError(for: refusal)
         case CreditAdjustmentError.unknownUser(let user):
             APIError.notFound("no user \(user): nothing booked")
         case CreditAdjustmentError.amountOutOfRange(let problem):

@@ -25,6 +25,8 @@ struct AdminRoutes: Sendable {
     /// `CREDITS_MAX_BALANCE`, `CREDITS_MAX_ADJUSTMENT`.
     let creditLimits: CreditLimits
     let clock: any WallClock
+    /// Entitlements and promotional grants (their own file), which the console's actions also run.
+    let entitlements: EntitlementAdminRoutes
 
     func registerReads(in admin: inout RouterGroup<AdminRequestContext>) {
         admin.get("lookup") { request, _ in try await lookup(request) }

@@ -1,5 +1,6 @@
 import Credits
 import Crypto
+import Domain
 import Foundation
 import HTTPServer
 import ServiceRuntime
@@ -267,6 +268,12 @@ struct Console: Sendable {
         "recover": Action(title: "Recover notification history", pathFields: [], bodyFields: ["from", "to", "environment"]) {
             try await $0.recover($1, operator: $2)
         },
+        "grant-entitlement": Action(
+            title: "Grant an entitlement", pathFields: ["userId", "entitlement"], bodyFields: ["duration"]
+        ) { try await $0.entitlements.grant($1, operator: $2) },
+        "revoke-entitlement": Action(title: "Revoke the promotional grants", pathFields: ["userId", "entitlement"], bodyFields: []) {
+            try await $0.entitlements.revoke($1, operator: $2)
+        },
     ]
 
     func act(_ request: HTTPRequest, _ context: AdminRequestContext) async throws -> HTTPResponse {
@@ -331,7 +338,8 @@ struct CasePage {
 
     func body() throws -> HTML {
         let sections: [HTML] = try [
-            Console.searchForm(q), matchList, "<div class=\"top\">\(who)\(status)\(credits)</div>", timeline, events(), chains(), orders(),
+            Console.searchForm(q), matchList, access, "<div class=\"top\">\(who)\(status)\(credits)</div>", timeline, events(), chains(),
+            orders(),
             transactions(), grants, ledger, consumptionAnswers, audit(), userActions,
         ]
         return sections.joined()
@@ -342,6 +350,61 @@ struct CasePage {
 
     var matchList: HTML {
         "<p id=\"matches\">Matches: \(matches.map { "\($0.kind) <code>\($0.id)</code>" as HTML }.joined(separator: ", "))</p>"
+    }
+
+    /// What the user has now, in words, first: the question most support cases start with; then
+    /// each entitlement, the promotional grants with their revoke buttons, and a grant form.
+    var access: HTML {
+        guard let user = c.user, let overview = c.entitlements else { return "" }
+        let total = c.balances.reduce(Int64(0)) { $0 &+ $1.balance }
+        let words = "\(overview.summary); \(CasePage.grouped(CreditAmount.decimal(total))) credits"
+        let items = ConsoleHTML.table(
+            ["entitlement", "active", "source", "status", "product", "until", "renews"],
+            overview.entitlements.map { item in
+                [
+                    HTML(item.entitlement), item.active ? "<span class=\"ACTIVE\">yes</span>" : "no", HTML(item.source.rawValue),
+                    HTML(item.status?.rawValue ?? "–"), HTML(item.productID ?? "–"), HTML(ConsoleHTML.time(item.expiresAt)),
+                    item.willRenew ? "yes" : "no",
+                ]
+            }, id: "entitlements")
+        let fields = hidden(["userId": user.userId])
+        let grants = ConsoleHTML.table(
+            ["grant", "entitlement", "from", "until", "by", "reason", "state", "action"],
+            overview.grants.map { grant in
+                let state: HTML =
+                    grant.revokedAt.map { "revoked \(ConsoleHTML.time($0)) by \(grant.revokedBy ?? "?")" as HTML }
+                    ?? (grant.inForce ? "<span class=\"ACTIVE\">in force</span>" : "ended")
+                let revoke: HTML =
+                    grant.inForce
+                    ? ConsoleHTML.actionForm(
+                        "revoke-entitlement", title: "Revoke \(grant.entitlement)", csrf: csrf,
+                        hidden: fields.merging(["entitlement": grant.entitlement]) { a, _ in a }) : ""
+                return [
+                    HTML(String(grant.grantId)), HTML(grant.entitlement), HTML(ConsoleHTML.time(grant.startsAt)),
+                    HTML(ConsoleHTML.time(grant.expiresAt)), HTML(grant.grantedBy), HTML(grant.reason), state, revoke,
+                ]
+            }, id: "entitlement-grants")
+        let grantForm = ConsoleHTML.actionForm(
+            "grant-entitlement", title: "Grant an entitlement", csrf: csrf, hidden: fields,
+            inputs: [("entitlement", "Entitlement (e.g. pro)"), ("duration", "For (ISO 8601, e.g. P7D)")])
+        return ConsoleHTML.section(
+            "Access now", id: "access",
+            "<p id=\"access-summary\"><strong>\(words)</strong></p>\(items)<h3>Promotional grants</h3>\(grants)\(grantForm)")
+    }
+
+    /// A decimal amount with thousands separated by commas ("5000" → "5,000"; "1234.5" → "1,234.5").
+    static func grouped(_ decimal: String) -> String {
+        let negative = decimal.hasPrefix("-")
+        let unsigned = negative ? String(decimal.dropFirst()) : decimal
+        let parts = unsigned.split(separator: ".", maxSplits: 1)
+        var whole = String(parts.first ?? "0")
+        var groups: [String] = []
+        while whole.count > 3 {
+            groups.insert(String(whole.suffix(3)), at: 0)
+            whole = String(whole.dropLast(3))
+        }
+        groups.insert(whole, at: 0)
+        return (negative ? "-" : "") + groups.joined(separator: ",") + (parts.count > 1 ? "." + parts[1] : "")
     }
 
     var who: HTML {

@@ -8,8 +8,8 @@ struct AuthenticatedService: Sendable, Equatable {
     let name: String
 }
 
-/// Verifies service credentials (`SERVICE_TOKENS`) for the metering API. Only these tokens open
-/// it: a user's JWT is not one of them, and a service token is refused by the user endpoints (it
+/// Verifies service credentials (`SERVICE_TOKENS`) for the service API: metering and the
+/// entitlement reads by user id. Only these tokens open it: a user's JWT is not one of them, and a service token is refused by the user endpoints (it
 /// is not a JWT: the configuration refuses tokens with a `.`).
 ///
 /// The presented token is compared with every configured one, each through its SHA-256 digest and
@@ -38,9 +38,10 @@ struct ServiceAuthenticator: Sendable {
     }
 }
 
-/// `SERVICE_TOKENS`: `name:token,…`, the back-end services allowed to meter credits. Names are
+/// `SERVICE_TOKENS`: `name:token,…`, the back-end services allowed to meter credits and read any
+/// user's entitlements. Names are
 /// unique; tokens are at least 32 characters without `.` or `,` (never mistaken for a JWT).
-/// Unset: the metering API refuses every call.
+/// Unset: the service API refuses every call.
 public struct ServiceTokenSettings: Sendable {
     public var tokens: [(name: String, token: String)]
 

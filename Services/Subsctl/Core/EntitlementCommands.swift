@@ -1,0 +1,182 @@
+import Domain
+import Foundation
+import Postgres
+import ServiceRuntime
+import Storage
+
+/// `subsctl entitlements grant|revoke|show`: promotional grants of entitlements (access, not
+/// credits), the same store calls as the admin API's, each audited under `--operator`.
+enum EntitlementCommands {
+    /// `--user-id` and `--entitlement`, checked as the admin API checks its path.
+    static func target(_ user: String?, _ entitlement: String?) -> Result<(String, String), UsageProblem> {
+        guard let user, (1...128).contains(user.count) else { return .failure(UsageProblem("--user-id must be a user id of 1 to 128 characters")) }
+        guard let entitlement, Entitlements.isIdentifier(entitlement) else {
+            return .failure(UsageProblem("--entitlement must be an identifier of [a-z0-9_.-], 1 to 64 characters"))
+        }
+        return .success((user, entitlement))
+    }
+
+    struct UsageProblem: Error {
+        let message: String
+        init(_ message: String) { self.message = message }
+    }
+
+    /// One line per grant for people.
+    static func line(_ grant: PromotionalGrantView) -> String {
+        var text =
+            "grant \(grant.grantId) user=\(grant.userId) entitlement=\(grant.entitlement) until \(RFC3339.string(from: grant.expiresAt)) by \(grant.grantedBy) (\(grant.reason))"
+        if let revokedAt = grant.revokedAt {
+            text += " revoked \(RFC3339.string(from: revokedAt)) by \(grant.revokedBy ?? "?") (\(grant.revokeReason ?? ""))"
+        } else if grant.endedAt != nil || !grant.inForce {
+            text += " ended"
+        } else {
+            text += " in force"
+        }
+        return text
+    }
+}
+
+/// `subsctl entitlements grant`: gives a user an entitlement until a time or for a duration.
+enum EntitlementGrantCommand: SubsctlCommand {
+    static let path = ["entitlements", "grant"]
+    static let usage =
+        "entitlements grant --user-id ID --entitlement NAME (--expires-at RFC3339 | --duration P7D) --operator NAME --reason TEXT [--json]"
+    static let summary =
+        "Grant an entitlement promotionally (access, not credits) until --expires-at or for --duration (ISO 8601), audited; it ends by itself."
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let user = arguments.userID()
+        let entitlement = arguments.option("entitlement")
+        let expiresText = arguments.option("expires-at")
+        let duration = arguments.option("duration")
+        let operatorName = arguments.option("operator")
+        let reason = arguments.option("reason")
+        let asJSON = arguments.flag("json")
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
+        let target: (String, String)
+        switch EntitlementCommands.target(user, entitlement) {
+        case .success(let value): target = value
+        case .failure(let problem): return usageError(problem.message)
+        }
+        guard let operatorName, !operatorName.isEmpty else { return usageError("--operator is required") }
+        guard let reason, !reason.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            return usageError("--reason is required: say why, for the audit trail")
+        }
+        var expiresAt: Date?
+        if let expiresText {
+            guard let date = RFC3339.date(from: expiresText) else { return usageError("--expires-at must be an RFC 3339 time") }
+            expiresAt = date
+        }
+        let now = Date()
+        let end: Date
+        do {
+            end = try Entitlements.grantEnd(expiresAt: expiresAt, duration: duration, now: now)
+        } catch {
+            switch error {
+            case .endOrDuration: return usageError("give either --expires-at or --duration, not both")
+            case .badDuration: return usageError("--duration must be a positive ISO 8601 duration such as P7D, P1M or PT12H")
+            case .notInFuture:
+                Subsctl.printError("EXPIRY_NOT_IN_FUTURE: the end must be in the future; nothing granted")
+                return ExitStatus.refused
+            case .tooLong:
+                Subsctl.printError("GRANT_TOO_LONG: a promotional grant lasts at most ten years; nothing granted")
+                return ExitStatus.refused
+            }
+        }
+        // A grant's events carry the deployment's environment, as the ingress's do.
+        let environment = Subsctl.environment["APPLE_IAP_ENV"] ?? "Production"
+        return await Subsctl.withDatabase { pool in
+            do {
+                let grant = try await EntitlementStore(pool: pool).grant(
+                    userID: target.0, entitlement: target.1, expiresAt: end, environment: environment, operator: operatorName,
+                    reason: reason, now: now)
+                let view = PromotionalGrantView(grant, now: Date())
+                try Subsctl.printResult(view, asJSON: asJSON) { EntitlementCommands.line(view) }
+                return ExitStatus.success
+            } catch EntitlementGrantError.unknownUser(let user) {
+                Subsctl.printError("no user \(user): nothing granted")
+                return ExitStatus.refused
+            }
+        }
+    }
+}
+
+/// `subsctl entitlements revoke`: ends now every grant of the entitlement to the user in force.
+enum EntitlementRevokeCommand: SubsctlCommand {
+    static let path = ["entitlements", "revoke"]
+    static let usage = "entitlements revoke --user-id ID --entitlement NAME --operator NAME --reason TEXT [--json]"
+    static let summary = "Revoke now the user's promotional grants of an entitlement that are in force, audited."
+
+    /// The `--json` answer, the admin API's.
+    struct Output: Encodable {
+        var userId: String
+        var entitlement: String
+        var revoked: [PromotionalGrantView]
+    }
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let user = arguments.userID()
+        let entitlement = arguments.option("entitlement")
+        let operatorName = arguments.option("operator")
+        let reason = arguments.option("reason")
+        let asJSON = arguments.flag("json")
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
+        let target: (String, String)
+        switch EntitlementCommands.target(user, entitlement) {
+        case .success(let value): target = value
+        case .failure(let problem): return usageError(problem.message)
+        }
+        guard let operatorName, !operatorName.isEmpty else { return usageError("--operator is required") }
+        guard let reason, !reason.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+            return usageError("--reason is required: say why, for the audit trail")
+        }
+        return await Subsctl.withDatabase { pool in
+            do {
+                let revoked = try await EntitlementStore(pool: pool).revoke(
+                    userID: target.0, entitlement: target.1, operator: operatorName, reason: reason, now: Date())
+                let now = Date()
+                let output = Output(userId: target.0, entitlement: target.1, revoked: revoked.map { PromotionalGrantView($0, now: now) })
+                try Subsctl.printResult(output, asJSON: asJSON) { output.revoked.map(EntitlementCommands.line).joined(separator: "\n") }
+                return ExitStatus.success
+            } catch EntitlementGrantError.nothingInForce(let user, let entitlement) {
+                Subsctl.printError("GRANT_NOT_FOUND: user \(user) has no promotional grant of \(entitlement) in force")
+                return ExitStatus.refused
+            }
+        }
+    }
+}
+
+/// `subsctl entitlements show`: what a user may use now, in words, and their promotional grants.
+enum EntitlementShowCommand: SubsctlCommand {
+    static let path = ["entitlements", "show"]
+    static let usage = "entitlements show --user-id ID [--json]"
+    static let summary = "Print a user's entitlements now (in words and one line each) and every promotional grant they had."
+
+    static func run(_ arguments: ParsedArguments) async -> Int32 {
+        var arguments = arguments
+        let user = arguments.userID()
+        let asJSON = arguments.flag("json")
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
+        guard let user, (1...128).contains(user.count) else { return usageError("--user-id must be a user id of 1 to 128 characters") }
+        return await Subsctl.withDatabase { pool in
+            let overview = try await EntitlementStore(pool: pool).overview(userID: user, now: Date())
+            try Subsctl.printResult(overview, asJSON: asJSON) {
+                var lines = ["user=\(user): \(overview.summary)"]
+                for item in overview.entitlements {
+                    lines.append(
+                        "entitlement \(item.entitlement) \(item.active ? "active" : "inactive") source=\(item.source.rawValue)"
+                            + (item.status.map { " status=\($0.rawValue)" } ?? "") + (item.productID.map { " product=\($0)" } ?? "")
+                            + (item.expiresAt.map { " expires=\(RFC3339.string(from: $0))" } ?? ""))
+                }
+                lines += overview.grants.map(EntitlementCommands.line)
+                return lines.joined(separator: "\n")
+            }
+            return ExitStatus.success
+        }
+    }
+}
