@@ -26,6 +26,8 @@ public struct FulfillmentApplication: Sendable {
     let retention: EventRetention
     /// The heartbeat of the leases on the events and tasks this worker is working on.
     let renewal: LeaseRenewal
+    /// Webhook delivery (nil with `WEBHOOK_DELIVERY_ENABLED=false`).
+    public let webhooks: WebhookDelivery?
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -99,6 +101,12 @@ public struct FulfillmentApplication: Sendable {
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         credits = CreditsScheduler(
             jobs: jobs, clock: clock)
+        webhooks =
+            configuration.webhooks.deliveryEnabled
+            ? try WebhookDelivery(
+                store: WebhookStore(pool: pool), cipher: cipher, configuration: configuration.webhooks,
+                kafka: configuration.pipeline.kafka, owner: configuration.workerID, sampleInterval: configuration.metricsSample,
+                closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger) : nil
         retention = EventRetention(
             store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
             clock: clock, logger: logger)
@@ -106,7 +114,8 @@ public struct FulfillmentApplication: Sendable {
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
     public var services: [any Service] {
-        [pool, producer, renewal, sweeper, scheduler, credits, retention, sampler, operations, consumer]
+        [pool, producer, renewal, sweeper, scheduler, credits, retention, sampler, operations]
+            + (webhooks?.services ?? []) + [consumer]
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.

@@ -64,6 +64,8 @@ public struct IngressConfiguration: Sendable {
     public var admin: AdminSettings
     /// `CREDITS_MAX_BALANCE`, `CREDITS_MAX_ADJUSTMENT`: what an operator's adjustment may not pass.
     public var creditLimits: CreditLimits
+    /// `WEBHOOK_*`: what a registered URL may be, and how long a rotated-out secret still signs.
+    public var webhooks: WebhookConfiguration
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -94,6 +96,7 @@ public struct IngressConfiguration: Sendable {
         serviceTokens = ServiceTokenSettings(reader: reader)
         admin = AdminSettings(reader: reader)
         creditLimits = CreditLimits(reader: reader)
+        webhooks = WebhookConfiguration(reader: reader)
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")

@@ -43,6 +43,8 @@ public enum Subsctl {
             CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
             AppleTestNotificationCommand.self, AppleExtendCommand.self, ChainRequeryCommand.self, LookupCommand.self,
             EventsListCommand.self, EventsSummaryCommand.self,
+            WebhooksCreateCommand.self, WebhooksListCommand.self, WebhooksShowCommand.self, WebhooksDeleteCommand.self,
+            WebhooksRotateSecretCommand.self, WebhooksDeliveriesCommand.self, WebhooksRetryCommand.self,
         ]
     }
 

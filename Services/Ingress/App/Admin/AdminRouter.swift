@@ -24,6 +24,7 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .operator)]) {
         routes.registerActions(in: &$0)
     }
+    WebhookRoutes(context).register(in: &router, authenticator: authenticator)
     let sessions = ConsoleSessions(
         store: context.consoleSessions, settings: context.configuration.admin, authenticator: authenticator, clock: context.clock)
     let console = Console(routes: routes, sessions: sessions)
