@@ -98,6 +98,7 @@ public final class WebhookSender: Service, Sendable {
         var nextClaim = ContinuousClock.now
         var nextSample = ContinuousClock.now
         while true {
+            if Task.isCancelled { state.withLock { $0.stopping = true } }
             let (stopping, woken, inFlight, outcomes) = state.withLock { state in
                 defer { state.outcomes.removeAll() }
                 return (state.stopping, state.woken, state.inFlight, state.outcomes)
@@ -120,7 +121,17 @@ public final class WebhookSender: Service, Sendable {
                 nextSample = now + sampleInterval
                 await sample()
             }
-            if !worked { try? await Task.sleep(for: .milliseconds(5)) }
+            // Not Task.sleep: once cancelled it would return at once, and the loop still waits for
+            // the requests in flight.
+            if !worked { await Self.pause(.milliseconds(5)) }
+        }
+    }
+
+    static func pause(_ duration: Duration) async {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(duration.components.attoseconds / 1_000_000_000))) {
+                continuation.resume()
+            }
         }
     }
 
