@@ -22,7 +22,10 @@ public final class WebhookSender: Service, Sendable {
         var stopping = false
         /// A claim may find work now (an event was enqueued, a slot freed).
         var woken = true
+        /// Claimed and not yet recorded: queued for a thread or being sent.
         var inFlight = 0
+        /// Requests being sent, per endpoint (at most `WEBHOOK_ENDPOINT_CONCURRENCY` each).
+        var sending: [String: Int] = [:]
         var outcomes: [WebhookStore.Outcome] = []
         var jobs: [Job] = []
         var threadsClosed = false
@@ -37,7 +40,10 @@ public final class WebhookSender: Service, Sendable {
     let logger: Logger
     let sampleInterval: Duration
     let state = Mutex(State())
-    /// One signal per job queued, and one per thread at the close.
+    /// Deliveries claimed ahead of the threads, per sending slot: the threads always have work
+    /// queued while the loop records and claims, without a round trip between two requests.
+    static let prefetch = 8
+    /// Wakes a thread: a job queued, a request ended (another endpoint's job may now go), the close.
     let jobSignal = DispatchSemaphore(value: 0)
     let finished = ShutdownTrigger()
     let threadsDone = ShutdownTrigger()
@@ -109,7 +115,7 @@ public final class WebhookSender: Service, Sendable {
                 worked = true
                 await record(outcomes)
             }
-            let free = configuration.concurrency - inFlight
+            let free = configuration.concurrency * Self.prefetch - inFlight
             let now = ContinuousClock.now
             if !stopping, free > 0, woken || now >= nextClaim {
                 worked = true
@@ -144,9 +150,10 @@ public final class WebhookSender: Service, Sendable {
     func claim(_ free: Int) async {
         let claims: [WebhookStore.Claim]
         do {
+            // A queued delivery waits for at most `prefetch` requests of its endpoint before its own.
             claims = try await store.claim(
-                owner: owner, limit: free, perEndpoint: configuration.endpointConcurrency,
-                lease: configuration.timeout + .seconds(30))
+                owner: owner, limit: free, perEndpoint: configuration.endpointConcurrency * Self.prefetch,
+                lease: configuration.timeout * (Self.prefetch + 1) + .seconds(30))
         } catch {
             if let suppressed = LogThrottle.shared.admit("webhook-claim") {
                 logger.warning("webhook claim failed", ["error": .string("\(error)"), "suppressed": .int(Int64(suppressed))])
@@ -187,20 +194,33 @@ public final class WebhookSender: Service, Sendable {
     }
 
     func senderLoop(_ client: OutboundHTTPClient) {
+        let perEndpoint = configuration.endpointConcurrency
         while true {
-            jobSignal.wait()
-            let job: Job? = state.withLock { state in state.jobs.isEmpty ? nil : state.jobs.removeFirst() }
+            // The first queued job whose endpoint has a sending slot free: a slow endpoint's
+            // queue never holds the threads from the others'.
+            let (job, closed): (Job?, Bool) = state.withLock { state in
+                guard let index = state.jobs.firstIndex(where: { state.sending[$0.claim.endpointID, default: 0] < perEndpoint })
+                else { return (nil, state.threadsClosed) }
+                let job = state.jobs.remove(at: index)
+                state.sending[job.claim.endpointID, default: 0] += 1
+                return (job, false)
+            }
             guard let job else {
-                if state.withLock({ $0.threadsClosed }) { return }
+                if closed { return }
+                // Timed: a slot freed by another thread signals too, but a missed signal costs only this.
+                _ = jobSignal.wait(timeout: .now() + .milliseconds(5))
                 continue
             }
             let result = client.post(url: job.claim.url, headers: job.headers, body: job.claim.payload)
             let outcome = outcome(job.claim, result)
             state.withLock { state in
                 state.inFlight -= 1
+                state.sending[job.claim.endpointID, default: 1] -= 1
+                if state.sending[job.claim.endpointID] == 0 { state.sending[job.claim.endpointID] = nil }
                 state.outcomes.append(outcome)
                 state.woken = true
             }
+            jobSignal.signal()
         }
     }
 
