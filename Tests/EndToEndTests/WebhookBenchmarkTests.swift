@@ -109,6 +109,21 @@ struct WebhookBenchmarkTests {
                 total, latencies.count, Self.rate, perSecond, percentile(0.5), percentile(0.99), percentile(1.0)))
         let dead = try await pool.query("SELECT count(*) FROM webhook_delivery WHERE status <> 'DELIVERED'")[0].decode(0, as: Int.self)
         print("webhook_deliveries_not_delivered rows=\(dead)")
+        // Where the time went: in the table (enqueued -> delivered) versus before it (the consumer).
+        let stages = try await pool.query(
+            """
+            SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - created_at)::float8) * 1000 AS p50,
+                   percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM delivered_at - created_at)::float8) * 1000 AS p99,
+                   extract(epoch FROM max(created_at) - min(created_at))::float8 AS enqueue_span,
+                   extract(epoch FROM max(delivered_at) - min(delivered_at))::float8 AS delivery_span
+              FROM webhook_delivery WHERE event_id LIKE 'evt_bench%'
+            """
+        ).single()
+        print(
+            String(
+                format: "webhook_deliveries_stages table_p50_ms=%.1f table_p99_ms=%.1f enqueue_span_s=%.1f delivery_span_s=%.1f",
+                try stages.decode("p50", as: Double.self), try stages.decode("p99", as: Double.self),
+                try stages.decode("enqueue_span", as: Double.self), try stages.decode("delivery_span", as: Double.self)))
         await producer.shutdown()
         producing.cancel()
         await receiver.shutdown()
