@@ -237,22 +237,49 @@ public struct WebhookStore: Sendable {
 
     // MARK: Deliveries
 
-    /// Adds a PENDING delivery of the event to every live endpoint whose filters take it; an
-    /// endpoint that has it already gets nothing new (the event read again). Returns the rows added.
+    /// An event read from the outbound topic, to be delivered.
+    public struct IncomingEvent: Sendable {
+        public var id: String
+        public var type: String
+        public var environment: String
+        /// The event as read: every attempt sends these bytes.
+        public var payload: [UInt8]
+
+        public init(id: String, type: String, environment: String, payload: [UInt8]) {
+            self.id = id
+            self.type = type
+            self.environment = environment
+            self.payload = payload
+        }
+    }
+
+    /// Adds a PENDING delivery of each event to every live endpoint whose filters take it, in one
+    /// statement; an endpoint that has the event already gets nothing new (the event read again).
+    /// Returns the rows added.
     @discardableResult
-    public func enqueue(eventID: String, type: String, environment: String, payload: [UInt8]) async throws -> Int {
-        try await pool.query(
+    public func enqueue(_ events: [IncomingEvent]) async throws -> Int {
+        guard !events.isEmpty else { return 0 }
+        return try await pool.query(
             """
             INSERT INTO webhook_delivery (endpoint_id, event_id, type, payload)
-            SELECT e.id, \(eventID), \(type), \(payload)
-              FROM webhook_endpoint e
-             WHERE e.deleted_at IS NULL
-               AND (e.event_types IS NULL OR \(type) = ANY (e.event_types))
-               AND (e.environments IS NULL OR \(environment) = ANY (e.environments))
+            SELECT e.id, x.id, x.type, x.payload
+              FROM unnest(\(PostgresArray(events.map(\.id)))::text[], \(PostgresArray(events.map(\.type)))::text[],
+                          \(PostgresArray(events.map(\.environment)))::text[], \(PostgresArray(events.map(\.payload)))::bytea[])
+                   AS x(id, type, environment, payload)
+              JOIN webhook_endpoint e
+                ON e.deleted_at IS NULL
+               AND (e.event_types IS NULL OR x.type = ANY (e.event_types))
+               AND (e.environments IS NULL OR x.environment = ANY (e.environments))
             ON CONFLICT (endpoint_id, event_id) DO NOTHING
             RETURNING seq
             """
         ).count
+    }
+
+    /// One event's `enqueue`.
+    @discardableResult
+    public func enqueue(eventID: String, type: String, environment: String, payload: [UInt8]) async throws -> Int {
+        try await enqueue([IncomingEvent(id: eventID, type: type, environment: environment, payload: payload)])
     }
 
     /// Leases up to `limit` due deliveries of live endpoints to `owner` for `lease`, at most
