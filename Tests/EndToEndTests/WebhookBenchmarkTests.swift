@@ -18,7 +18,7 @@ import Testing
     .serialized, .timeLimit(.minutes(10)),
     .enabled(if: ProcessInfo.processInfo.environment["SUBS_RUN_BENCHMARKS"] == "1", "benchmark: run webhook-deliveries.sh"))
 struct WebhookBenchmarkTests {
-    static var rate: Int { Int(ProcessInfo.processInfo.environment["BENCH_OFFERED_RATE"] ?? "") ?? 1500 }
+    static var rate: Int { Int(ProcessInfo.processInfo.environment["BENCH_OFFERED_RATE"] ?? "") ?? 1200 }
     static var seconds: Int { Int(ProcessInfo.processInfo.environment["BENCH_SECONDS"] ?? "") ?? 10 }
 
     static func event(_ id: String, _ user: String) -> [UInt8] {
