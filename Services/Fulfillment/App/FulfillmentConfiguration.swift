@@ -61,6 +61,8 @@ public struct FulfillmentConfiguration: Sendable {
     /// `EVENT_RETENTION_*`, `EVENT_PARTITIONS_AHEAD`, `PAYLOAD_RETENTION_DAYS`: the event table's
     /// months (see `EventRetentionConfiguration`).
     public var retention: EventRetentionConfiguration
+    /// `WEBHOOK_*`, `OUTBOUND_EVENT_TOPIC`: the webhook delivery this process runs (see `WebhookConfiguration`).
+    public var webhooks: WebhookConfiguration
     /// Test-only fault injection (`FULFILLMENT_CRASH_POINT`, `FULFILLMENT_CRASH_MARKER`): see `CrashPoint`.
     public var crashPoint: CrashPoint?
 
@@ -90,6 +92,7 @@ public struct FulfillmentConfiguration: Sendable {
         schedulers = SchedulerConfiguration(reader: reader)
         credits = CreditsConfiguration(reader: reader)
         retention = EventRetentionConfiguration(reader: reader)
+        webhooks = WebhookConfiguration(reader: reader)
         crashPoint = CrashPoint.read(from: reader)
     }
 

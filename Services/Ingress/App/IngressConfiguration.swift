@@ -68,6 +68,8 @@ public struct IngressConfiguration: Sendable {
     /// `ENTITLEMENT_SIGNING_KEY_PATH`: an unencrypted EC P-256 PEM key that signs entitlement
     /// answers asked with `X-Nonce`; unset, answers are not signed.
     public var entitlementSigningKey: P256PrivateKey?
+    /// `WEBHOOK_*`: what a registered URL may be, and how long a rotated-out secret still signs.
+    public var webhooks: WebhookConfiguration
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -99,6 +101,7 @@ public struct IngressConfiguration: Sendable {
         admin = AdminSettings(reader: reader)
         creditLimits = CreditLimits(reader: reader)
         entitlementSigningKey = Self.signingKey(reader, "ENTITLEMENT_SIGNING_KEY_PATH")
+        webhooks = WebhookConfiguration(reader: reader)
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")

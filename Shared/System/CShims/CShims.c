@@ -30,6 +30,10 @@ CURLcode cshims_curl_setopt_write_function(CURL *handle, curl_write_callback cal
     return curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, callback);
 }
 
+CURLcode cshims_curl_setopt_opensocket_function(CURL *handle, curl_opensocket_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, callback);
+}
+
 CURLcode cshims_curl_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }

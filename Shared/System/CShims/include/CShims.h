@@ -31,6 +31,9 @@ CURLcode cshims_curl_setopt_pointer(CURL *handle, CURLoption option, const void 
 /// curl_easy_setopt for the write callback.
 CURLcode cshims_curl_setopt_write_function(CURL *handle, curl_write_callback callback);
 
+/// curl_easy_setopt for the open-socket callback (sees the address before the socket exists).
+CURLcode cshims_curl_setopt_opensocket_function(CURL *handle, curl_opensocket_callback callback);
+
 /// curl_easy_getinfo for infos that answer a long (e.g. CURLINFO_RESPONSE_CODE).
 CURLcode cshims_curl_getinfo_long(CURL *handle, CURLINFO info, long *value);
 
