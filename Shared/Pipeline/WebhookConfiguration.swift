@@ -5,8 +5,6 @@ import ServiceRuntime
 public struct WebhookConfiguration: Sendable {
     /// Whether this fulfillment process delivers webhooks (`WEBHOOK_DELIVERY_ENABLED`). Default true.
     public var deliveryEnabled: Bool
-    /// The outbound events' topic, read by the delivery (`OUTBOUND_EVENT_TOPIC`). Default `subscriptions.events.v1`.
-    public var topic: String
     /// The delivery's consumer group, apart from fulfillment's (`WEBHOOK_CONSUMER_GROUP`). Default `subscriptions-webhooks`.
     public var groupID: String
     /// First retry delay; doubles per attempt, full jitter (`WEBHOOK_RETRY_BASE_MS`). Default 5000.
@@ -31,7 +29,6 @@ public struct WebhookConfiguration: Sendable {
 
     public init(reader: ConfigurationReader) {
         deliveryEnabled = reader.bool("WEBHOOK_DELIVERY_ENABLED", default: true)
-        topic = reader.string("OUTBOUND_EVENT_TOPIC", default: "subscriptions.events.v1")
         groupID = reader.string("WEBHOOK_CONSUMER_GROUP", default: "subscriptions-webhooks")
         retryBase = .milliseconds(reader.int("WEBHOOK_RETRY_BASE_MS", default: 5000, range: 1...86_400_000))
         retryMax = .milliseconds(reader.int("WEBHOOK_RETRY_MAX_MS", default: 3_600_000, range: 1...604_800_000))

@@ -80,7 +80,7 @@ import Testing
             let cipher = PayloadCipher(keys: [("test", SecureRandom.bytes(32))])
             let store = WebhookStore(pool: database.pool)
             let delivery = try WebhookDelivery(
-                store: store, cipher: cipher, configuration: configuration, kafka: kafka, owner: "test-sender",
+                store: store, cipher: cipher, configuration: configuration, kafka: kafka, topic: topic, owner: "test-sender",
                 sampleInterval: .seconds(1), logger: logger)
             let producer = try KafkaProducer(configuration: kafka, logger: logger)
             let task = Task {

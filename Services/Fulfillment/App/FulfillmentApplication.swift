@@ -132,7 +132,8 @@ public struct FulfillmentApplication: Sendable {
             configuration.webhooks.deliveryEnabled
             ? try WebhookDelivery(
                 store: WebhookStore(pool: pool), cipher: cipher, configuration: configuration.webhooks,
-                kafka: configuration.pipeline.kafka, owner: configuration.workerID, sampleInterval: configuration.metricsSample,
+                kafka: configuration.pipeline.kafka, topic: configuration.pipeline.outboundEventTopic, owner: configuration.workerID,
+                sampleInterval: configuration.metricsSample,
                 closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger) : nil
         retention = EventRetention(
             store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,

@@ -102,8 +102,8 @@ extension FulfillmentStore {
                                   '4', win_back_free_grants_credits)),
                               'billingRetrySpendsCredits', billing_retry_spends_credits,
                               'kind', kind, 'permanentCredits', permanent_credits,
-                              -- What the product unlocks: its plan code until the catalogue names more.
-                              'entitlements', json_build_array(plan_code)))
+                              -- What the product unlocks: its plan code where the catalogue names nothing.
+                              'entitlements', to_json(coalesce(entitlements, ARRAY[plan_code]))))
                               FROM payment_product
                              WHERE channel = 'APPLE' AND app_key = \(appKey) AND NOT deleted
                                AND (product_id IN (e.product_id, e.renewal_product_id, e.auto_renew_product_id)

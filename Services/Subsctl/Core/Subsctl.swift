@@ -44,7 +44,7 @@ public enum Subsctl {
             AppleTestNotificationCommand.self, AppleExtendCommand.self, ChainRequeryCommand.self, LookupCommand.self,
             EventsListCommand.self, EventsSummaryCommand.self, EntitlementGrantCommand.self, EntitlementRevokeCommand.self,
             EntitlementShowCommand.self,
-                        WebhooksCreateCommand.self, WebhooksListCommand.self, WebhooksShowCommand.self, WebhooksDeleteCommand.self,
+            WebhooksCreateCommand.self, WebhooksListCommand.self, WebhooksShowCommand.self, WebhooksDeleteCommand.self,
             WebhooksRotateSecretCommand.self, WebhooksDeliveriesCommand.self, WebhooksRetryCommand.self,
         ]
     }

@@ -22,13 +22,13 @@ public struct WebhookDelivery: Sendable {
 
     public init(
         store: WebhookStore, cipher: PayloadCipher, configuration: WebhookConfiguration, kafka: KafkaConfiguration,
-        owner: String, sampleInterval: Duration = .seconds(15), closeTimeout: Duration = .seconds(10), logger: Logger
+        topic: String, owner: String, sampleInterval: Duration = .seconds(15), closeTimeout: Duration = .seconds(10), logger: Logger
     ) throws {
         let sender = WebhookSender(
             store: store, cipher: cipher, configuration: configuration, owner: owner, sampleInterval: sampleInterval,
             logger: logger)
         var consumerConfiguration = KafkaConsumerConfiguration(
-            kafka: kafka, groupID: configuration.groupID, topics: [configuration.topic], maxConcurrentPartitions: 8)
+            kafka: kafka, groupID: configuration.groupID, topics: [topic], maxConcurrentPartitions: 8)
         consumerConfiguration.maxInFlightPerPartition = 16
         consumerConfiguration.closeTimeout = closeTimeout
         let logger = logger.with(["component": .string("webhooks")])
