@@ -22,7 +22,8 @@ struct IngressResilienceTests {
 
     @Test func databaseDownAnswers503AndNothingIsLostOnceItIsBack() async throws {
         try await PrivatePostgres.with { postgres in
-            try await IngressHarness.with(extra: ["DATABASE_URL": postgres.url]) { harness in
+            // A cluster of its own, which no migration reached: the ingress migrates it as on a lone machine.
+            try await IngressHarness.with(extra: ["DATABASE_URL": postgres.url, "MIGRATE_ON_START": "true"]) { harness in
                 let before = try await harness.client.post(path, json: ["signedPayload": try signed(harness)])
                 #expect(before.status == 200)
                 try await postgres.stop()

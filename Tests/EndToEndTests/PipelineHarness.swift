@@ -82,6 +82,9 @@ struct PipelineHarness {
             // The slice's own outbound topic: the shared broker's default one would mix the suites' events.
             "OUTBOUND_EVENT_TOPIC": topic + ".outbound",
             "FULFILLMENT_GROUP_ID": groupID,
+            // The webhook delivery's group of the slice's own: one shared by every suite's workers
+            // rebalanced at each worker's start and stop, across suites.
+            "WEBHOOK_CONSUMER_GROUP": groupID + ".webhooks",
             "FULFILLMENT_LEASE_SECONDS": "3",
             "EVENT_SWEEP_INTERVAL_MS": "500",
             "EVENT_STUCK_AFTER_SECONDS": "5",
