@@ -82,8 +82,11 @@ struct PipelineHarness {
             // The slice's own outbound topic: the shared broker's default one would mix the suites' events.
             "OUTBOUND_EVENT_TOPIC": topic + ".outbound",
             "FULFILLMENT_GROUP_ID": groupID,
-            // The webhook delivery's group of the slice's own: one shared by every suite's workers
-            // rebalanced at each worker's start and stop, across suites.
+            // Webhook delivery is tested on its own (WebhookDeliveryTests); in the other slices its
+            // second consumer group and senders per worker only load a machine running every suite.
+            // Where a slice turns it on, the group is the slice's own: one shared by every suite's
+            // workers rebalanced at each worker's start and stop.
+            "WEBHOOK_DELIVERY_ENABLED": "false",
             "WEBHOOK_CONSUMER_GROUP": groupID + ".webhooks",
             "FULFILLMENT_LEASE_SECONDS": "3",
             "EVENT_SWEEP_INTERVAL_MS": "500",

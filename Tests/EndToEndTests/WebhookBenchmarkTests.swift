@@ -59,7 +59,8 @@ struct WebhookBenchmarkTests {
         let worker = try ServiceProcess(
             executable: "fulfillment", name: "webhook-bench-worker",
             environment: harness.serviceEnvironment.merging([
-                "OUTBOUND_EVENT_TOPIC": topic, "WEBHOOK_CONSUMER_GROUP": TestEnvironment.uniqueName("webhooks"),
+                "OUTBOUND_EVENT_TOPIC": topic, "WEBHOOK_DELIVERY_ENABLED": "true",
+                "WEBHOOK_CONSUMER_GROUP": TestEnvironment.uniqueName("webhooks"),
                 "WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true", "LOG_LEVEL": "warning",
             ]) { _, new in new })
         defer { worker.kill() }
