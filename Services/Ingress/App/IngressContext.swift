@@ -46,6 +46,7 @@ struct IngressContext: Sendable {
     let tasks: TaskStore
     let consoleSessions: ConsoleSessionStore
     let entitlements: EntitlementStore
+    let webhooks: WebhookStore
     /// The Apple endpoints' budgets per source.
     let notificationLimits: NotificationLimits
     /// What `/readyz` reports; the application runs it as a service.
@@ -97,6 +98,14 @@ struct IngressContext: Sendable {
         tasks = TaskStore(pool: pool)
         consoleSessions = ConsoleSessionStore(pool: pool)
         entitlements = EntitlementStore(pool: pool)
+        webhooks = WebhookStore(pool: pool)
+    }
+
+    /// The webhook routes' registration (store, cipher, rules) and cursors.
+    var webhookRoutes: WebhookRoutes {
+        WebhookRoutes(
+            registration: WebhookRegistration(store: webhooks, cipher: cipher, configuration: configuration.webhooks),
+            cursors: PageCursorSigner(key: configuration.cursorSigningKey))
     }
 
     /// The metering routes' store and clock.

@@ -27,7 +27,7 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
         routes.registerActions(in: &$0)
         entitlements.registerActions(in: &$0)
     }
-    WebhookRoutes(context).register(in: &router, authenticator: authenticator)
+    context.webhookRoutes.register(in: &router, authenticator: authenticator)
     let sessions = ConsoleSessions(
         store: context.consoleSessions, settings: context.configuration.admin, authenticator: authenticator, clock: context.clock)
     let console = Console(routes: routes, sessions: sessions)

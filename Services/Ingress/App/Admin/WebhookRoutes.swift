@@ -14,12 +14,6 @@ struct WebhookRoutes: Sendable {
     let cursors: PageCursorSigner
     var store: WebhookStore { registration.store }
 
-    init(_ context: IngressContext) {
-        registration = WebhookRegistration(
-            store: WebhookStore(pool: context.pool), cipher: context.cipher, configuration: context.configuration.webhooks)
-        cursors = PageCursorSigner(key: context.configuration.cursorSigningKey)
-    }
-
     /// Adds the routes under `/admin/v1` with the admin authentication: reads for viewers, changes for operators.
     func register(in router: inout Router<AdminRequestContext>, authenticator: AdminAuthenticator) {
         router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .viewer)]) {
