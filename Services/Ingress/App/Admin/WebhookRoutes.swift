@@ -2,7 +2,6 @@ import Domain
 import Foundation
 import HTTPServer
 import Pipeline
-import Postgres
 import ServiceRuntime
 import Storage
 
