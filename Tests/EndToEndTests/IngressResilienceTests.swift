@@ -152,7 +152,7 @@ struct IngressResilienceTests {
                 }
             }
             let midStream = await eventually(timeout: 60) { acknowledged.value.count >= 200 }
-            #expect(midStream)
+            #expect(midStream, "\(acknowledged.value.count) acknowledged: \(harness.process.output.suffix(3000))")
             if signal == SIGTERM {
                 #expect(await harness.process.terminate(timeout: 30) == 0, "\(harness.process.output.suffix(8000))")
             } else {

@@ -12,6 +12,8 @@ import Testing
 /// events, however many runners.
 @Suite(.timeLimit(.minutes(3))) struct SubscriptionClockTests {
     static let credit: MicroCredits = 1_000_000
+    /// Long enough that the first spend lands inside the period on a loaded CI machine (5 s did not).
+    static let period: TimeInterval = 20
 
     /// `subscription_status_at` answers what `SubscriptionTimeline.status(at:stored:nextChangeAt:)`
     /// answers, over a grid of stored statuses, moments and facts.
@@ -69,8 +71,10 @@ import Testing
     /// pool is no longer spent; the job then stores it, with its history and event.
     @Test func aFailureBeforeExpiryBecomesBillingRetryAtExpiry() async throws {
         try await withTestDatabase("clock") { database in
-            let chain = try await Self.seed(database.pool, user: "ann", original: "7100", period: 5, failure: true, autoRenew: true)
-            #expect(try await Self.use(database.pool, "ann") == PoolAmounts([.subscription: Self.credit]), "paid: the pool is spent")
+            let chain = try await Self.seed(database.pool, user: "ann", original: "7100", period: Self.period, failure: true, autoRenew: true)
+            #expect(
+                try await Self.use(database.pool, "ann") == PoolAmounts([.subscription: Self.credit]),
+                "paid: the pool is spent (\(chain.expiresAt!.timeIntervalSinceNow) s of the period left)")
             try await Self.waitPast(chain.expiresAt!)
 
             #expect(try await Self.statusNow(database.pool, "ann") == .billingRetry, "REST before the job runs")
@@ -95,7 +99,7 @@ import Testing
     /// and the pool is not spent, before and after the job.
     @Test func autoRenewOffExpiresAtExpiryWithoutApple() async throws {
         try await withTestDatabase("clock") { database in
-            let chain = try await Self.seed(database.pool, user: "bob", original: "7200", period: 5, failure: false, autoRenew: false)
+            let chain = try await Self.seed(database.pool, user: "bob", original: "7200", period: Self.period, failure: false, autoRenew: false)
             #expect(try await Self.use(database.pool, "bob") == PoolAmounts([.subscription: Self.credit]))
             try await Self.waitPast(chain.expiresAt!)
 
