@@ -245,6 +245,8 @@ def check_libmicrohttpd() -> None:
         problem("deploy/local/install.sh does not build libmicrohttpd with the pins of env.sh")
     if not call.search(build) or "COPY deploy/local/build-libmicrohttpd.sh" not in build:
         problem("the Dockerfile's build stage does not build libmicrohttpd with deploy/local/build-libmicrohttpd.sh and its pins")
+    if not re.search(r"(?m)^COPY deploy/local/libmicrohttpd-patches /tmp/libmicrohttpd-patches$", build):
+        problem("the Dockerfile's build stage does not give build-libmicrohttpd.sh its patches (deploy/local/libmicrohttpd-patches)")
     if re.search(r"\blibmicrohttpd(-dev|12)\b", dockerfile + install):
         problem("a Debian libmicrohttpd package is installed (bookworm's is 0.9.75; the pinned build replaces it)")
     if not re.search(r"(?m)^COPY --from=build \S*libmicrohttpd\.so\.12 /usr/local/lib/subs/", runtime):

@@ -177,8 +177,9 @@ final class ServerCore: @unchecked Sendable {
                 MHD_OptionItem(option: .CLIENT_DISCIPLINE_LVL, value: Self.clientDiscipline, ptr_value: nil),
                 // The pool holds the head being parsed plus MHD's bookkeeping and the reply head.
                 // Twice the head limit: a head over the limit but within the pool reaches `begin`
-                // and gets our JSON 431; only a larger one gets MHD's own answer (431, its text
-                // body, the connection closed), written before any callback could run.
+                // and gets our JSON 431; only a larger one gets MHD's own answer (431 and the
+                // connection closed, written before any callback could run; its body is our JSON
+                // shape by the patch deploy/local/libmicrohttpd-patches/json-error-bodies.patch).
                 MHD_OptionItem(
                     option: .CONNECTION_MEMORY_LIMIT, value: 2 * max(4096, config.maxHeaderBytes) + 8192,
                     ptr_value: nil),
@@ -206,7 +207,8 @@ final class ServerCore: @unchecked Sendable {
     }
 
     /// How strictly MHD parses requests. A request it refuses is answered 400 (or 413, 414, 431)
-    /// and its connection closed, by MHD itself, before any callback: a bare LF line end, a folded
+    /// and its connection closed, by MHD itself, before any callback (in our JSON error shape, by
+    /// our patch of the library): a bare LF line end, a folded
     /// header line, a NUL or bare CR in a field, whitespace before a field's colon, a negative or
     /// malformed Content-Length. 2 is "stricter than the RFCs allow servers, compatible with
     /// clients that follow their MUSTs"; 1.0.1's 3 differs from 2 only in *accepting* whitespace

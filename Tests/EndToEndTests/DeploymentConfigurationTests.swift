@@ -109,6 +109,10 @@ import Testing
     /// One mistake each of the kind issue #26 found in the shipped files, and what the check says.
     static let mistakes: [(file: String, from: String, to: String, says: String)] = [
         (
+            "deploy/docker/Dockerfile", "COPY deploy/local/libmicrohttpd-patches /tmp/libmicrohttpd-patches\n", "",
+            "does not give build-libmicrohttpd.sh its patches"
+        ),
+        (
             "deploy/k8s/base/ingress-deployment.yaml", "  progressDeadlineSeconds: 3600\n", "  replicas: 2\n",
             "Deployment ingress sets replicas although an autoscaler owns them"
         ),

@@ -5,6 +5,7 @@
 # image's build stage (deploy/docker/Dockerfile), with the same pins (check-deployment.py checks).
 #
 # Usage: build-libmicrohttpd.sh VERSION DSC_SHA256 ORIG_SHA256 PREFIX
+# (with libmicrohttpd-patches/ beside the script)
 # The .dsc is checked against its pin, then dpkg-source checks the tarballs against the .dsc (and
 # the upstream tarball against its own pin). The release's sources list is temporary: the
 # machine's apt sources are left as they were. PREFIX appears complete or not at all.
@@ -35,6 +36,13 @@ EOF
 dpkg-source -x "$work/src/libmicrohttpd_$version.dsc" "$work/tree" >"$work/extract.log" 2>&1 \
     || { cat "$work/extract.log" >&2; exit 1; }
 
+# Our patches (libmicrohttpd-patches/ beside this script): MHD's own refusals answer in the
+# servers' JSON error shape. Kept with the build, so whoever builds the library gets them.
+patches="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/libmicrohttpd-patches"
+for patch in "$patches"/*.patch; do
+    patch -d "$work/tree" -p1 --quiet --forward <"$patch" || { echo "$patch does not apply to $version" >&2; exit 1; }
+done
+
 # Debian's own hardening flags (its rules enable them all: the library parses untrusted input).
 export DEB_BUILD_MAINT_OPTIONS=hardening=+all
 cc="${CC:-$(command -v gcc || command -v clang)}"
@@ -53,5 +61,6 @@ log="$work/build.log"
     make install-pkgconfigDATA DESTDIR="$work/root"
 } >"$log" 2>&1 || { tail -40 "$log" >&2; exit 1; }
 echo "$version" >"$work/root$prefix/VERSION"
+cp -r "$patches" "$work/root$prefix/patches"  # install.sh rebuilds when they differ
 rm -rf "$prefix"
 mv "$work/root$prefix" "$prefix"

@@ -60,7 +60,8 @@ if [ ! -x "$TOOLS_DIR/promtool" ]; then
     install -m 0755 "$download/usr/bin/promtool" "$TOOLS_DIR/promtool"
     rm -rf "$download"
 fi
-if [ "$(cat "$MHD_DIR/VERSION" 2>/dev/null)" != "$MHD_SOURCE_VERSION" ]; then
+if [ "$(cat "$MHD_DIR/VERSION" 2>/dev/null)" != "$MHD_SOURCE_VERSION" ] \
+    || ! diff -rq "$MHD_DIR/patches" "$LOCAL_DIR/libmicrohttpd-patches" >/dev/null 2>&1; then
     log "building libmicrohttpd $MHD_SOURCE_VERSION from Debian's source package into $MHD_DIR"
     bash "$LOCAL_DIR/build-libmicrohttpd.sh" "$MHD_SOURCE_VERSION" "$MHD_DSC_SHA256" "$MHD_ORIG_SHA256" "$MHD_DIR"
 fi
