@@ -15,10 +15,15 @@ import Synchronization
 /// catches a lost wake-up. With the broker away nothing is marked: the events wait in the table.
 /// Delivery is at least once: a crash between the acknowledgement and the mark publishes again
 /// (consumers deduplicate by `id`, or by `userId` and `sequence`).
+///
+/// Without a producer (`OUTBOUND_EVENTS_ENABLED=false`) nothing is published: the worker's
+/// fulfillment writes no events then, but the rarer writers (credit jobs, operators' grants and
+/// adjustments, the clock) still record theirs in their transactions (they stay visible in the
+/// support case); this relay marks those handled, so they never form a backlog or fire its alert.
 public final class OutboundRelay: Service {
     public let name = "outbound-relay"
     private let store: OutboundEventStore
-    private let producer: KafkaProducer
+    private let producer: KafkaProducer?
     private let topic: String
     private let interval: Duration
     private let logger: Logger
@@ -37,6 +42,8 @@ public final class OutboundRelay: Service {
 
     private let published = MetricsRegistry.shared.counter(
         "subs_outbound_events_published_total", help: "Outbound events acknowledged by the broker on OUTBOUND_EVENT_TOPIC")
+    private let discarded = MetricsRegistry.shared.counter(
+        "subs_outbound_events_discarded_total", help: "Outbound events marked handled unpublished (OUTBOUND_EVENTS_ENABLED=false)")
     private let failed = MetricsRegistry.shared.counter(
         "subs_outbound_events_publish_failures_total", help: "Outbound events the broker did not acknowledge (retried)")
     private let unpublished = MetricsRegistry.shared.gauge(
@@ -44,7 +51,7 @@ public final class OutboundRelay: Service {
     private let oldest = MetricsRegistry.shared.gauge(
         "subs_outbound_events_oldest_unpublished_seconds", help: "Age of the oldest unpublished outbound event (0: none)")
 
-    public init(store: OutboundEventStore, producer: KafkaProducer, topic: String, interval: Duration, logger: Logger) {
+    public init(store: OutboundEventStore, producer: KafkaProducer?, topic: String, interval: Duration, logger: Logger) {
         self.store = store
         self.producer = producer
         self.topic = topic
@@ -136,6 +143,10 @@ public final class OutboundRelay: Service {
     /// Sends each user's events in order, one after the other (a later one only once the earlier
     /// is acknowledged, so a failure cannot put it ahead), and the users' in parallel.
     private func publish(_ events: [PublishableOutboundEvent]) async -> [Int64] {
+        guard let producer else {
+            discarded.increment(by: events.count)
+            return events.map(\.seq)
+        }
         var byUser: [String: [PublishableOutboundEvent]] = [:]
         for event in events { byUser[event.userID, default: []].append(event) }
         let acknowledged = await withTaskGroup(of: [Int64].self) { group in

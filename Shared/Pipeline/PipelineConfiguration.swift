@@ -33,7 +33,8 @@ public struct PipelineConfiguration: Sendable {
     /// the key is the user, so a user's events stay in order on one. Default 12.
     public var outboundEventTopicPartitions: Int
     /// Whether changes write outbound events and the worker publishes them
-    /// (`OUTBOUND_EVENTS_ENABLED`). Default true; false writes none and creates no topic.
+    /// (`OUTBOUND_EVENTS_ENABLED`). Default true; false: fulfillment writes none, no topic is
+    /// created, and what other writers record is marked handled unpublished (`OutboundRelay`).
     public var outboundEventsEnabled: Bool
     /// Events still RECEIVED after this long are re-published (`EVENT_STUCK_AFTER_SECONDS`). Default 60.
     public var stuckAfter: Duration

@@ -68,4 +68,23 @@ struct OutboundRelayTests {
             }
         }
     }
+
+    /// `OUTBOUND_EVENTS_ENABLED=false`: the relay has no producer; what writers other than
+    /// fulfillment still record is marked handled, so no backlog builds up.
+    @Test func withEventsDisabledRecordedEventsAreMarkedHandledUnpublished() async throws {
+        try await withTestDatabase("relayoff") { database in
+            let store = OutboundEventStore(pool: database.pool)
+            let events = (0..<3).map { i in
+                OutboundEvent(
+                    key: "off:\(i)", type: .creditsGranted, userID: "user", environment: "Sandbox", occurredAt: Date(),
+                    data: ["n": .integer(Int64(i))])
+            }
+            try await database.pool.transaction { db in try await store.append(events, on: db) }
+            let relay = OutboundRelay(
+                store: store, producer: nil, topic: "unused", interval: .seconds(1), logger: Logger(label: "relay-test", level: .error))
+            #expect(await relay.relayOnce() == 3)
+            #expect(try await store.backlog().count == 0)
+            #expect(try await database.count("SELECT count(*) FROM outbound_event") == 3, "kept for the support case")
+        }
+    }
 }

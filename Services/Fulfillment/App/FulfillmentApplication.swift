@@ -14,8 +14,9 @@ public struct FulfillmentApplication: Sendable {
     public let producer: KafkaProducer
     public let consumer: KafkaConsumer
     public let sweeper: PipelineSweeper
-    /// Publishes the outbound events to `OUTBOUND_EVENT_TOPIC` (nil with `OUTBOUND_EVENTS_ENABLED=false`).
-    public let outboundRelay: OutboundRelay?
+    /// Publishes the outbound events to `OUTBOUND_EVENT_TOPIC` (with `OUTBOUND_EVENTS_ENABLED=false`,
+    /// marks the few still recorded handled instead).
+    public let outboundRelay: OutboundRelay
     /// Stale orders, disagreeing chains, re-queries and notification-history recoveries.
     let scheduler: Scheduler
     let subscriptionClock: SubscriptionClockService
@@ -33,7 +34,8 @@ public struct FulfillmentApplication: Sendable {
     let renewal: LeaseRenewal
     /// What the probes say of the schema while the worker waits for its migrations.
     let schema = SchemaGate()
-    /// Webhook delivery (nil with `WEBHOOK_DELIVERY_ENABLED=false`).
+    /// Webhook delivery (nil with `WEBHOOK_DELIVERY_ENABLED=false`, or with no outbound events to
+    /// deliver: `OUTBOUND_EVENTS_ENABLED=false` creates no topic to consume).
     public let webhooks: WebhookDelivery?
     public let logger: Logger
 
@@ -57,12 +59,9 @@ public struct FulfillmentApplication: Sendable {
         processor.consumption = ConsumptionResponder(store: ConsumptionStore(pool: pool), clients: clients, logger: logger)
         renewal = LeaseRenewal(pool: pool, owner: configuration.workerID, lease: configuration.lease, logger: logger)
         processor.renewal = renewal
-        let relay =
-            configuration.pipeline.outboundEventsEnabled
-            ? OutboundRelay(
-                store: OutboundEventStore(pool: pool), producer: producer, topic: configuration.pipeline.outboundEventTopic,
-                interval: configuration.pipeline.sweepInterval, logger: logger)
-            : nil
+        let relay = OutboundRelay(
+            store: OutboundEventStore(pool: pool), producer: configuration.pipeline.outboundEventsEnabled ? producer : nil,
+            topic: configuration.pipeline.outboundEventTopic, interval: configuration.pipeline.sweepInterval, logger: logger)
         outboundRelay = relay
         processor.outboundRelay = relay
         var consumerConfiguration = KafkaConsumerConfiguration(
@@ -129,7 +128,7 @@ public struct FulfillmentApplication: Sendable {
         credits = CreditsScheduler(
             jobs: jobs, clock: clock)
         webhooks =
-            configuration.webhooks.deliveryEnabled
+            configuration.webhooks.deliveryEnabled && configuration.pipeline.outboundEventsEnabled
             ? try WebhookDelivery(
                 store: WebhookStore(pool: pool), cipher: cipher, configuration: configuration.webhooks,
                 kafka: configuration.pipeline.kafka, topic: configuration.pipeline.outboundEventTopic, owner: configuration.workerID,
@@ -144,7 +143,7 @@ public struct FulfillmentApplication: Sendable {
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
     public var services: [any Service] {
         // The relay stops before the producer it publishes through.
-        let relay: [any Service] = outboundRelay.map { [$0] } ?? []
+        let relay: [any Service] = [outboundRelay]
         let before: [any Service] = [pool, producer, renewal, sweeper]
         let after: [any Service] = [scheduler, subscriptionClock, credits, retention, grantExpiry, sampler, operations]
         return before + relay + after + (webhooks?.services ?? []) + [consumer]
