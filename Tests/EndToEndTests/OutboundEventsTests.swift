@@ -89,6 +89,42 @@ struct OutboundEventsTests {
         #expect(try await harness.count("SELECT count(*) FROM outbound_event") == 0)
     }
 
+    /// A delivery-only worker (`FULFILLMENT_ENABLED=false`, same binary) delivers, signed, what a
+    /// fulfillment worker that delivers nothing applied and published.
+    @Test func aDeliveryOnlyWorkerDeliversWhatAnotherApplied() async throws {
+        let topic = TestEnvironment.uniqueName("outbound")
+        let network = ["WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true"]
+        let harness = try await WorkerHarness.start(
+            extra: network.merging(["OUTBOUND_EVENT_TOPIC": topic, "OUTBOUND_EVENT_TOPIC_PARTITIONS": "3"]) { a, _ in a })
+        defer { harness.stop() }
+        let receiver = try await WebhookDeliveryTests.Receiver.start()
+        defer { receiver.process.kill() }
+        let created = try ServiceProcess(
+            executable: "subsctl", name: "subsctl", environment: harness.ingress.environment,
+            arguments: ["webhooks", "create", "--url", "http://127.0.0.1:\(receiver.port)/hook", "--json"])
+        #expect(await created.waitForExit(timeout: 120) == 0, "\(created.output)")
+        let endpoint = try #require(try JSONSerialization.jsonObject(with: Data(created.output.utf8)) as? [String: Any])
+        try receiver.setSecrets(["/hook": ["current": try #require(endpoint["secret"] as? String)]])
+
+        let delivering = try ServiceProcess(
+            executable: "fulfillment", name: "delivery-only",
+            environment: harness.ingress.environment.merging([
+                "WORKER_ID": "delivery-only", "FULFILLMENT_ENABLED": "false", "WEBHOOK_DELIVERY_ENABLED": "true",
+                "FULFILLMENT_HTTP_PORT": "0",
+            ]) { _, new in new })
+        defer { delivering.kill() }
+
+        let token = try await harness.user("carol")
+        let uuid = try await harness.notify(.subscribed, .initialBuy, transaction: harness.transaction(Self.id(), token: token))
+        #expect(try await harness.outcome(of: uuid) == .succeeded)
+        let delivered = await eventually(timeout: 90) { receiver.requests(path: "/hook").count >= 3 }
+        #expect(delivered, "receiver: \(receiver.process.output.suffix(2000)); delivery-only: \(delivering.output.suffix(3000))")
+        let requests = receiver.requests(path: "/hook")
+        #expect(Set(requests.compactMap { $0["type"] as? String }) == ["entitlement.granted", "order.fulfilled", "credits.granted"])
+        #expect(requests.allSatisfy { ($0["verified"] as? [String: Bool])?["current"] == true }, "\(requests)")
+        #expect(try await harness.count("SELECT count(*) FROM processed_event WHERE worker_id = 'delivery-only'") == 0)
+    }
+
     static func waitPublished(_ harness: WorkerHarness, count: Int) async throws -> Bool {
         try await eventually(timeout: 60) {
             let published = try await harness.count("SELECT count(*) FROM outbound_event WHERE published_at IS NOT NULL")

@@ -46,6 +46,21 @@ struct ServiceFlagsTests {
         #expect(unknown.output.contains("\(executable): unknown argument '--port'"), "\(unknown.output)")
     }
 
+    /// A delivery-only worker (`FULFILLMENT_ENABLED=false`) is valid only when it delivers webhooks.
+    @Test func aWorkerWithoutFulfillmentMustDeliverWebhooks() async throws {
+        var deliveryOnly = try Self.validEnvironment()
+        deliveryOnly["FULFILLMENT_ENABLED"] = "false"
+        let good = try await Self.run("fulfillment", ["--check-config"], environment: deliveryOnly)
+        #expect(good.status == 0, "\(good.output)")
+        for off in ["WEBHOOK_DELIVERY_ENABLED", "OUTBOUND_EVENTS_ENABLED"] {
+            var idle = deliveryOnly
+            idle[off] = "false"
+            let bad = try await Self.run("fulfillment", ["--check-config"], environment: idle)
+            #expect(bad.status == 2, "\(off): \(bad.output)")
+            #expect(bad.output.contains("FULFILLMENT_ENABLED: invalid value 'false'"), "\(off): \(bad.output)")
+        }
+    }
+
     @Test(arguments: ["ingress", "fulfillment"])
     func checkConfigValidatesLikeStartUpAndConnectsToNothing(executable: String) async throws {
         let good = try await Self.run(executable, ["--check-config"], environment: try Self.validEnvironment())

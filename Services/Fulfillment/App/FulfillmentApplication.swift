@@ -85,13 +85,22 @@ public struct FulfillmentApplication: Sendable {
         sampler = BacklogSampler(
             configuration: configuration.pipeline.postgres, interval: configuration.metricsSample, logger: logger,
             lag: { try await consumer.groupLag() }, creditsOverdue: { try await jobs.overdue(now: $0, grace: .seconds(3600)) })
+        webhooks =
+            configuration.webhooks.deliveryEnabled && configuration.pipeline.outboundEventsEnabled
+            ? try WebhookDelivery(
+                store: WebhookStore(pool: pool), cipher: cipher, configuration: configuration.webhooks,
+                kafka: configuration.pipeline.kafka, topic: configuration.pipeline.outboundEventTopic, owner: configuration.workerID,
+                sampleInterval: configuration.metricsSample,
+                closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger) : nil
+        // A delivery-only process (`FULFILLMENT_ENABLED=false`) is judged by its delivery consumer.
+        let probed = configuration.fulfillmentEnabled ? consumer : (webhooks?.consumer ?? consumer)
         let stall = configuration.stall
         let sampler = sampler
         MetricsRegistry.shared.setCollector("fulfillment") {
             [
                 MetricFamily(
                     "subs_fulfillment_ready", help: "1 when this worker's /readyz answers 200",
-                    value: consumer.health.readiness(stall: stall).ok ? 1 : 0)
+                    value: probed.health.readiness(stall: stall).ok ? 1 : 0)
             ] + sampler.families
         }
         var router = Router()
@@ -100,11 +109,11 @@ public struct FulfillmentApplication: Sendable {
         let schema = schema
         router.get("/healthz") { _ in
             schema.waitingFor.map { Self.answer(.init(ok: true, reason: "schema \($0)"), schema: $0) }
-                ?? Self.answer(consumer.health.liveness(stall: stall))
+                ?? Self.answer(probed.health.liveness(stall: stall))
         }
         router.get("/readyz") { _ in
             schema.waitingFor.map { Self.answer(.init(ok: false, reason: "schema \($0)"), schema: $0) }
-                ?? Self.answer(consumer.health.readiness(stall: stall))
+                ?? Self.answer(probed.health.readiness(stall: stall))
         }
         router.get("/metrics") { _ in
             .text(MetricsRegistry.shared.prometheusText(), contentType: "text/plain; version=0.0.4; charset=utf-8")
@@ -127,13 +136,6 @@ public struct FulfillmentApplication: Sendable {
             logger: logger, ensureTopic: Bootstrap.topicEnsurer(configuration: configuration.pipeline, logger: logger))
         credits = CreditsScheduler(
             jobs: jobs, clock: clock)
-        webhooks =
-            configuration.webhooks.deliveryEnabled && configuration.pipeline.outboundEventsEnabled
-            ? try WebhookDelivery(
-                store: WebhookStore(pool: pool), cipher: cipher, configuration: configuration.webhooks,
-                kafka: configuration.pipeline.kafka, topic: configuration.pipeline.outboundEventTopic, owner: configuration.workerID,
-                sampleInterval: configuration.metricsSample,
-                closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger) : nil
         retention = EventRetention(
             store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
             clock: clock, logger: logger)
@@ -142,6 +144,8 @@ public struct FulfillmentApplication: Sendable {
 
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
     public var services: [any Service] {
+        // Delivery only: the pool, the probes and the senders; no topic of events, no schedulers.
+        guard configuration.fulfillmentEnabled else { return [pool, operations] + (webhooks?.services ?? []) }
         // The relay stops before the producer it publishes through.
         let relay: [any Service] = [outboundRelay]
         let before: [any Service] = [pool, producer, renewal, sweeper]

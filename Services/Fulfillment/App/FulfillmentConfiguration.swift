@@ -63,6 +63,9 @@ public struct FulfillmentConfiguration: Sendable {
     public var retention: EventRetentionConfiguration
     /// `WEBHOOK_*`, `OUTBOUND_EVENT_TOPIC`: the webhook delivery this process runs (see `WebhookConfiguration`).
     public var webhooks: WebhookConfiguration
+    /// Whether this process consumes the event topic and runs the schedulers (`FULFILLMENT_ENABLED`,
+    /// default true). False with webhook delivery on makes a delivery-only pod of the same image.
+    public var fulfillmentEnabled: Bool
     /// Test-only fault injection (`FULFILLMENT_CRASH_POINT`, `FULFILLMENT_CRASH_MARKER`): see `CrashPoint`.
     public var crashPoint: CrashPoint?
 
@@ -94,6 +97,12 @@ public struct FulfillmentConfiguration: Sendable {
         retention = EventRetentionConfiguration(reader: reader)
         webhooks = WebhookConfiguration(reader: reader)
         crashPoint = CrashPoint.read(from: reader)
+        fulfillmentEnabled = reader.bool("FULFILLMENT_ENABLED", default: true)
+        if !fulfillmentEnabled, !(webhooks.deliveryEnabled && pipeline.outboundEventsEnabled) {
+            reader.report(
+                "FULFILLMENT_ENABLED", "false",
+                "a process without fulfillment must deliver webhooks (WEBHOOK_DELIVERY_ENABLED and OUTBOUND_EVENTS_ENABLED true)")
+        }
     }
 
     public static func load(environment: [String: String]) throws(ConfigurationError) -> FulfillmentConfiguration {
