@@ -9,7 +9,7 @@ import Storage
 /// acknowledgement that arrived meanwhile): a DELETE per message would cost a commit per event.
 public struct EventPublisher: Sendable {
     public let producer: KafkaProducer
-    public let outbox: OutboxStore
+    public let outbox: EventStore
     public let logger: Logger
     /// With the broker down every entry fails: a line per entry would be a line per notification.
     private let failures: ThrottledLog
@@ -19,7 +19,7 @@ public struct EventPublisher: Sendable {
     private let failed = MetricsRegistry.shared.counter(
         "subs_outbox_publish_failures_total", help: "Outbox messages the broker did not acknowledge (retried by the relay)")
 
-    public init(producer: KafkaProducer, outbox: OutboxStore, logger: Logger) {
+    public init(producer: KafkaProducer, outbox: EventStore, logger: Logger) {
         self.producer = producer
         self.outbox = outbox
         self.logger = logger

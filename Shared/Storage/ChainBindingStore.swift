@@ -75,6 +75,10 @@ public struct ChainBindingStore: Sendable {
         self.topic = topic
     }
 
+    /// The owner of the events a resolution replays; each replay names `topic` itself (nil: none is
+    /// queued), so the event store's own topic is never used here.
+    private var events: EventStore { EventStore(pool: pool, topic: topic ?? "") }
+
     /// Binds an unowned chain to `userID`, asks Apple to set the user's token on it, and replays its
     /// `UNMATCHED_ACCOUNT` facts (grants stay exactly once: they are keyed). A chain that any fact,
     /// subscription or binding gives to another user is refused with `ACCOUNT_CONFLICT`.
@@ -99,7 +103,7 @@ public struct ChainBindingStore: Sendable {
                     environment, originalTransactionID, userID: userID, source: .operator, by: operatorName, on: db)
                 try await requestAppleToken(environment, originalTransactionID, reason: reason, by: operatorName, on: db)
             }
-            let replayed = try await EventLeaseStore.replayDead(
+            let replayed = try await events.replayDead(
                 environment: environment, originalTransactionID: originalTransactionID, codes: ["UNMATCHED_ACCOUNT"],
                 topic: topic, on: db)
             let after = try await Self.binding(environment, originalTransactionID, on: db)!
@@ -157,10 +161,10 @@ public struct ChainBindingStore: Sendable {
             // Apple's facts the freeze or the conflict refused are paid events: replayed, they are
             // the owner's now. Another user's upload for an order of theirs stays refused.
             let replayed =
-                try await EventLeaseStore.replayDead(
+                try await events.replayDead(
                     environment: environment, originalTransactionID: originalTransactionID,
                     codes: ["CHAIN_FROZEN", "UNMATCHED_ACCOUNT"], topic: topic, on: db)
-                + EventLeaseStore.replayDead(
+                + events.replayDead(
                     environment: environment, originalTransactionID: originalTransactionID, codes: ["ACCOUNT_CONFLICT"],
                     onlyKind: .notification, topic: topic, on: db)
             let result = ChainActionResult(
@@ -248,7 +252,7 @@ public struct ChainBindingStore: Sendable {
             VALUES (\(environment), \(originalTransactionID), \(userID), \(BindingSource.family), \(userID))
             ON CONFLICT (environment, original_transaction_id) DO NOTHING
             """)
-        _ = try await EventLeaseStore.replayDead(
+        _ = try await events.replayDead(
             environment: environment, originalTransactionID: originalTransactionID, codes: ["UNMATCHED_ACCOUNT"], topic: topic,
             on: db)
     }

@@ -33,9 +33,9 @@ struct FailoverBenchmarkTests {
         let producer = try KafkaProducer(configuration: configuration.kafka, logger: logger)
         let producing = Task { try await producer.run() }
         try await Bootstrap.prepare(configuration: configuration, pool: pool, logger: logger)
-        let store = EventIntakeStore(pool: pool, topic: configuration.eventTopic)
+        let store = EventStore(pool: pool, topic: configuration.eventTopic)
         let intake = NotificationIntake(
-            store: store, publisher: EventPublisher(producer: producer, outbox: store.outbox, logger: logger))
+            store: store, publisher: EventPublisher(producer: producer, outbox: store, logger: logger))
         try await pool.query(
             """
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)

@@ -246,8 +246,7 @@ struct Fact {
 /// A migrated database with the catalogue, and the store a worker would use on it.
 struct Fixture {
     let database: TestDatabase
-    let events: EventIntakeStore
-    let leases: EventLeaseStore
+    let events: EventStore
     let store: FulfillmentStore
     let logger = Logger(label: "test", level: .warning)
 
@@ -259,12 +258,12 @@ struct Fixture {
                 INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)
                 VALUES (\(FulfillmentBatchTests.appKey), \(FulfillmentBatchTests.product), '21000000', 'starter', 2, 'P1M', 1000)
                 """)
-            let leases = EventLeaseStore(pool: database.pool)
+            let events = EventStore(pool: database.pool, topic: "unused")
             try await body(
                 Fixture(
-                    database: database, events: EventIntakeStore(pool: database.pool, topic: "unused"), leases: leases,
+                    database: database, events: events,
                     store: FulfillmentStore(
-                        leases: leases, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true, topic: "unused",
+                        leases: events, appKey: FulfillmentBatchTests.appKey, everyoneIsTestUser: true, topic: "unused",
                         creditLimits: limits)))
         }
     }
@@ -288,7 +287,7 @@ struct Fixture {
                     routingKey: fact.transaction.fact.originalTransactionID))
             envelopes.append(EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: nil))
         }
-        let claimed = try await leases.claim(envelopes, owner: FulfillmentBatchTests.owner, lease: .seconds(60))
+        let claimed = try await events.claim(envelopes, owner: FulfillmentBatchTests.owner, lease: .seconds(60))
         return try zip(facts, claimed).map { fact, event in
             PendingEvent(
                 event: try #require(event),

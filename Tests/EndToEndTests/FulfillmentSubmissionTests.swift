@@ -178,7 +178,7 @@ struct FulfillmentSubmissionTests {
         let hash = SHA256.hash(Array(jws.utf8)).map { String(format: "%02x", $0) }.joined()
         let cipher = try #require(PayloadCipher(reader: ConfigurationReader(environment: harness.ingress.pipeline.appleSettings)))
         let sealed = try cipher.seal(Array(jws.utf8), context: "submission:" + hash)
-        let store = EventIntakeStore(pool: harness.pool, topic: harness.ingress.pipeline.topic)
+        let store = EventStore(pool: harness.pool, topic: harness.ingress.pipeline.topic)
         _ = try await store.insertSubmission(
             NewSubmission(
                 kind: "CLIENT", userID: "bob", orderNo: "bobs-order", environment: "Sandbox", transactionID: id,

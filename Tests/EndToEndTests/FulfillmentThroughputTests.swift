@@ -48,9 +48,9 @@ struct FulfillmentThroughputTests {
         // The backlog is stored through a pool of its own, closed before the drain: its backends
         // then report their row counts, which are not the drain's.
         let intakePool = PostgresPool(configuration: driver, logger: harness.logger)
-        let store = EventIntakeStore(pool: intakePool, topic: configuration.eventTopic)
+        let store = EventStore(pool: intakePool, topic: configuration.eventTopic)
         let intake = NotificationIntake(
-            store: store, publisher: EventPublisher(producer: producer, outbox: store.outbox, logger: harness.logger))
+            store: store, publisher: EventPublisher(producer: producer, outbox: store, logger: harness.logger))
         try await pool.query(
             """
             INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount)

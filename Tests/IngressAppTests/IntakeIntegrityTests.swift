@@ -73,7 +73,7 @@ struct IntakeIntegrityTests {
 
     @Test func aRowTheDatabaseRefusesFailsAloneInItsBatch() async throws {
         try await IngressTestApp.with { harness in
-            let store = EventIntakeStore(pool: harness.pool, topic: "t")
+            let store = EventStore(pool: harness.pool, topic: "t")
             // One batch at a time: the first commits alone while the others queue into the next.
             let intake = NotificationIntake(store: store, publisher: OutboxOnly(), maxBatchSize: 64, maxConcurrentBatches: 1)
             func event(_ uuid: String, signedDate: Date = Date()) -> NewNotificationEvent {

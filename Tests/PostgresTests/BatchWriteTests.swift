@@ -26,7 +26,7 @@ struct BatchWriteTests {
     @Test func notificationBatchInsertsOnceAndReportsDuplicatesInOrder() async throws {
         try await Fixture.withSchema { pool, _ in
             try await Migrator(pool: pool, logger: Fixture.logger).migrate(try Migrator.bundled())
-            let store = EventIntakeStore(pool: pool, topic: "t")
+            let store = EventStore(pool: pool, topic: "t")
             func event(_ uuid: String, payload: [UInt8]) -> NewNotificationEvent {
                 NewNotificationEvent(
                     notificationUUID: uuid, notificationType: "DID_RENEW", subtype: uuid == "a" ? nil : "BILLING_RECOVERY",

@@ -50,7 +50,7 @@ import Testing
                     == [new[2]!])
 
             // New events continue the one sequence, and the deduplication of each kind still holds.
-            let store = EventIntakeStore(pool: pool, topic: "t")
+            let store = EventStore(pool: pool, topic: "t")
             let notification = try await store.insertNotification(
                 NewNotificationEvent(notificationUUID: "n3", notificationType: "DID_RENEW", environment: "Sandbox", routingKey: "o3"))
             #expect(notification.eventID > submissions.last!)
@@ -68,7 +68,7 @@ import Testing
             #expect(try await store.status(of: .notification, id: new[2]!) == nil)
 
             // replay_dead_events covers every kind with one statement.
-            let replayed = try await EventLeaseStore(pool: pool).replayDead(
+            let replayed = try await store.replayDead(
                 errorCode: "UNMATCHED_ACCOUNT", operator: "test", reason: "user added")
             #expect(replayed == 1)
             #expect(try await store.status(of: .submission, id: new[2]!)?.status == "RECEIVED")
@@ -80,18 +80,17 @@ import Testing
     @Test func aClaimWhoseKindDiffersFromTheStoredEventTakesNothing() async throws {
         try await Fixture.withSchema { pool, _ in
             try await Migrator(pool: pool, logger: Fixture.logger).migrate(try Migrator.bundled())
-            let store = EventIntakeStore(pool: pool, topic: "t")
+            let store = EventStore(pool: pool, topic: "t")
             let stored = try await store.insertNotification(
                 NewNotificationEvent(notificationUUID: "n1", notificationType: "DID_RENEW", environment: "Sandbox", routingKey: "o1"))
-            let leases = EventLeaseStore(pool: pool)
-            let claimed = try await leases.claim(
+            let claimed = try await store.claim(
                 [
                     EventEnvelope(kind: .submission, eventID: stored.eventID, traceID: nil),
                     EventEnvelope(kind: .submission, eventID: stored.eventID + 100, traceID: nil),
                 ], owner: "w", lease: .seconds(60))
             #expect(claimed.allSatisfy { $0 == nil })
             #expect(try await store.status(of: .notification, id: stored.eventID)?.status == "RECEIVED")
-            let right = try await leases.claim(
+            let right = try await store.claim(
                 [EventEnvelope(kind: .notification, eventID: stored.eventID, traceID: nil)], owner: "w", lease: .seconds(60))
             #expect(right.first??.id == stored.eventID)
         }

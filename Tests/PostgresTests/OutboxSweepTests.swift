@@ -8,7 +8,7 @@ import Testing
 /// which events it takes, in which order, and that it takes each once per grace period.
 @Suite struct OutboxSweepTests {
     /// Events of every status and age, across two months; ids in the order of their age.
-    static func withEvents(_ body: (OutboxStore) async throws -> Void) async throws {
+    static func withEvents(_ body: (EventStore) async throws -> Void) async throws {
         try await Fixture.withSchema { pool, _ in
             try await Migrator(pool: pool, logger: Fixture.logger).migrate(Migrator.bundled())
             try await pool.query(
@@ -33,16 +33,16 @@ import Testing
                        lease_expires_at, republished_at
                   FROM e
                 """)
-            try await body(OutboxStore(pool: pool, topic: "events"))
+            try await body(EventStore(pool: pool, topic: "events"))
         }
     }
 
-    static func queued(_ outbox: OutboxStore) async throws -> [Int64] {
+    static func queued(_ outbox: EventStore) async throws -> [Int64] {
         try await outbox.pool.query("SELECT event_id FROM event_outbox ORDER BY event_id").map { try $0.decode("event_id") }
     }
 
     @Test func dueRetriesLapsedLeasesAndStuckEventsAreQueuedOncePerGrace() async throws {
-        try await Self.withEvents { (outbox: OutboxStore) async throws in
+        try await Self.withEvents { (outbox: EventStore) async throws in
             let queued = try await outbox.requeueStuck(stuckAfter: .seconds(60), republishGrace: .seconds(30))
             // Not 4 (retry not due), 5 (lease held), 6 (republished 5 s ago), 7 and 8 (done), 9 (fresh).
             #expect(queued == 3)
@@ -57,7 +57,7 @@ import Testing
     }
 
     @Test func theOldestAreTakenFirstAndTheRestAtTheNextPass() async throws {
-        try await Self.withEvents { (outbox: OutboxStore) async throws in
+        try await Self.withEvents { (outbox: EventStore) async throws in
             #expect(try await outbox.requeueStuck(stuckAfter: .seconds(60), republishGrace: .seconds(30), limit: 2) == 2)
             #expect(try await Self.queued(outbox) == [1, 2])
             #expect(try await outbox.requeueStuck(stuckAfter: .seconds(60), republishGrace: .seconds(30), limit: 2) == 1)

@@ -16,7 +16,7 @@ import Storage
 public struct EventProcessor: Sendable {
     public let configuration: FulfillmentConfiguration
     public let logger: Logger
-    let leases: EventLeaseStore
+    let leases: EventStore
     let store: FulfillmentStore
     let reader: EventReader
     let notifier: FulfillmentNotifier
@@ -31,7 +31,7 @@ public struct EventProcessor: Sendable {
     private let metrics = ProcessorMetrics()
 
     public init(
-        leases: EventLeaseStore, verifier: SignedDataVerifier, cipher: PayloadCipher, configuration: FulfillmentConfiguration,
+        leases: EventStore, verifier: SignedDataVerifier, cipher: PayloadCipher, configuration: FulfillmentConfiguration,
         clock: any WallClock = SystemClock(), logger: Logger
     ) {
         self.leases = leases

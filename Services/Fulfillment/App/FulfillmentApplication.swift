@@ -47,17 +47,17 @@ public struct FulfillmentApplication: Sendable {
         producer = try KafkaProducer(
             configuration: configuration.pipeline.kafka, logger: logger,
             shutdownTimeout: configuration.pipeline.producerFlushTimeout)
-        let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
         guard let cipher = configuration.payloadCipher else { preconditionFailure("PAYLOAD_ENCRYPTION_KEYS missing") }
         let verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
         var processor = EventProcessor(
-            leases: EventLeaseStore(pool: pool), verifier: verifier, cipher: cipher, configuration: configuration, clock: clock, logger: logger)
+            leases: store, verifier: verifier, cipher: cipher, configuration: configuration, clock: clock, logger: logger)
         let clients = configuration.schedulers.appStoreAPI.map {
             AppStoreAPIClients(configuration: $0, logger: logger)
         }
         processor.consumption = ConsumptionResponder(store: ConsumptionStore(pool: pool), clients: clients, logger: logger)
-        renewal = LeaseRenewal(pool: pool, owner: configuration.workerID, lease: configuration.lease, logger: logger)
+        renewal = LeaseRenewal(events: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
         processor.renewal = renewal
         let relay = OutboundRelay(
             store: OutboundEventStore(pool: pool), producer: configuration.pipeline.outboundEventsEnabled ? producer : nil,
@@ -123,7 +123,7 @@ public struct FulfillmentApplication: Sendable {
             configuration: HTTPServerConfiguration(
                 host: configuration.httpHost, port: configuration.httpPort, threadPoolSize: 2, maxBodyBytes: 1024),
             router: router, logger: logger)
-        let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
+        let publisher = EventPublisher(producer: producer, outbox: store, logger: logger)
         scheduler = Scheduler(
             configuration: configuration, events: store, publisher: publisher, verifier: verifier, cipher: cipher,
             clients: clients, renewal: renewal, logger: logger)
@@ -137,7 +137,7 @@ public struct FulfillmentApplication: Sendable {
         credits = CreditsScheduler(
             jobs: jobs, clock: clock)
         retention = EventRetention(
-            store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
+            store: store, actor: configuration.workerID, configuration: configuration.retention,
             clock: clock, logger: logger)
         grantExpiry = PromotionalGrantExpiry(store: EntitlementStore(pool: pool), clock: clock, logger: logger)
     }

@@ -18,7 +18,7 @@ struct FulfillmentBatches: Sendable {
     /// batch limit. Two batches in flight: one alone made batches bigger but every event waited for
     /// the batch ahead of its own, and that wait is lost throughput (measured with one event per
     /// partition at a time, 1 worker, 12 partitions: 500 events/s with one, 730 with two).
-    init(leases: EventLeaseStore, store: FulfillmentStore, owner: String, lease: Duration, logger: Logger) {
+    init(leases: EventStore, store: FulfillmentStore, owner: String, lease: Duration, logger: Logger) {
         claims = GroupCommit(
             maxBatchSize: 64, maxConcurrentBatches: 2,
             sizeMetric: ("subs_fulfillment_claim_batch_size", "Events claimed per statement")

@@ -4,7 +4,7 @@ import Postgres
 import ServiceRuntime
 import Storage
 
-/// Wakes the ingress requests waiting for an event's result (`EventLeaseStore.announceCompleted`)
+/// Wakes the ingress requests waiting for an event's result (`EventStore.announceCompleted`)
 /// once the event's transaction committed.
 ///
 /// Notifications sent at the same moment share one statement: PostgreSQL serialises the commits
@@ -14,7 +14,7 @@ struct FulfillmentNotifier: Sendable {
     private let batches: GroupCommit<ClaimedEvent, Void>
     private let logger: Logger
 
-    init(leases: EventLeaseStore, logger: Logger) {
+    init(leases: EventStore, logger: Logger) {
         self.logger = logger
         batches = GroupCommit(maxBatchSize: 256, maxConcurrentBatches: 1) { events in
             try await leases.announceCompleted(events.map { ($0.kind, $0.id) })

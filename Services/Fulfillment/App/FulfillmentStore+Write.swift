@@ -35,8 +35,8 @@ extension FulfillmentStore {
             ), new_order AS (\(fragment: OrderStore.insertFulfilled(rows.newOrders))
             ), subscription AS (\(fragment: ChainBindingStore.storeProjections(rows.subscriptions))
             ), history AS (\(fragment: OrderStore.appendHistory(rows.history))
-            ), done AS (\(fragment: EventLeaseStore.succeed(events))
-            ), proof AS (\(fragment: EventLeaseStore.prove(events, owner: owner, succeeded: "done"))\(fragment: appendOutbound)
+            ), done AS (\(fragment: EventStore.succeed(events))
+            ), proof AS (\(fragment: EventStore.prove(events, owner: owner, succeeded: "done"))\(fragment: appendOutbound)
             SELECT (SELECT count(*) FROM proof) AS completed
             """)
         guard try completed.single().decode("completed", as: Int.self) == batch.count else {

@@ -47,7 +47,7 @@ struct PendingEvent: Sendable {
 /// every load runs before every write, so two events of one chain would plan from the same stale
 /// state, and one statement cannot upsert a row twice.
 struct FulfillmentStore: Sendable {
-    let leases: EventLeaseStore
+    let leases: EventStore
     /// `app_key` of the catalogue rows this worker serves (the bundle id).
     let appKey: String
     /// A Sandbox deployment is an isolated test tenant.
@@ -72,7 +72,7 @@ struct FulfillmentStore: Sendable {
     }
 
     init(
-        leases: EventLeaseStore, appKey: String, everyoneIsTestUser: Bool, topic: String,
+        leases: EventStore, appKey: String, everyoneIsTestUser: Bool, topic: String,
         creditLimits: CreditLimits = CreditLimits(), crashPoint: CrashPoint? = nil, outboundEvents: Bool = true
     ) {
         self.leases = leases

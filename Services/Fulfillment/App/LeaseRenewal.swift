@@ -14,7 +14,7 @@ final class LeaseRenewal: Service, Sendable {
     let name = "lease-renewal"
     let owner: String
     let lease: Duration
-    private let events: EventLeaseStore
+    private let events: EventStore
     private let tasks: TaskStore
     private let logger: Logger
     /// Holders per id: two messages of one event may be handled at once (one of them claims nothing).
@@ -25,9 +25,9 @@ final class LeaseRenewal: Service, Sendable {
     private let failures = MetricsRegistry.shared.counter(
         "subs_fulfillment_lease_renewal_failures_total", help: "Lease heartbeats that could not reach PostgreSQL")
 
-    init(pool: PostgresPool, owner: String, lease: Duration, logger: Logger) {
-        events = EventLeaseStore(pool: pool)
-        tasks = TaskStore(pool: pool)
+    init(events: EventStore, owner: String, lease: Duration, logger: Logger) {
+        self.events = events
+        tasks = TaskStore(pool: events.pool)
         self.owner = owner
         self.lease = lease
         self.logger = logger

@@ -35,8 +35,8 @@ public struct IngressApplication: Sendable {
         producer = try KafkaProducer(
             configuration: configuration.pipeline.kafka, logger: logger,
             shutdownTimeout: configuration.pipeline.producerFlushTimeout)
-        let store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
-        let publisher = EventPublisher(producer: producer, outbox: store.outbox, logger: logger)
+        let store = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        let publisher = EventPublisher(producer: producer, outbox: store, logger: logger)
         sweeper = PipelineSweeper(
             publisher: publisher, interval: configuration.pipeline.sweepInterval,
             stuckAfter: configuration.pipeline.stuckAfter, logger: logger,

@@ -17,7 +17,8 @@ struct IngressContext: Sendable {
     /// replica lags a little, so nothing read right after a write (a balance, an order, the state
     /// an action left) comes from it.
     let readPool: PostgresPool
-    let store: EventIntakeStore
+    /// The events: intake, the admin replays.
+    let events: EventStore
     let intake: NotificationIntake
     let verifier: SignedDataVerifier
     /// StoreKit 1 app receipts of imports.
@@ -41,7 +42,6 @@ struct IngressContext: Sendable {
     let cases: CaseStore
     /// The event queue's lists and counts, on `readPool`.
     let queue: CaseStore
-    let leases: EventLeaseStore
     let chains: ChainBindingStore
     let tasks: TaskStore
     let consoleSessions: ConsoleSessionStore
@@ -71,8 +71,8 @@ struct IngressContext: Sendable {
         self.clock = clock
         self.logger = logger
         refusals = ThrottledLog(logger: logger)
-        store = EventIntakeStore(pool: pool, topic: configuration.pipeline.eventTopic)
-        intake = NotificationIntake(store: store, publisher: publisher)
+        events = EventStore(pool: pool, topic: configuration.pipeline.eventTopic)
+        intake = NotificationIntake(store: events, publisher: publisher)
         verifier = try SignedDataVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
         receiptVerifier = try AppReceiptVerifier(configuration: configuration.appStore, clock: clock, logger: logger)
         // `load` refuses a configuration without keys; a hand-made one must carry them.
@@ -93,7 +93,6 @@ struct IngressContext: Sendable {
         ledger = CreditLedger(pool: pool)
         cases = CaseStore(pool: pool)
         queue = CaseStore(pool: self.readPool)
-        leases = EventLeaseStore(pool: pool)
         chains = ChainBindingStore(pool: pool, topic: configuration.pipeline.eventTopic)
         tasks = TaskStore(pool: pool)
         consoleSessions = ConsoleSessionStore(pool: pool)
@@ -125,7 +124,7 @@ struct IngressContext: Sendable {
     /// The upload routes, which the import routes also verify signed transactions with.
     var submissionRoutes: SubmissionRoutes {
         SubmissionRoutes(
-            events: store, intake: intake, orders: orders, users: users, subscriptions: subscriptions, verifier: verifier,
+            events: events, intake: intake, orders: orders, users: users, subscriptions: subscriptions, verifier: verifier,
             cipher: cipher, waiter: waiter, environment: configuration.appStore.environment,
             fulfillmentWait: configuration.fulfillmentWait, refusals: refusals, clock: clock, logger: logger)
     }

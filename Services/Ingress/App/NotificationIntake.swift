@@ -10,7 +10,7 @@ import Storage
 /// are committed. Publishing happens after the commit; if it fails or the process dies first, the
 /// outbox relay publishes the row later.
 public struct NotificationIntake: Sendable {
-    public let store: EventIntakeStore
+    public let store: EventStore
     public let publisher: any OutboxPublishing
     private let accepted = MetricsRegistry.shared.counter(
         "subs_notifications_accepted_total", help: "Notifications stored (new)")
@@ -29,7 +29,7 @@ public struct NotificationIntake: Sendable {
         var awaitPublish: Bool
     }
 
-    public init(store: EventIntakeStore, publisher: any OutboxPublishing, maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4) {
+    public init(store: EventStore, publisher: any OutboxPublishing, maxBatchSize: Int = 64, maxConcurrentBatches: Int = 4) {
         self.store = store
         self.publisher = publisher
         batches = GroupCommit(maxBatchSize: maxBatchSize, maxConcurrentBatches: maxConcurrentBatches) { submissions in
@@ -45,7 +45,7 @@ public struct NotificationIntake: Sendable {
 
     /// The batch in one statement; when the database refuses it for what a row holds (not for
     /// being unreachable), each row again on its own, so only the offending one fails.
-    private static func insert(_ events: [NewNotificationEvent], into store: EventIntakeStore) async throws
+    private static func insert(_ events: [NewNotificationEvent], into store: EventStore) async throws
         -> [Result<StoredEvent, any Error>]
     {
         do {

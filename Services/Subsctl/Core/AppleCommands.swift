@@ -124,7 +124,7 @@ enum AppleTestNotificationCommand: SubsctlCommand {
             return delivered ? ExitStatus.success : ExitStatus.refused
         }
         return await Subsctl.withDatabase { pool in
-            let events = EventIntakeStore(pool: pool, topic: "")
+            let events = EventStore(pool: pool, topic: "")
             var stored = try await events.status(ofNotification: uuid)
             while stored == nil, ContinuousClock.now < deadline {
                 try await Task.sleep(for: .milliseconds(500))

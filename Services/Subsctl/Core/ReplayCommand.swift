@@ -29,7 +29,7 @@ enum ReplayCommand: SubsctlCommand {
         else { return usageError("--error-code must be an error code such as UNMATCHED_PRODUCT") }
         return await Subsctl.withDatabase { pool in
             Subsctl.printProgress("replaying the DEAD events with error code \(code)…")
-            let replayed = try await EventLeaseStore(pool: pool).replayDead(
+            let replayed = try await EventStore(pool: pool, topic: "").replayDead(
                 errorCode: code, operator: operatorName, reason: reason)
             try Subsctl.printResult(Output(errorCode: code, replayed: replayed), asJSON: asJSON) { "replayed=\(replayed) errorCode=\(code)" }
             return ExitStatus.success

@@ -39,7 +39,7 @@ enum RequeryCommand: SubsctlCommand {
             }
             // The answer travels as events: wait for them before showing the chain.
             let ids = output.task.counters.eventIDs
-            let events = EventLeaseStore(pool: pool)
+            let events = EventStore(pool: pool, topic: "")
             let remaining = max(1, wait - Int((ContinuousClock.now - started).components.seconds))
             let deadline = ContinuousClock.now + .seconds(remaining)
             var states = try await events.statuses(of: ids)

@@ -15,7 +15,7 @@ import Storage
 struct SubscriptionImporter: Sendable {
     let imports: ImportStore
     let bindings: ChainBindingStore
-    let events: EventIntakeStore
+    let events: EventStore
     let publisher: EventPublisher
     let cipher: PayloadCipher
     let verifier: SignedDataVerifier

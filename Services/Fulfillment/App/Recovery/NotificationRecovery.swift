@@ -11,7 +11,7 @@ import Storage
 /// row), so a notification Apple delivered meanwhile, or a second recovery, writes nothing new.
 /// Progress is checkpointed after each page: another worker resumes an interrupted recovery.
 struct NotificationRecovery: Sendable {
-    let events: EventIntakeStore
+    let events: EventStore
     let publisher: EventPublisher
     let cipher: PayloadCipher
     let verifier: SignedDataVerifier
@@ -28,7 +28,7 @@ struct NotificationRecovery: Sendable {
         })
 
     init(
-        events: EventIntakeStore, publisher: EventPublisher, cipher: PayloadCipher, verifier: SignedDataVerifier,
+        events: EventStore, publisher: EventPublisher, cipher: PayloadCipher, verifier: SignedDataVerifier,
         clients: AppStoreAPIClients, logger: Logger
     ) {
         self.events = events

@@ -16,7 +16,7 @@ import Storage
 /// The event's outer envelope is ours, not Apple's, and carries no signature: it is sealed with
 /// the payload key like every stored payload, which is what proves a worker wrote it.
 struct ChainRequery: Sendable {
-    let events: EventIntakeStore
+    let events: EventStore
     let publisher: EventPublisher
     let cipher: PayloadCipher
     let clients: AppStoreAPIClients

@@ -42,11 +42,13 @@ public struct EventRetentionConfiguration: Sendable {
 }
 
 /// Runs the retention of events in a worker every interval: partitions created ahead, old
-/// payloads redacted, old months detached (`EventRetentionStore`, safe with several workers),
+/// payloads redacted, old months detached (`EventStore+Retention`, safe with several workers),
 /// with its counters and the partitions-ahead gauge.
 final class EventRetention: Service {
     let name = "event-retention"
-    let store: EventRetentionStore
+    let store: EventStore
+    /// Who the audit rows of its changes name: the worker's id.
+    let actor: String
     let configuration: EventRetentionConfiguration
     private let clock: any WallClock
     private let logger: Logger
@@ -64,8 +66,9 @@ final class EventRetention: Service {
     private let failures = MetricsRegistry.shared.counter(
         "subs_event_retention_failures_total", help: "Retention passes that failed (retried at the next interval)")
 
-    init(store: EventRetentionStore, configuration: EventRetentionConfiguration, clock: any WallClock, logger: Logger) {
+    init(store: EventStore, actor: String, configuration: EventRetentionConfiguration, clock: any WallClock, logger: Logger) {
         self.store = store
+        self.actor = actor
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
@@ -88,18 +91,18 @@ final class EventRetention: Service {
 
     /// One pass at `now`: partitions first (intake must never lack one), then redaction, then detachment.
     func runOnce(now: Date) async throws {
-        let made = try await store.createPartitions(now: now, ahead: configuration.partitionsAhead)
+        let made = try await store.createPartitions(now: now, ahead: configuration.partitionsAhead, by: actor)
         created.increment(by: made.count)
         for partition in made { logger.info("event partition created", ["event.partition": .string(partition)]) }
         if let days = configuration.payloadRetentionDays {
             let count = try await store.redactPayloads(
                 receivedBefore: now - Double(days) * 86_400, batchSize: configuration.batchSize,
-                reason: "PAYLOAD_RETENTION_DAYS=\(days)")
+                reason: "PAYLOAD_RETENTION_DAYS=\(days)", by: actor)
             redacted.increment(by: count)
             if count > 0 { logger.info("event payloads redacted", ["event.redacted": .int(Int64(count))]) }
         }
         if let months = configuration.eventRetentionMonths {
-            let gone = try await store.detachPartitions(now: now, retentionMonths: months)
+            let gone = try await store.detachPartitions(now: now, retentionMonths: months, by: actor)
             detached.increment(by: gone.count)
             for partition in gone { logger.notice("event partition detached", ["event.partition": .string(partition)]) }
         }

@@ -35,7 +35,7 @@ final class Scheduler: Service {
         "subs_requery_lapsed_total", help: "Chains past their expiry with no word from Apple, flagged for a re-query")
 
     init(
-        configuration: FulfillmentConfiguration, events: EventIntakeStore, publisher: EventPublisher, verifier: SignedDataVerifier,
+        configuration: FulfillmentConfiguration, events: EventStore, publisher: EventPublisher, verifier: SignedDataVerifier,
         cipher: PayloadCipher, clients: AppStoreAPIClients?, renewal: LeaseRenewal, logger: Logger
     ) {
         self.renewal = renewal

@@ -14,7 +14,7 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
     router.add(middleware: AdminRefusals())
     try OpenAPIRoutes(resource: "admin-openapi", path: "/admin/openapi.json").register(in: &router)
     let routes = AdminRoutes(
-        cases: context.cases, queue: context.queue, events: context.leases, chains: context.chains, tasks: context.tasks,
+        cases: context.cases, queue: context.queue, events: context.events, chains: context.chains, tasks: context.tasks,
         users: context.users, ledger: context.ledger, cursors: PageCursorSigner(key: context.configuration.cursorSigningKey),
         eventTopic: context.configuration.pipeline.eventTopic, creditLimits: context.configuration.creditLimits,
         clock: context.clock, entitlements: context.entitlementAdminRoutes)

@@ -14,7 +14,7 @@ struct AdminRoutes: Sendable {
     let cases: CaseStore
     /// The event queue's lists and counts, on the read pool (`DATABASE_READ_URL`).
     let queue: CaseStore
-    let events: EventLeaseStore
+    let events: EventStore
     let chains: ChainBindingStore
     let tasks: TaskStore
     let users: UserStore

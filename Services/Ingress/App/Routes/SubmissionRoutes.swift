@@ -13,7 +13,7 @@ import Storage
 /// (`POST …/apple-transactions/observed`). Verified here, stored, published to the same
 /// processing path as notifications, then awaited a bounded time for the worker's result.
 struct SubmissionRoutes: Sendable {
-    let events: EventIntakeStore
+    let events: EventStore
     let intake: NotificationIntake
     let orders: OrderStore
     let users: UserStore

@@ -6,15 +6,7 @@ import ServiceRuntime
 /// The outbox (`event_outbox`): messages committed with their events, published by the caller or
 /// the relay and deleted once the broker acknowledged them; and the sweep that queues again the
 /// events a worker should have taken by now.
-public struct OutboxStore: Sendable {
-    public let pool: PostgresPool
-    public let topic: String
-
-    public init(pool: PostgresPool, topic: String) {
-        self.pool = pool
-        self.topic = topic
-    }
-
+extension EventStore {
     /// Queues the message of a new event inside the transaction that stores it, due after `delay`.
     func enqueue(
         kind: EventKind, eventID: Int64, routingKey: String, traceID: String?, delay: Duration,

@@ -4,20 +4,9 @@ import Postgres
 import ServiceRuntime
 
 /// Intake of inbound events: a notification or a client's submission stored in `inbound_event`
-/// with its outbox row, in one transaction, before the sender is answered.
-///
-/// `inbound_event` is partitioned by month, so its deduplication keys live in `inbound_event_key`
-/// (unpartitioned, unique): every insert writes the key row and the event row in one statement,
-/// and a key already there writes neither.
-public struct EventIntakeStore: Sendable {
-    public let pool: PostgresPool
-    public let outbox: OutboxStore
-
-    public init(pool: PostgresPool, topic: String) {
-        self.pool = pool
-        outbox = OutboxStore(pool: pool, topic: topic)
-    }
-
+/// with its outbox row, in one transaction, before the sender is answered. Every insert writes the
+/// key row and the event row in one statement, and a key already there writes neither.
+extension EventStore {
     /// The columns of a notification row, in the order of every insert below.
     private static let notificationColumns: StaticString = """
         id, received_at, kind, notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
@@ -67,7 +56,7 @@ public struct EventIntakeStore: Sendable {
             return try await duplicates([(event, first)]) { try await connection.query($0) }[0]
         }
         let id = try row.decode("id", as: Int64.self)
-        let entry = try await outbox.enqueue(
+        let entry = try await enqueue(
             kind: .notification, eventID: id, routingKey: event.routingKey, traceID: event.traceID,
             delay: publishGrace, on: connection)
         return StoredEvent(eventID: id, isNew: true, outbox: entry)
@@ -80,7 +69,6 @@ public struct EventIntakeStore: Sendable {
         async throws -> [StoredEvent]
     {
         guard !events.isEmpty else { return [] }
-        let topic = outbox.topic
         let inserted = try await pool.query(
             """
             WITH input AS (
@@ -250,7 +238,7 @@ public struct EventIntakeStore: Sendable {
                 return StoredEvent(eventID: try existing.single().decode("id", as: Int64.self), isNew: false, outbox: nil)
             }
             let id = try row.decode("id", as: Int64.self)
-            let entry = try await outbox.enqueue(
+            let entry = try await enqueue(
                 kind: .submission, eventID: id, routingKey: submission.originalTransactionID,
                 traceID: submission.traceID, delay: publishGrace, on: connection)
             return StoredEvent(eventID: id, isNew: true, outbox: entry)

@@ -6,13 +6,7 @@ import ServiceRuntime
 /// The lifecycle of stored events under workers' leases: claims, retries and burials, the
 /// wake-up of the waiting ingress, and the operator's replay of dead events. Completion is part of
 /// the worker's own transaction (`FulfillmentStore`), so it commits with the event's effects.
-public struct EventLeaseStore: Sendable {
-    public let pool: PostgresPool
-
-    public init(pool: PostgresPool) {
-        self.pool = pool
-    }
-
+extension EventStore {
     /// Claims many events at once in one statement (the worker's group commit of claims); returns
     /// one result per envelope, in order. An event named twice is claimed for its first envelope
     /// only, as two claims one after the other would have done. An envelope whose kind is not the
@@ -229,7 +223,7 @@ public struct EventLeaseStore: Sendable {
     /// to RECEIVED with a fresh retry budget and queues their messages on `topic` at once, inside the caller's transaction
     /// (a binding or a resolution that makes them applicable commits with it). Their unmatched
     /// summaries are marked replayed. Returns how many events were put back.
-    public static func replayDead(
+    public func replayDead(
         environment: String, originalTransactionID: String, codes: [String], onlyKind kind: EventKind? = nil, topic: String?,
         on db: PostgresConnection
     ) async throws -> Int {
@@ -263,7 +257,7 @@ public struct EventLeaseStore: Sendable {
                 throw EventReplayRefusal(
                     code: .notReplayable, message: "event \(eventID) is \(status.rawValue); only a DEAD event is replayed")
             }
-            _ = try await Self.replayDead(
+            _ = try await replayDead(
                 eventID: eventID, environment: nil, originalTransactionID: nil, codes: nil, kind: nil, topic: topic, on: db)
             try await AuditLog(pool: pool).record(
                 on: db, operator: operatorName, action: "DEAD_EVENT_REPLAYED", reason: reason,
@@ -274,7 +268,7 @@ public struct EventLeaseStore: Sendable {
     }
 
     /// The one replay statement: DEAD events matching every filter given.
-    private static func replayDead(
+    private func replayDead(
         eventID: Int64?, environment: String?, originalTransactionID: String?, codes: [String]?, kind: EventKind?,
         topic: String?, on db: PostgresConnection
     ) async throws -> Int {

@@ -9,21 +9,12 @@ import Postgres
 /// Safe with several workers: every step runs in transactions that first take one transaction
 /// advisory lock (a worker that finds it taken skips the step), and each step is idempotent (a
 /// partition is created once, a payload redacted once, a month detached once). Every change is
-/// audited in the same transaction, under the name of the worker that made it.
-public struct EventRetentionStore: Sendable {
-    public let pool: PostgresPool
-    /// Who the audit rows name: the worker's id.
-    public let actor: String
-
+/// audited in the same transaction, under the name of the worker that made it (`actor`).
+extension EventStore {
     /// First half of the two-integer transaction advisory lock of every step ("EVRT"); the second
     /// is the schema's hash, so deployments sharing a database in schemas of their own never wait
     /// for each other (as the migrations' lock).
     static let lockClass: Int32 = 0x4556_5254
-
-    public init(pool: PostgresPool, actor: String) {
-        self.pool = pool
-        self.actor = actor
-    }
 
     /// One monthly partition: its table and the bounds of its month (UTC).
     public struct Partition: Sendable, Hashable {
@@ -48,7 +39,7 @@ public struct EventRetentionStore: Sendable {
 
     /// Creates the missing partitions of the month of `now` and of the `ahead` months after it;
     /// returns the tables created (none when another worker holds the lock).
-    public func createPartitions(now: Date, ahead: Int) async throws -> [String] {
+    public func createPartitions(now: Date, ahead: Int, by actor: String) async throws -> [String] {
         struct Created: Encodable, Sendable {
             var partition: String
             var month: Date
@@ -78,7 +69,9 @@ public struct EventRetentionStore: Sendable {
     /// SUCCEEDED events received before `cutoff`: payload and key id become NULL, `redacted_at`
     /// says when. Events still on their way or DEAD keep theirs (a replay needs it). Returns how
     /// many were redacted.
-    public func redactPayloads(receivedBefore cutoff: Date, batchSize: Int, reason: String) async throws -> Int {
+    public func redactPayloads(receivedBefore cutoff: Date, batchSize: Int, reason: String, by actor: String) async throws
+        -> Int
+    {
         struct Redacted: Encodable, Sendable {
             var receivedBefore: Date
             var redacted: Int
@@ -123,7 +116,9 @@ public struct EventRetentionStore: Sendable {
     /// its own table (`inbound_event_YYYY_MM`, to archive or drop), its events' keys are then
     /// released in batches and it is renamed `inbound_event_detached_YYYY_MM`. Returns the
     /// partitions detached in this call.
-    public func detachPartitions(now: Date, retentionMonths: Int, keyBatchSize: Int = 10_000) async throws -> [String] {
+    public func detachPartitions(now: Date, retentionMonths: Int, keyBatchSize: Int = 10_000, by actor: String) async throws
+        -> [String]
+    {
         struct Detached: Encodable, Sendable {
             var partition: String
             var month: Date
@@ -152,7 +147,7 @@ public struct EventRetentionStore: Sendable {
                 } ?? false
             if done { detached.append(partition.name) }
         }
-        try await releaseDetachedKeys(batchSize: keyBatchSize)
+        try await releaseDetachedKeys(batchSize: keyBatchSize, by: actor)
         return detached
     }
 
@@ -166,7 +161,7 @@ public struct EventRetentionStore: Sendable {
 
     /// The key rows of detached months' events, deleted in batches: a month detached is older than
     /// any notification Apple can still send or return (its history reaches 180 days back).
-    private func releaseDetachedKeys(batchSize: Int) async throws {
+    private func releaseDetachedKeys(batchSize: Int, by actor: String) async throws {
         struct Released: Encodable, Sendable {
             var partition: String
         }
