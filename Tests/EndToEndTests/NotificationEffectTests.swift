@@ -89,42 +89,50 @@ struct NotificationEffectTests {
         try await harness.checkInvariants(sourceLocation: sourceLocation)
     }
 
+    /// A lapsed chain resubscribed by `type` / RESUBSCRIBE with a new transaction (`adjust`ed):
+    /// the resubscription's effect (`expectResubscribed`); returns the harness, still running, and
+    /// the new transaction's id for a row's own checks.
+    static func resubscribe(
+        _ type: NotificationTypeV2, adjust: (inout JWSTransactionDecodedPayload) -> Void = { _ in }
+    ) async throws -> (harness: WorkerHarness, transaction: String) {
+        let harness = try await WorkerHarness.start()
+        do {
+            let (chain, token) = try await lapsedChain(harness)
+            let seq = try await lastEvent(harness)
+            let now = Date()
+            var again = harness.transaction(id(), original: chain, purchase: now - hour, token: token, signed: now - 60)
+            adjust(&again)
+            let uuid = try await harness.notify(
+                type, .resubscribe, transaction: again, renewal: harness.renewalInfo(original: chain, signed: now - 60))
+            #expect(try await harness.outcome(of: uuid) == .succeeded)
+            try await expectResubscribed(
+                harness, chain: chain, transaction: again.transactionId!, after: seq, cause: "apple.\(type.rawValue).RESUBSCRIBE")
+            return (harness, again.transactionId!)
+        } catch {
+            harness.stop()
+            throw error
+        }
+    }
+
     /// Row SUBSCRIBED / RESUBSCRIBE.
     @Test func subscribedResubscribe() async throws {
-        let harness = try await WorkerHarness.start()
-        defer { harness.stop() }
-        let (chain, token) = try await Self.lapsedChain(harness)
-        let seq = try await Self.lastEvent(harness)
-        let now = Date()
-        let again = harness.transaction(Self.id(), original: chain, purchase: now - Self.hour, token: token, signed: now - 60)
-        let uuid = try await harness.notify(
-            .subscribed, .resubscribe, transaction: again, renewal: harness.renewalInfo(original: chain, signed: now - 60))
-        #expect(try await harness.outcome(of: uuid) == .succeeded)
-        try await Self.expectResubscribed(harness, chain: chain, transaction: again.transactionId!, after: seq, cause: "apple.SUBSCRIBED.RESUBSCRIBE")
+        try await Self.resubscribe(.subscribed).harness.stop()
     }
 
     /// Row OFFER_REDEEMED / RESUBSCRIBE: a win-back offer brings a lapsed subscriber back; the
     /// same effect as a resubscription, with the offer recorded on the transaction.
     @Test func offerRedeemedResubscribe() async throws {
-        let harness = try await WorkerHarness.start()
+        let (harness, transaction) = try await Self.resubscribe(.offerRedeemed) { offer in
+            offer.offerType = .winBackOffer
+            offer.offerIdentifier = "come-back-half-price"
+            offer.offerDiscountType = .payAsYouGo
+            offer.offerPeriod = "P1M"
+            offer.price = 4990
+        }
         defer { harness.stop() }
-        let (chain, token) = try await Self.lapsedChain(harness)
-        let seq = try await Self.lastEvent(harness)
-        let now = Date()
-        var offer = harness.transaction(Self.id(), original: chain, purchase: now - Self.hour, token: token, signed: now - 60)
-        offer.offerType = .winBackOffer
-        offer.offerIdentifier = "come-back-half-price"
-        offer.offerDiscountType = .payAsYouGo
-        offer.offerPeriod = "P1M"
-        offer.price = 4990
-        let uuid = try await harness.notify(
-            .offerRedeemed, .resubscribe, transaction: offer, renewal: harness.renewalInfo(original: chain, signed: now - 60))
-        #expect(try await harness.outcome(of: uuid) == .succeeded)
-        try await Self.expectResubscribed(
-            harness, chain: chain, transaction: offer.transactionId!, after: seq, cause: "apple.OFFER_REDEEMED.RESUBSCRIBE")
         #expect(
             try await harness.value(
-                "SELECT offer_type || ':' || offer_identifier FROM apple_transaction WHERE transaction_id = \(offer.transactionId!)",
+                "SELECT offer_type || ':' || offer_identifier FROM apple_transaction WHERE transaction_id = \(transaction)",
                 as: String.self) == "4:come-back-half-price")
     }
 
