@@ -324,6 +324,8 @@ public enum FulfillmentPlanner {
         case .recordOnly: return FulfillmentPlan(verdict: .recorded("record only"))
         case .unknown: return FulfillmentPlan(verdict: .recorded("unknown notification type"))
         case .consumptionRequest: return FulfillmentPlan(verdict: .recorded("consumption request"))
+        // Acted on before the apply (the worker's `ConsentRescission`): no chain's facts change.
+        case .rescindConsent: return FulfillmentPlan(verdict: .recorded("consent rescinded"))
         case .applyTransaction, .applyRenewalInfo, .revokeTransaction, .restoreTransaction: break
         }
         guard input.transaction != nil || input.renewal != nil else { return FulfillmentPlan(verdict: .recorded("no facts")) }

@@ -13,6 +13,9 @@ public enum NotificationAction: Sendable, Equatable {
     case restoreTransaction
     /// Apple asks for consumption information (answered only with the user's consent).
     case consumptionRequest
+    /// A parent or guardian withdrew consent for the app (RESCIND_CONSENT): the accounts of the
+    /// Apple Account it names lose their entitlements and their consent-scoped data.
+    case rescindConsent
     /// A type or subtype this version does not know: stored, counted, acknowledged.
     case unknown
 }
@@ -28,10 +31,12 @@ public enum NotificationMatrix {
     public static func action(type: String, subtype: String?) -> NotificationAction {
         switch (type, subtype) {
         case ("TEST", _), ("REFUND_DECLINED", _), ("EXTERNAL_PURCHASE_TOKEN", _),
-            ("RESCIND_CONSENT", _), ("METADATA_UPDATE", _), ("MIGRATION", _), ("PRICE_CHANGE", _):
-            // External purchase tokens, consent withdrawn for app data, and the Advanced Commerce
-            // types concern no In-App Purchase this service fulfils: stored and acknowledged.
+            ("METADATA_UPDATE", _), ("MIGRATION", _), ("PRICE_CHANGE", _):
+            // External purchase tokens and the Advanced Commerce types concern no In-App Purchase
+            // this service fulfils: stored and acknowledged.
             return .recordOnly
+        case ("RESCIND_CONSENT", _):
+            return .rescindConsent
         case ("SUBSCRIBED", "INITIAL_BUY"), ("ONE_TIME_CHARGE", _):
             // ONE_TIME_CHARGE: a consumable (credit pack) bought; granted once per transaction.
             return .applyTransaction(.initial)

@@ -15,6 +15,7 @@ public enum OutboundEventType: String, Sendable, Hashable, Codable, CaseIterable
     case creditsCleared = "credits.cleared"
     case orderFulfilled = "order.fulfilled"
     case orderFailed = "order.failed"
+    case accountConsentRescinded = "account.consent_rescinded"
 }
 
 /// A JSON value of an event's `data` (the few kinds events carry).
@@ -119,9 +120,13 @@ public enum SubscriptionEvents {
         }
         let wasServing = old?.status.hasService ?? false
         let transaction = new.lastTransactionID
+        let signed = Int64((new.lastSignedDate.timeIntervalSince1970 * 1000).rounded())
         switch (wasServing, new.status) {
         case (false, .active), (false, .grace):
-            entitlementEvents(.entitlementGranted, transaction)
+            // The same transaction serving again (a reversed refund, an extended lapsed period) is
+            // a new grant for the app: keyed by the fact that restored it, not by the first one's key.
+            let again = old.map { $0.lastTransactionID == transaction } ?? false
+            entitlementEvents(.entitlementGranted, again ? "\(transaction):\(signed)" : transaction)
         case (true, .active), (true, .grace):
             if let old, old.activeProductID != new.activeProductID {
                 entitlementEvents(.entitlementProductChanged, transaction)
@@ -138,10 +143,15 @@ public enum SubscriptionEvents {
         case (_, .revoked):
             if old?.status != .revoked { entitlementEvents(.entitlementRevoked, transaction) }
         }
-        if let old, old.autoRenewEnabled != new.autoRenewEnabled || old.pendingProductID != new.pendingProductID,
+        // A serving chain's renewal date moved on the same transaction (RENEWAL_EXTENDED) is a
+        // renewal change too: a new transaction's expiry, or a chain serving again, is announced
+        // by its entitlement event.
+        let extended =
+            wasServing && new.status.hasService
+            && (old.map { $0.lastTransactionID == transaction && $0.expiresAt != new.expiresAt } ?? false)
+        if let old, old.autoRenewEnabled != new.autoRenewEnabled || old.pendingProductID != new.pendingProductID || extended,
             new.status != .revoked
         {
-            let signed = Int64((new.lastSignedDate.timeIntervalSince1970 * 1000).rounded())
             events.append(
                 OutboundEvent(
                     key: "\(OutboundEventType.subscriptionRenewalChanged.rawValue):\(chain):\(signed)",

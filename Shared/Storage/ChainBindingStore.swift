@@ -270,11 +270,15 @@ public struct ChainBindingStore: Sendable {
         public var currency: String?
         public var payloadHash: String?
         public var user: String?
+        /// The Apple Account's id for this app (Apple signs it since iOS 18.4): what RESCIND_CONSENT names.
+        public var appTransactionID: String?
 
         public init(
             fact: TransactionFact, webOrderLineItemID: String?, revocationType: String?, revocationReason: Int32?,
-            offerIdentifier: String?, price: Int64?, currency: String?, payloadHash: String?, user: String?
+            offerIdentifier: String?, price: Int64?, currency: String?, payloadHash: String?, user: String?,
+            appTransactionID: String? = nil
         ) {
+            self.appTransactionID = appTransactionID
             self.fact = fact
             self.webOrderLineItemID = webOrderLineItemID
             self.revocationType = revocationType
@@ -331,6 +335,10 @@ public struct ChainBindingStore: Sendable {
                 .init("currency", "text[]", t.map(\.currency)),
                 .init("signed_date", "timestamptz[]", t.map(\.fact.signedDate)),
                 .init("payload_hash", "text[]", t.map(\.payloadHash)),
+                // A version signed without it (an older client's upload) does not forget the Account.
+                .init(
+                    "app_transaction_id", "text[]", t.map(\.appTransactionID),
+                    onConflict: .set("coalesce(EXCLUDED.app_transaction_id, apple_transaction.app_transaction_id)")),
             ], conflict: .update(target: "(environment, transaction_id)", also: "updated_at = now()"))
         return "\(insert)"
     }

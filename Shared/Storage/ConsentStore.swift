@@ -68,6 +68,16 @@ public struct ConsentStore: Sendable {
     }
 }
 
+extension ConsentStore {
+    /// Removes the user's consumption-data consent on the caller's transaction (a rescinded
+    /// consent voids what the user agreed to; the caller writes the audit row); whether there was one.
+    static func removeConsumptionConsent(userID: String, on db: PostgresConnection) async throws -> Bool {
+        try await db.query(
+            "DELETE FROM user_consent WHERE user_id = \(userID) AND purpose = 'CONSUMPTION_DATA' RETURNING user_id"
+        ).count > 0
+    }
+}
+
 /// A consent choice as its audit row shows it (an unanswered choice is an explicit null).
 private struct ConsentAudit: Encodable, Sendable {
     let userId: String

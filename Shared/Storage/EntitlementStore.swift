@@ -58,7 +58,11 @@ public struct EntitlementStore: Sendable {
                     graceExpiresAt: subscription.graceExpiresAt))
         }
         let grants = try await Self.grants(userID: userID, on: db)
-        return Entitlements.items(chains: chains, grants: grants, entitlementsOf: { unlocks[$0] ?? [] }, now: now)
+        let rescinded = try await db.query("SELECT consent_rescinded_at FROM app_user WHERE user_id = \(userID)").first?
+            .decode("consent_rescinded_at", as: Date?.self)
+        return ConsentRescission.entitlements(
+            Entitlements.items(chains: chains, grants: grants, entitlementsOf: { unlocks[$0] ?? [] }, now: now),
+            rescindedAt: rescinded ?? nil, now: now)
     }
 
     /// The user's entitlements and grants at `now`, for operators (one snapshot).

@@ -1,3 +1,4 @@
+import Domain
 import Foundation
 import Postgres
 
@@ -47,6 +48,67 @@ public struct UserStore: Sendable {
             ) AS owner
             """
         ).first?.decode("owner", as: String?.self)
+    }
+
+    /// A user's side of a rescinded consent as its audit row shows it.
+    struct ConsentRescissionState: Encodable, Sendable {
+        let userId: String
+        let appTransactionId: String
+        let consentRescindedAt: Date?
+        /// The entitlements active (before) or still active (after, none).
+        let activeEntitlements: [String]
+        let consumptionDataConsent: Bool
+    }
+
+    /// Apple's RESCIND_CONSENT for the Apple Account `appTransactionID` (`ConsentRescission`'s
+    /// rule): every user whose transactions that Account signed loses their entitlements and their
+    /// consent-scoped data, each with an audit row and an `account.consent_rescinded` event (when
+    /// `events`), in one transaction. A user rescinded before is left as is, so a redelivery adds
+    /// nothing. Returns the users newly rescinded.
+    public func rescindConsent(
+        appTransactionID: String, environment: String, notificationUUID: String, events: Bool, now: Date
+    ) async throws -> [String] {
+        try await pool.transaction { db in
+            let users = try await db.query(
+                """
+                SELECT DISTINCT user_id FROM apple_transaction
+                 WHERE environment = \(environment) AND app_transaction_id = \(appTransactionID) AND user_id IS NOT NULL
+                 ORDER BY user_id
+                """
+            ).map { try $0.decode("user_id", as: String.self) }
+            var rescinded: [String] = []
+            for user in users {
+                // Locked in id order, as every writer of several users does.
+                guard
+                    let row = try await db.query(
+                        "SELECT consent_rescinded_at FROM app_user WHERE user_id = \(user) FOR UPDATE"
+                    ).first, try row.decode("consent_rescinded_at", as: Date?.self) == nil
+                else { continue }
+                let active = try await EntitlementStore.entitlements(userID: user, now: now, on: db).filter(\.active)
+                    .map(\.entitlement)
+                let hadConsent = try await ConsentStore.removeConsumptionConsent(userID: user, on: db)
+                try await db.query("UPDATE app_user SET consent_rescinded_at = \(now) WHERE user_id = \(user)")
+                try await AuditLog(pool: pool).record(
+                    on: db, operator: "apple", action: "CONSENT_RESCINDED", reason: "RESCIND_CONSENT \(notificationUUID)",
+                    before: ConsentRescissionState(
+                        userId: user, appTransactionId: appTransactionID, consentRescindedAt: nil, activeEntitlements: active,
+                        consumptionDataConsent: hadConsent),
+                    after: ConsentRescissionState(
+                        userId: user, appTransactionId: appTransactionID, consentRescindedAt: now, activeEntitlements: [],
+                        consumptionDataConsent: false))
+                if events {
+                    try await OutboundEventStore(pool: pool).append(
+                        [
+                            ConsentRescission.event(
+                                userID: user, environment: environment, appTransactionID: appTransactionID,
+                                notificationUUID: notificationUUID, turnedOff: active,
+                                removed: hadConsent ? [ConsentRescission.consumptionDataConsent] : [], now: now)
+                        ], on: db)
+                }
+                rescinded.append(user)
+            }
+            return rescinded
+        }
     }
 
     /// The state recorded in the audit trail of a test-user change.

@@ -50,7 +50,8 @@ import Testing
             }
         }
         #expect(seen.count == 23)
-        for type in ["METADATA_UPDATE", "MIGRATION", "PRICE_CHANGE", "RESCIND_CONSENT", "EXTERNAL_PURCHASE_TOKEN"] {
+        #expect(NotificationMatrix.action(type: "RESCIND_CONSENT", subtype: nil) == .rescindConsent)
+        for type in ["METADATA_UPDATE", "MIGRATION", "PRICE_CHANGE", "EXTERNAL_PURCHASE_TOKEN"] {
             #expect(NotificationMatrix.action(type: type, subtype: nil) == .recordOnly, "\(type) is stored and acknowledged only")
         }
     }

@@ -35,6 +35,29 @@ import Testing
         #expect(Self.types(Self.state(.active), Self.state(.active, autoRenew: false)) == [.subscriptionRenewalChanged])
     }
 
+    /// RENEWAL_EXTENDED moves the expiry of the same transaction: the app hears of the new date.
+    @Test func anExtendedRenewalDateIsARenewalChange() {
+        var extended = Self.state(.active)
+        extended.expiresAt = Self.now.addingTimeInterval(8 * 86_400)
+        #expect(Self.types(Self.state(.active), extended) == [.subscriptionRenewalChanged])
+        #expect(Self.types(Self.state(.active), Self.state(.active, transaction: "t2")) == [.entitlementRenewed])
+    }
+
+    /// A reversed refund serves the same transaction again: its `entitlement.granted` has a key of
+    /// its own, so the outbox does not take it for the first grant's.
+    @Test func aTransactionServingAgainIsGrantedUnderANewKey() {
+        let first = SubscriptionEvents.change(userID: "u1", from: nil, to: Self.state(.active), entitlements: { _ in ["pro"] }, now: Self.now)
+        var restored = Self.state(.active)
+        restored.lastSignedDate = Self.now.addingTimeInterval(3600)
+        let again = SubscriptionEvents.change(
+            userID: "u1", from: Self.state(.revoked), to: restored, entitlements: { _ in ["pro"] }, now: Self.now)
+        #expect(again.map(\.type) == [.entitlementGranted])
+        var revoked = Self.state(.revoked)
+        revoked.expiresAt = Self.now
+        #expect(Self.types(revoked, restored) == [.entitlementGranted], "the restored expiry is no extension")
+        #expect(Set(first.map(\.key)).isDisjoint(with: again.map(\.key)))
+    }
+
     @Test func theSameChangeGivesTheSameKeysAndOnePerEntitlement() {
         let change = { SubscriptionEvents.change(userID: "u1", from: nil, to: Self.state(.active), entitlements: { _ in ["pro", "ai"] }, now: $0) }
         let first = change(Self.now)

@@ -81,6 +81,7 @@ public struct EventProcessor: Sendable {
             if verified.source.action == .consumptionRequest, let consumption {
                 try await consumption.answer(event, verified, now: clock.now())
             }
+            if verified.source.action == .rescindConsent { try await rescindConsent(event, verified, log: log) }
             let outcome = try await batches.applies.submit(PendingEvent(event: event, verified: verified, now: clock.now())).get()
             metrics.duration.observe(since: started)
             switch outcome {
@@ -95,6 +96,26 @@ public struct EventProcessor: Sendable {
             }
         } catch {
             try await record(Self.failure(for: error), for: event, log: log)
+        }
+    }
+
+    /// RESCIND_CONSENT, acted on before the event completes (its own transaction, idempotent: a
+    /// retry after a crash in between finds the users rescinded and adds nothing). A notification
+    /// whose Apple Account bought nothing here, or names none, is recorded and counted: there is no
+    /// one to act on, and a replay would find no one either.
+    private func rescindConsent(_ event: ClaimedEvent, _ verified: VerifiedEvent, log: Logger) async throws {
+        guard case .notification(let uuid, _, _) = event.payload.origin, let account = verified.appTransactionID else {
+            metrics.consentRescinded("unmatched")
+            return log.warning("RESCIND_CONSENT without a signed app transaction: no Apple Account to act on")
+        }
+        let users = try await UserStore(pool: leases.pool).rescindConsent(
+            appTransactionID: account, environment: event.payload.environment, notificationUUID: uuid,
+            events: configuration.pipeline.outboundEventsEnabled, now: clock.now())
+        metrics.consentRescinded(users.isEmpty ? "unmatched" : "rescinded")
+        if users.isEmpty {
+            log.warning("consent rescinded for an Apple Account with no purchase here, or rescinded already")
+        } else {
+            log.info("consent rescinded: entitlements off", ["users": .int(Int64(users.count))])
         }
     }
 
@@ -235,6 +256,13 @@ private struct ProcessorMetrics: Sendable {
         MetricsRegistry.shared.counter(
             "subs_fulfillment_unknown_notifications_total", help: "Notifications of a type this version does not know",
             labels: ["type": String(type.prefix(64))]
+        ).increment()
+    }
+
+    func consentRescinded(_ outcome: String) {
+        MetricsRegistry.shared.counter(
+            "subs_consent_rescinded_total", help: "RESCIND_CONSENT notifications acted on, or naming no account of ours",
+            labels: ["outcome": outcome]
         ).increment()
     }
 

@@ -10,6 +10,8 @@ struct VerifiedEvent: Sendable {
     var source: FactSource
     var transaction: TransactionRecord?
     var renewal: RenewalFact?
+    /// The Apple Account a notification about the app names (RESCIND_CONSENT's signed app transaction).
+    var appTransactionID: String?
 }
 
 /// A verified transaction: the fact the rules read, plus the columns stored beside it.
@@ -26,6 +28,8 @@ struct TransactionRecord: Sendable {
     var payloadHash: String
     /// The token as signed, even when it is not a UUID (then it maps to no user: UNMATCHED).
     var appAccountTokenUUID: UUID?
+    /// The Apple Account's id for this app, when Apple signed one.
+    var appTransactionID: String?
 }
 
 /// Opens the sealed payloads and verifies what the worker relies on.
@@ -50,8 +54,12 @@ struct EventReader: Sendable {
         let jws = try open(payload)
         switch payload.origin {
         case .notification(_, let type, let subtype):
-            let data = try decodeOuter(jws).data
+            let outer = try decodeOuter(jws)
+            let data = outer.data
             var verified = VerifiedEvent(source: .notification(type: type, subtype: subtype), transaction: nil, renewal: nil)
+            if let token = outer.appData?.signedAppTransactionInfo {
+                verified.appTransactionID = try await appTransaction(token, environment: environment)
+            }
             if let token = data?.signedTransactionInfo {
                 verified.transaction = try await transaction(token, environment: environment)
             }
@@ -122,7 +130,21 @@ struct EventReader: Sendable {
             fact: fact, webOrderLineItemID: decoded.webOrderLineItemId, revocationType: decoded.rawRevocationType,
             revocationReason: decoded.rawRevocationReason, offerIdentifier: decoded.offerIdentifier,
             price: decoded.price, currency: decoded.currency, payloadHash: Hex.encode(SHA256.hash(Array(jws.utf8))),
-            appAccountTokenUUID: uuid)
+            appAccountTokenUUID: uuid, appTransactionID: decoded.appTransactionId)
+    }
+
+    /// The Apple Account id of a signed app transaction (checked like any of Apple's signatures).
+    private func appTransaction(_ jws: String, environment: AppStoreEnvironment) async throws(ProcessingFailure) -> String {
+        let decoded: AppTransaction
+        do {
+            decoded = try await verifier.verifyAppTransaction(jws, expectedEnvironment: environment)
+        } catch {
+            throw Self.failure(error)
+        }
+        guard let id = decoded.appTransactionId, !id.isEmpty else {
+            throw .permanent(code: "MALFORMED", message: "the app transaction lacks its appTransactionId")
+        }
+        return id
     }
 
     private func renewal(_ jws: String, environment: AppStoreEnvironment) async throws(ProcessingFailure)

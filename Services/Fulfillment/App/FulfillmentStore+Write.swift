@@ -106,7 +106,8 @@ struct WriteRows {
                     ChainBindingStore.StoredTransaction(
                         fact: fact, webOrderLineItemID: record?.webOrderLineItemID, revocationType: record?.revocationType,
                         revocationReason: record?.revocationReason, offerIdentifier: record?.offerIdentifier, price: record?.price,
-                        currency: record?.currency, payloadHash: record?.payloadHash, user: user))
+                        currency: record?.currency, payloadHash: record?.payloadHash, user: user,
+                        appTransactionID: record?.appTransactionID))
             }
             if let renewal = plan.storeRenewal { renewals.append(renewal) }
             if let change = plan.order {

@@ -31,7 +31,7 @@ struct PendingEvent: Sendable {
     /// (the key of the chain's advisory lock everywhere); nil when the rules read no stored facts.
     var chain: String? {
         switch verified.source.action {
-        case .recordOnly, .unknown, .consumptionRequest: nil
+        case .recordOnly, .unknown, .consumptionRequest, .rescindConsent: nil
         default: facts.map { "\($0.environment)/\($0.original)" }
         }
     }

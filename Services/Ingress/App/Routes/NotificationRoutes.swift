@@ -81,7 +81,8 @@ struct NotificationRoutes: Sendable {
             throw APIError.rateLimited()
         }
         received.increment()
-        let environment = payload.data?.rawEnvironment ?? payload.summary?.rawEnvironment ?? endpoint.rawValue
+        let environment =
+            payload.data?.rawEnvironment ?? payload.summary?.rawEnvironment ?? payload.appData?.rawEnvironment ?? endpoint.rawValue
         let event: NewNotificationEvent
         do {
             event = try NewNotificationEvent.sealing(
