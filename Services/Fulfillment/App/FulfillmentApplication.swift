@@ -35,6 +35,8 @@ public struct FulfillmentApplication: Sendable {
     let schema = SchemaGate()
     /// Webhook delivery (nil with `WEBHOOK_DELIVERY_ENABLED=false`).
     public let webhooks: WebhookDelivery?
+    /// Forwarding of Apple's notifications, delivered by the webhook sender (nil with it).
+    public let forwarding: AppleForwarding?
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -135,6 +137,12 @@ public struct FulfillmentApplication: Sendable {
                 kafka: configuration.pipeline.kafka, topic: configuration.pipeline.outboundEventTopic, owner: configuration.workerID,
                 sampleInterval: configuration.metricsSample,
                 closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger) : nil
+        forwarding = try webhooks.map { webhooks in
+            try AppleForwarding(
+                store: webhooks.sender.store, cipher: cipher, configuration: configuration.webhooks,
+                kafka: configuration.pipeline.kafka, topic: configuration.pipeline.eventTopic, sender: webhooks.sender,
+                closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger)
+        }
         retention = EventRetention(
             store: EventRetentionStore(pool: pool, actor: configuration.workerID), configuration: configuration.retention,
             clock: clock, logger: logger)
@@ -147,7 +155,8 @@ public struct FulfillmentApplication: Sendable {
         let relay: [any Service] = outboundRelay.map { [$0] } ?? []
         let before: [any Service] = [pool, producer, renewal, sweeper]
         let after: [any Service] = [scheduler, subscriptionClock, credits, retention, grantExpiry, sampler, operations]
-        return before + relay + after + (webhooks?.services ?? []) + [consumer]
+        // The forwarding after the sender: stopped before it, its last rows are still sent.
+        return before + relay + after + (webhooks?.services ?? []) + (forwarding.map { [$0] } ?? []) + [consumer]
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.

@@ -53,6 +53,12 @@ public final class WebhookSender: Service, Sendable {
     let latency: Histogram
     let backlog: Gauge
     let lag: Gauge
+    /// The same for the forwards of Apple's notifications (APPLE_FORWARD endpoints).
+    let forwardDelivered: Counter
+    let forwardFailed: Counter
+    let forwardDead: Counter
+    let forwardBacklog: Gauge
+    let forwardLag: Gauge
 
     public init(
         store: WebhookStore, cipher: PayloadCipher, configuration: WebhookConfiguration, owner: String,
@@ -76,6 +82,14 @@ public final class WebhookSender: Service, Sendable {
             "subs_webhook_backlog", help: "Webhook deliveries waiting (due or backing off) on live endpoints")
         lag = registry.gauge(
             "subs_webhook_lag_seconds", help: "How long the oldest due webhook delivery has waited since it became due")
+        let forwardHelp = "Forwards of Apple's notifications, attempts by outcome (failed: tried again later; dead: given up)"
+        forwardDelivered = registry.counter("subs_apple_forward_deliveries_total", help: forwardHelp, labels: ["outcome": "delivered"])
+        forwardFailed = registry.counter("subs_apple_forward_deliveries_total", help: forwardHelp, labels: ["outcome": "failed"])
+        forwardDead = registry.counter("subs_apple_forward_deliveries_total", help: forwardHelp, labels: ["outcome": "dead"])
+        forwardBacklog = registry.gauge(
+            "subs_apple_forward_backlog", help: "Forwards of Apple's notifications waiting (due or backing off)")
+        forwardLag = registry.gauge(
+            "subs_apple_forward_lag_seconds", help: "How long the oldest due forward of an Apple notification has waited since it became due")
     }
 
     /// Tells the loop that work may be due now (called after an event is enqueued).
@@ -243,6 +257,12 @@ public final class WebhookSender: Service, Sendable {
             delivered.increment(by: recorded.delivered)
             failed.increment(by: recorded.retrying)
             dead.increment(by: recorded.dead)
+            forwardDelivered.increment(by: recorded.forwards.delivered)
+            forwardFailed.increment(by: recorded.forwards.retrying)
+            forwardDead.increment(by: recorded.forwards.dead)
+            if recorded.forwards.dead > 0 {
+                logger.warning("Apple notification forwards given up (DEAD)", ["count": .int(Int64(recorded.forwards.dead))])
+            }
             for seconds in recorded.deliveredLatencies { latency.observe(seconds) }
             if recorded.dead > 0 {
                 logger.warning("webhook deliveries given up (DEAD)", ["count": .int(Int64(recorded.dead))])
@@ -258,8 +278,13 @@ public final class WebhookSender: Service, Sendable {
     }
 
     func sample() async {
-        guard let (waiting, seconds) = try? await store.backlog() else { return }
-        backlog.set(Double(waiting))
-        lag.set(seconds)
+        if let (waiting, seconds) = try? await store.backlog() {
+            backlog.set(Double(waiting))
+            lag.set(seconds)
+        }
+        if let (waiting, seconds) = try? await store.backlog(kind: .appleForward) {
+            forwardBacklog.set(Double(waiting))
+            forwardLag.set(seconds)
+        }
     }
 }
