@@ -54,21 +54,11 @@ import Testing
             ])
         #expect(refused.status != 200)
 
-        func delivery(_ endpoint: String, _ event: String) async throws -> WebhookStore.Delivery? {
-            try await store.deliveries(endpointID: endpoint, status: nil, beforeSeq: nil, limit: 100).first { $0.eventId == event }
-        }
-        var sandbox: WebhookStore.Delivery?
-        _ = try await eventually(timeout: 120, every: .milliseconds(100)) {
-            sandbox = try await delivery(WebhookConfiguration.forwardSandboxEndpointID, sandboxID)
-            return sandbox?.status == .delivered
-        }
+        // Generous: the end-to-end phase runs its suites side by side on two cores.
+        let sandbox = try await store.wait(WebhookConfiguration.forwardSandboxEndpointID, sandboxID, for: .delivered, timeout: 120)
         #expect(sandbox?.status == .delivered)
         #expect(sandbox?.attempts == 2)
-        var production: WebhookStore.Delivery?
-        _ = try await eventually(timeout: 120, every: .milliseconds(100)) {
-            production = try await delivery(WebhookConfiguration.forwardEndpointID, productionID)
-            return production?.status == .dead
-        }
+        let production = try await store.wait(WebhookConfiguration.forwardEndpointID, productionID, for: .dead, timeout: 120)
         #expect(production?.status == .dead)
         #expect(production?.attempts == 3)
         #expect(production?.lastStatusCode == 500)
@@ -82,8 +72,8 @@ import Testing
         // The refused one: nothing stored, nothing to forward.
         let strangerID = strangerUUID.uuidString.lowercased()
         #expect(try await harness.count("SELECT count(*) FROM inbound_event WHERE notification_uuid = \(strangerID)") == 0)
-        #expect(try await delivery(WebhookConfiguration.forwardSandboxEndpointID, strangerID) == nil)
-        #expect(try await delivery(WebhookConfiguration.forwardEndpointID, strangerID) == nil)
+        #expect(try await store.delivery(WebhookConfiguration.forwardSandboxEndpointID, strangerID) == nil)
+        #expect(try await store.delivery(WebhookConfiguration.forwardEndpointID, strangerID) == nil)
         // Forwards are not webhooks: the webhooks' list leaves them out.
         #expect(try await store.endpoints().isEmpty)
 
