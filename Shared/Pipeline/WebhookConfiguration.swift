@@ -1,3 +1,4 @@
+import Foundation
 import ServiceRuntime
 
 /// The webhooks' settings (`WEBHOOK_*`, `OUTBOUND_EVENT_TOPIC`), read by the ingress (registration
@@ -26,6 +27,14 @@ public struct WebhookConfiguration: Sendable {
     public var allowPrivateNetworks: Bool
     /// How long a rotated-out secret still signs beside the new one (`WEBHOOK_SECRET_OVERLAP_HOURS`). Default 24.
     public var secretOverlap: Duration
+    /// Where every verified App Store Server Notification is forwarded, as Apple sent it
+    /// (`APPLE_NOTIFICATION_FORWARD_URL`); Sandbox's too unless the next is set. Default none.
+    public var forwardURL: String?
+    /// Where Sandbox's (and Xcode's) notifications go instead (`APPLE_NOTIFICATION_FORWARD_SANDBOX_URL`).
+    public var forwardSandboxURL: String?
+    /// The forwarding's consumer group over the event topic (`APPLE_NOTIFICATION_FORWARD_CONSUMER_GROUP`).
+    /// Default `subscriptions-apple-forward`.
+    public var forwardGroupID: String
 
     public init(reader: ConfigurationReader) {
         deliveryEnabled = reader.bool("WEBHOOK_DELIVERY_ENABLED", default: true)
@@ -39,5 +48,40 @@ public struct WebhookConfiguration: Sendable {
         allowHTTP = reader.bool("WEBHOOK_ALLOW_HTTP", default: false)
         allowPrivateNetworks = reader.bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", default: false)
         secretOverlap = .seconds(3600 * reader.int("WEBHOOK_SECRET_OVERLAP_HOURS", default: 24, range: 0...720))
+        forwardGroupID = reader.string("APPLE_NOTIFICATION_FORWARD_CONSUMER_GROUP", default: "subscriptions-apple-forward")
+        let allowHTTP = allowHTTP
+        func forwardTarget(_ name: String) -> String? {
+            guard let value = reader.optionalString(name), !value.isEmpty else { return nil }
+            // The address checks (private networks, metadata) run at connect time, as for webhooks;
+            // a URL that can never be sent to is refused here, at start-up.
+            let scheme = URLComponents(string: value)?.scheme?.lowercased()
+            guard URLComponents(string: value)?.host?.isEmpty == false, scheme == "https" || (allowHTTP && scheme == "http") else {
+                reader.report(name, value, allowHTTP ? "an http(s):// URL" : "an https:// URL (http:// needs WEBHOOK_ALLOW_HTTP=true)")
+                return nil
+            }
+            return value
+        }
+        forwardURL = forwardTarget("APPLE_NOTIFICATION_FORWARD_URL")
+        forwardSandboxURL = forwardTarget("APPLE_NOTIFICATION_FORWARD_SANDBOX_URL")
+        if forwardSandboxURL != nil && forwardURL == nil {
+            reader.report(
+                "APPLE_NOTIFICATION_FORWARD_URL", nil, "a URL when APPLE_NOTIFICATION_FORWARD_SANDBOX_URL is set (Production's go there)")
+        }
     }
+
+    /// The forwarding targets: (endpoint id, URL, environments; nil for every environment).
+    /// Apple allows one URL per environment; Xcode's and StoreKit testing's follow Sandbox's.
+    public var forwardTargets: [(id: String, url: String, environments: [String]?)] {
+        guard let forwardURL else { return [] }
+        guard let forwardSandboxURL else { return [(Self.forwardEndpointID, forwardURL, nil)] }
+        return [
+            (Self.forwardEndpointID, forwardURL, ["Production"]),
+            (Self.forwardSandboxEndpointID, forwardSandboxURL, ["Sandbox", "Xcode", "LocalTesting"]),
+        ]
+    }
+
+    /// The endpoint ids of the forwarding targets, fixed so the admin API and `subsctl webhooks
+    /// deliveries` find them (hex like every webhook id: `af` for Apple forward).
+    public static let forwardEndpointID = "wh_af0000000000000000000001"
+    public static let forwardSandboxEndpointID = "wh_af0000000000000000000002"
 }

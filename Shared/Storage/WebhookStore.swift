@@ -15,6 +15,13 @@ public struct WebhookStore: Sendable {
         case dead = "DEAD"
     }
 
+    /// Whom an endpoint's deliveries are for: an operator's webhook (outbound events), or a target
+    /// of Apple's notifications forwarded as they came (`APPLE_NOTIFICATION_FORWARD_URL`).
+    public enum EndpointKind: String, Sendable {
+        case webhook = "WEBHOOK"
+        case appleForward = "APPLE_FORWARD"
+    }
+
     /// A secret as stored: sealed under a payload key, bound to the endpoint's id.
     public struct SealedSecret: Sendable, Equatable {
         public var keyID: String
@@ -115,6 +122,16 @@ public struct WebhookStore: Sendable {
         public var dead = 0
         /// Seconds from each delivered row's first read to its delivery.
         public var deliveredLatencies: [Double] = []
+        /// The forwards of Apple's notifications among them, counted apart from the webhooks above
+        /// (their alerts differ: a dead forward is a notification another back end never got).
+        public var forwards = Forwards()
+    }
+
+    /// What `record` changed among the forwards of Apple's notifications.
+    public struct Forwards: Sendable, Equatable {
+        public var delivered = 0
+        public var retrying = 0
+        public var dead = 0
     }
 
     public let pool: PostgresPool
@@ -157,7 +174,7 @@ public struct WebhookStore: Sendable {
     /// The endpoints not deleted, oldest first.
     public func endpoints() async throws -> [Endpoint] {
         try await pool.query(
-            "SELECT \(sql: Self.endpointColumns) FROM webhook_endpoint WHERE deleted_at IS NULL ORDER BY created_at, id"
+            "SELECT \(sql: Self.endpointColumns) FROM webhook_endpoint WHERE deleted_at IS NULL AND kind = 'WEBHOOK' ORDER BY created_at, id"
         ).map(Self.endpoint)
     }
 
@@ -253,11 +270,11 @@ public struct WebhookStore: Sendable {
         }
     }
 
-    /// Adds a PENDING delivery of each event to every live endpoint whose filters take it, in one
-    /// statement; an endpoint that has the event already gets nothing new (the event read again).
-    /// Returns the rows added.
+    /// Adds a PENDING delivery of each event to every live endpoint of `kind` whose filters take it,
+    /// in one statement; an endpoint that has the event already gets nothing new (the event read
+    /// again). Returns the rows added.
     @discardableResult
-    public func enqueue(_ events: [IncomingEvent]) async throws -> Int {
+    public func enqueue(_ events: [IncomingEvent], kind: EndpointKind = .webhook) async throws -> Int {
         guard !events.isEmpty else { return 0 }
         return try await pool.query(
             """
@@ -267,7 +284,7 @@ public struct WebhookStore: Sendable {
                           \(PostgresArray(events.map(\.environment)))::text[], \(PostgresArray(events.map(\.payload)))::bytea[])
                    AS x(id, type, environment, payload)
               JOIN webhook_endpoint e
-                ON e.deleted_at IS NULL
+                ON e.deleted_at IS NULL AND e.kind = \(kind.rawValue)
                AND (e.event_types IS NULL OR x.type = ANY (e.event_types))
                AND (e.environments IS NULL OR x.environment = ANY (e.environments))
             ON CONFLICT (endpoint_id, event_id) DO NOTHING
@@ -347,10 +364,19 @@ public struct WebhookStore: Sendable {
                           \(PostgresArray(outcomes.map(\.retryAfter.inSeconds)))::float8[],
                           \(PostgresArray(outcomes.map(\.final)))::bool[]) AS o(seq, delivered, code, error, delay, final)
              WHERE d.seq = o.seq AND d.lease_owner = \(owner) AND d.status IN ('PENDING', 'RETRYING')
-            RETURNING d.status, extract(epoch FROM now() - d.created_at)::float8 AS latency
+            RETURNING d.status, extract(epoch FROM now() - d.created_at)::float8 AS latency,
+                      (SELECT e.kind FROM webhook_endpoint e WHERE e.id = d.endpoint_id) AS kind
             """)
         var recorded = Recorded()
         for row in rows {
+            if try row.decode("kind", as: String.self) == EndpointKind.appleForward.rawValue {
+                switch Status(rawValue: try row.decode("status")) {
+                case .delivered: recorded.forwards.delivered += 1
+                case .dead: recorded.forwards.dead += 1
+                default: recorded.forwards.retrying += 1
+                }
+                continue
+            }
             switch Status(rawValue: try row.decode("status")) {
             case .delivered:
                 recorded.delivered += 1
@@ -406,15 +432,15 @@ public struct WebhookStore: Sendable {
         }
     }
 
-    /// The deliveries waiting (due or backing off), and how long the oldest due one has waited
-    /// since it became due (0 when none is): the alerts' backlog and lag.
-    public func backlog() async throws -> (waiting: Int, dueLagSeconds: Double) {
+    /// The deliveries to live endpoints of `kind` waiting (due or backing off), and how long the
+    /// oldest due one has waited since it became due (0 when none is): the alerts' backlog and lag.
+    public func backlog(kind: EndpointKind = .webhook) async throws -> (waiting: Int, dueLagSeconds: Double) {
         let row = try await pool.query(
             """
             SELECT count(*)::bigint AS waiting,
                    coalesce(extract(epoch FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())), 0)::float8 AS lag
               FROM webhook_delivery d JOIN webhook_endpoint e ON e.id = d.endpoint_id
-             WHERE d.status IN ('PENDING', 'RETRYING') AND e.deleted_at IS NULL
+             WHERE d.status IN ('PENDING', 'RETRYING') AND e.deleted_at IS NULL AND e.kind = \(kind.rawValue)
             """
         ).single()
         return (try row.decode("waiting", as: Int.self), try row.decode("lag"))

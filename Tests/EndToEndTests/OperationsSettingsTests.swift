@@ -63,6 +63,33 @@ import Testing
         #expect(Self.problems([name: value]) == [name])
     }
 
+    /// Forwarding: one target for both environments, or Sandbox's apart; a URL that can never be
+    /// sent to is refused at start-up, naming its variable.
+    @Test func forwardingTargetsAndTheirChecks() {
+        func webhooks(_ extra: [String: String]) -> (WebhookConfiguration, [String]) {
+            let reader = ConfigurationReader(environment: Self.base.merging(extra) { $1 })
+            return (WebhookConfiguration(reader: reader), reader.problems.map(\.name))
+        }
+        let (none, clean) = webhooks([:])
+        #expect(none.forwardTargets.isEmpty && clean.isEmpty)
+        let (one, _) = webhooks(["APPLE_NOTIFICATION_FORWARD_URL": "https://old.example.com/apple"])
+        #expect(one.forwardTargets.map(\.id) == [WebhookConfiguration.forwardEndpointID])
+        #expect(one.forwardTargets[0].environments == nil)
+        let (two, _) = webhooks([
+            "APPLE_NOTIFICATION_FORWARD_URL": "https://old.example.com/apple",
+            "APPLE_NOTIFICATION_FORWARD_SANDBOX_URL": "https://old.example.com/apple-sandbox",
+        ])
+        #expect(two.forwardTargets.map(\.url) == ["https://old.example.com/apple", "https://old.example.com/apple-sandbox"])
+        #expect(two.forwardTargets.map(\.environments) == [["Production"], ["Sandbox", "Xcode", "LocalTesting"]])
+        #expect(webhooks(["APPLE_NOTIFICATION_FORWARD_URL": "http://old.example.com/apple"]).1 == ["APPLE_NOTIFICATION_FORWARD_URL"])
+        #expect(
+            webhooks(["APPLE_NOTIFICATION_FORWARD_URL": "http://old.example.com/apple", "WEBHOOK_ALLOW_HTTP": "true"]).1.isEmpty)
+        #expect(webhooks(["APPLE_NOTIFICATION_FORWARD_URL": "old.example.com"]).1 == ["APPLE_NOTIFICATION_FORWARD_URL"])
+        #expect(
+            webhooks(["APPLE_NOTIFICATION_FORWARD_SANDBOX_URL": "https://old.example.com/apple-sandbox"]).1
+                == ["APPLE_NOTIFICATION_FORWARD_URL"])
+    }
+
     @Test func oneWorkerSamplesAndAnotherTakesOverWhenItStops() async throws {
         try await withTestDatabase("sampler") { database in
             let lag = [KafkaPartitionLag(topic: "t", partition: 0, committed: 3, highWatermark: 10, lag: 7)]

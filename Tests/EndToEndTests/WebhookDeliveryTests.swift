@@ -127,17 +127,11 @@ import Testing
         }
 
         func delivery(_ endpoint: String, _ event: String) async throws -> WebhookStore.Delivery? {
-            try await store.deliveries(endpointID: endpoint, status: nil, beforeSeq: nil, limit: 100).first { $0.eventId == event }
+            try await store.delivery(endpoint, event)
         }
 
-        /// Waits until the delivery reaches `status`; returns it as it then is.
         func wait(_ endpoint: String, _ event: String, for status: WebhookStore.Status) async throws -> WebhookStore.Delivery? {
-            var last: WebhookStore.Delivery?
-            _ = try await eventually(timeout: 60, every: .milliseconds(50)) {
-                last = try await delivery(endpoint, event)
-                return last?.status == status
-            }
-            return last
+            try await store.wait(endpoint, event, for: status)
         }
     }
 
@@ -245,5 +239,24 @@ import Testing
         #expect(dead.lastError?.contains("refused to connect to") == true, "\(dead)")
         #expect(receiver.requests.isEmpty)
         await rig.stop()
+    }
+}
+
+extension WebhookStore {
+    /// The delivery of `event` to `endpoint`, if there is one.
+    func delivery(_ endpoint: String, _ event: String) async throws -> WebhookStore.Delivery? {
+        try await deliveries(endpointID: endpoint, status: nil, beforeSeq: nil, limit: 100).first { $0.eventId == event }
+    }
+
+    /// Waits until the delivery reaches `status`; returns it as it then is.
+    func wait(_ endpoint: String, _ event: String, for status: WebhookStore.Status, timeout: TimeInterval = 60) async throws
+        -> WebhookStore.Delivery?
+    {
+        var last: WebhookStore.Delivery?
+        _ = try await eventually(timeout: timeout, every: .milliseconds(50)) {
+            last = try await delivery(endpoint, event)
+            return last?.status == status
+        }
+        return last
     }
 }

@@ -144,6 +144,51 @@ import Testing
             #expect(try unknown.json()["code"] as? String == "DELIVERY_NOT_FOUND")
         }
     }
+
+    /// The forwarding targets of Apple's notifications: written from the settings (audited once per
+    /// change), left out of the webhooks' list and of the outbound events, given the notifications
+    /// of their environments, and seen and retried through the deliveries' routes.
+    @Test func forwardTargetsTakeNotificationsAndShowTheirDeliveries() async throws {
+        try await AdminTestApp.with { admin in
+            let store = WebhookStore(pool: admin.app.pool)
+            let production = "wh_af0000000000000000000001"
+            let sandbox = "wh_af0000000000000000000002"
+            let secret = WebhookStore.SealedSecret(keyID: "k1", sealed: Array(repeating: 7, count: 60))
+            let both = [
+                (id: production, url: "https://93.184.216.34/apple", environments: Optional(["Production"]), secret: secret),
+                (id: sandbox, url: "https://93.184.216.34/apple-sandbox", environments: Optional(["Sandbox", "Xcode"]), secret: secret),
+            ]
+            try await store.configureForwards(both, operator: "configuration")
+            // The same settings at the next start write nothing.
+            try await store.configureForwards(both, operator: "configuration")
+            #expect(try await admin.app.count("SELECT count(*) FROM audit_log WHERE action = 'apple-forward.configure'") == 2)
+            #expect((try await admin.get("/admin/v1/webhooks").json()["items"] as? [Any])?.isEmpty == true)
+
+            // An outbound event is no notification: no forward target takes it.
+            #expect(try await store.enqueue(eventID: "evt_f1", type: "entitlement.granted", environment: "Sandbox", payload: [1]) == 0)
+            let body = Array(#"{"signedPayload":"a.b.c"}"#.utf8)
+            let notification = WebhookStore.IncomingEvent(id: "uuid-sandbox", type: "TEST", environment: "Sandbox", payload: body)
+            #expect(try await store.enqueue([notification], kind: .appleForward) == 1)
+            #expect(try await store.enqueue([notification], kind: .appleForward) == 0)
+            let listed = try await admin.get("/admin/v1/webhooks/\(sandbox)/deliveries")
+            #expect(listed.status == 200, "\(listed.text)")
+            #expect((try listed.json()["items"] as? [[String: Any]])?.map { $0["eventId"] as? String } == ["uuid-sandbox"])
+            #expect((try await admin.get("/admin/v1/webhooks/\(production)/deliveries").json()["items"] as? [Any])?.isEmpty == true)
+            let retried = try await admin.act("/admin/v1/webhooks/\(sandbox)/deliveries/uuid-sandbox/retry", ["reason": "receiver fixed"])
+            #expect(retried.status == 200, "\(retried.text)")
+
+            // One URL for both environments: the Sandbox target is deleted (its history stays), and
+            // the remaining one takes Sandbox's notifications.
+            try await store.configureForwards(
+                [(id: production, url: "https://93.184.216.34/apple", environments: nil, secret: secret)], operator: "configuration")
+            #expect(try await store.endpoint(sandbox)?.deletedAt != nil)
+            #expect(try await store.endpoint(production)?.environments == nil)
+            #expect(try await admin.app.count("SELECT count(*) FROM audit_log WHERE action = 'apple-forward.remove'") == 1)
+            let later = WebhookStore.IncomingEvent(id: "uuid-later", type: "TEST", environment: "Sandbox", payload: body)
+            #expect(try await store.enqueue([later], kind: .appleForward) == 1)
+            #expect(try await store.deliveries(endpointID: production, status: nil, beforeSeq: nil, limit: 10).map(\.eventId) == ["uuid-later"])
+        }
+    }
 }
 
 extension ISO8601DateFormatter {

@@ -6,7 +6,8 @@ line per request.
 
 SECRETS_FILE maps a path to {label: secret}; it is read again at every request, so a test can add
 a rotated secret. The answer depends on the path: /fail always 500; /flaky/N 500 for the first N
-requests of each webhook-id, then 204; anything else 204. Prints `listening PORT` first.
+requests of each webhook-id, then 204; anything else 204. Prints `listening PORT` first. Each
+line carries the body as received (`body`, decoded as UTF-8), for the forwarding's byte checks.
 """
 import json
 import sys
@@ -49,6 +50,7 @@ class Handler(BaseHTTPRequestHandler):
             "path": self.path, "id": webhook_id, "attempt": count, "status": status, "verified": verified,
             "signatures": len(self.headers.get("webhook-signature", "").split()),
             "type": json.loads(body or b"{}").get("type"),
+            "body": body.decode("utf-8", "replace"),
         }
         print(json.dumps(record), flush=True)
         self.send_response(status)

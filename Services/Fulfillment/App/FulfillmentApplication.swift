@@ -37,6 +37,8 @@ public struct FulfillmentApplication: Sendable {
     /// Webhook delivery (nil with `WEBHOOK_DELIVERY_ENABLED=false`, or with no outbound events to
     /// deliver: `OUTBOUND_EVENTS_ENABLED=false` creates no topic to consume).
     public let webhooks: WebhookDelivery?
+    /// Forwarding of Apple's notifications, delivered by the webhook sender (nil with it).
+    public let forwarding: AppleForwarding?
     public let logger: Logger
 
     public init(configuration: FulfillmentConfiguration, logger: Logger, clock: any WallClock = SystemClock()) throws {
@@ -92,6 +94,12 @@ public struct FulfillmentApplication: Sendable {
                 kafka: configuration.pipeline.kafka, topic: configuration.pipeline.outboundEventTopic, owner: configuration.workerID,
                 sampleInterval: configuration.metricsSample,
                 closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger) : nil
+        forwarding = try webhooks.map { webhooks in
+            try AppleForwarding(
+                store: webhooks.sender.store, cipher: cipher, configuration: configuration.webhooks,
+                kafka: configuration.pipeline.kafka, topic: configuration.pipeline.eventTopic, sender: webhooks.sender,
+                closeTimeout: configuration.pipeline.shutdownGrace / 4, logger: logger)
+        }
         // A delivery-only process (`FULFILLMENT_ENABLED=false`) is judged by its delivery consumer.
         let probed = configuration.fulfillmentEnabled ? consumer : (webhooks?.consumer ?? consumer)
         let stall = configuration.stall
@@ -145,12 +153,14 @@ public struct FulfillmentApplication: Sendable {
     /// Stopped in reverse: the consumer finishes its in-flight events and commits before the pool closes.
     public var services: [any Service] {
         // Delivery only: the pool, the probes and the senders; no topic of events, no schedulers.
-        guard configuration.fulfillmentEnabled else { return [pool, operations] + (webhooks?.services ?? []) }
+        let delivery = (webhooks?.services ?? []) + (forwarding.map { [$0] } ?? [])
+        guard configuration.fulfillmentEnabled else { return [pool, operations] + delivery }
         // The relay stops before the producer it publishes through.
         let relay: [any Service] = [outboundRelay]
         let before: [any Service] = [pool, producer, renewal, sweeper]
         let after: [any Service] = [scheduler, subscriptionClock, credits, retention, grantExpiry, sampler, operations]
-        return before + relay + after + (webhooks?.services ?? []) + [consumer]
+        // The forwarding after the sender: stopped before it, its last rows are still sent.
+        return before + relay + after + delivery + [consumer]
     }
 
     /// 200 or 503 with the verdict's reason, for the orchestrator's probes and for people.

@@ -32,7 +32,7 @@ public struct WebhookDelivery: Sendable {
         consumerConfiguration.maxInFlightPerPartition = 16
         consumerConfiguration.closeTimeout = closeTimeout
         let logger = logger.with(["component": .string("webhooks")])
-        let batcher = EnqueueBatcher(store: store, sender: sender)
+        let batcher = EnqueueBatcher<WebhookStore.IncomingEvent>(sender: sender) { try await store.enqueue($0) }
         consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger) { message in
             guard let head = try? JSONDecoder().decode(EventHead.self, from: Data(message.value)) else {
                 // Nothing to deliver in a message that is not an event; retrying would not change it.
@@ -54,34 +54,35 @@ public struct WebhookDelivery: Sendable {
 /// Writes the events the consumer's handlers hand in together: while one statement runs, the
 /// events arriving wait and go in the next one, so a busy topic costs one INSERT per batch, not per
 /// event. Each handler returns (and its offset may be committed) once its event's rows are written.
-final class EnqueueBatcher: Sendable {
+/// `write` returns the delivery rows it added (the sender is woken when there are any).
+final class EnqueueBatcher<Event: Sendable>: Sendable {
     struct Waiting {
-        let event: WebhookStore.IncomingEvent
+        let event: Event
         let continuation: CheckedContinuation<Void, any Error>
     }
 
-    let store: WebhookStore
+    let write: @Sendable ([Event]) async throws -> Int
     let sender: WebhookSender
     /// The events waiting, and whether a statement is running (its task takes them next).
     let state = Mutex<(waiting: [Waiting], writing: Bool)>(([], false))
 
-    init(store: WebhookStore, sender: WebhookSender) {
-        self.store = store
+    init(sender: WebhookSender, write: @escaping @Sendable ([Event]) async throws -> Int) {
+        self.write = write
         self.sender = sender
     }
 
-    func enqueue(_ event: WebhookStore.IncomingEvent) async throws {
+    func enqueue(_ event: Event) async throws {
         try await withCheckedThrowingContinuation { continuation in
             let lead = state.withLock { state in
                 state.waiting.append(Waiting(event: event, continuation: continuation))
                 defer { state.writing = true }
                 return !state.writing
             }
-            if lead { Task { await self.write() } }
+            if lead { Task { await self.drain() } }
         }
     }
 
-    func write() async {
+    func drain() async {
         while true {
             let batch: [Waiting] = state.withLock { state in
                 defer { state.waiting.removeAll() }
@@ -90,7 +91,7 @@ final class EnqueueBatcher: Sendable {
             }
             guard !batch.isEmpty else { return }
             do {
-                if try await store.enqueue(batch.map(\.event)) > 0 { sender.wake() }
+                if try await write(batch.map(\.event)) > 0 { sender.wake() }
                 for waiting in batch { waiting.continuation.resume() }
             } catch {
                 for waiting in batch { waiting.continuation.resume(throwing: error) }

@@ -47,12 +47,36 @@ public final class WebhookSender: Service, Sendable {
     let jobSignal = DispatchSemaphore(value: 0)
     let finished = ShutdownTrigger()
     let threadsDone = ShutdownTrigger()
-    let delivered: Counter
-    let failed: Counter
-    let dead: Counter
+    let webhooks: KindMetrics
     let latency: Histogram
-    let backlog: Gauge
-    let lag: Gauge
+    /// The forwards of Apple's notifications (APPLE_FORWARD endpoints), counted apart.
+    let forwards: KindMetrics
+
+    /// The counters and gauges of one kind of endpoint: attempts by outcome, backlog and lag. The
+    /// names are given whole: the deployment check finds every alert's metric in the sources.
+    struct KindMetrics {
+        let delivered: Counter
+        let failed: Counter
+        let dead: Counter
+        let backlog: Gauge
+        let lag: Gauge
+
+        init(deliveries name: String, backlog backlogName: String, lag lagName: String, attempts: String, waiting: String, oldest: String) {
+            let registry = MetricsRegistry.shared
+            let help = "\(attempts) by outcome (failed: tried again later; dead: given up)"
+            delivered = registry.counter(name, help: help, labels: ["outcome": "delivered"])
+            failed = registry.counter(name, help: help, labels: ["outcome": "failed"])
+            dead = registry.counter(name, help: help, labels: ["outcome": "dead"])
+            backlog = registry.gauge(backlogName, help: "\(waiting) waiting (due or backing off)")
+            lag = registry.gauge(lagName, help: "How long the oldest due \(oldest) has waited since it became due")
+        }
+
+        func record(delivered: Int, retrying: Int, dead: Int) {
+            self.delivered.increment(by: delivered)
+            failed.increment(by: retrying)
+            self.dead.increment(by: dead)
+        }
+    }
 
     public init(
         store: WebhookStore, cipher: PayloadCipher, configuration: WebhookConfiguration, owner: String,
@@ -65,17 +89,16 @@ public final class WebhookSender: Service, Sendable {
         self.clock = clock
         self.sampleInterval = sampleInterval
         self.logger = logger.with(["component": .string("webhooks")])
-        let registry = MetricsRegistry.shared
-        let help = "Webhook delivery attempts by outcome (failed: tried again later; dead: given up)"
-        delivered = registry.counter("subs_webhook_deliveries_total", help: help, labels: ["outcome": "delivered"])
-        failed = registry.counter("subs_webhook_deliveries_total", help: help, labels: ["outcome": "failed"])
-        dead = registry.counter("subs_webhook_deliveries_total", help: help, labels: ["outcome": "dead"])
-        latency = registry.histogram(
+        webhooks = KindMetrics(
+            deliveries: "subs_webhook_deliveries_total", backlog: "subs_webhook_backlog", lag: "subs_webhook_lag_seconds",
+            attempts: "Webhook delivery attempts", waiting: "Webhook deliveries on live endpoints",
+            oldest: "webhook delivery")
+        latency = MetricsRegistry.shared.histogram(
             "subs_webhook_delivery_seconds", help: "From an event's arrival for delivery to its delivery (2xx)")
-        backlog = registry.gauge(
-            "subs_webhook_backlog", help: "Webhook deliveries waiting (due or backing off) on live endpoints")
-        lag = registry.gauge(
-            "subs_webhook_lag_seconds", help: "How long the oldest due webhook delivery has waited since it became due")
+        forwards = KindMetrics(
+            deliveries: "subs_apple_forward_deliveries_total", backlog: "subs_apple_forward_backlog",
+            lag: "subs_apple_forward_lag_seconds", attempts: "Forwards of Apple's notifications, attempts",
+            waiting: "Forwards of Apple's notifications", oldest: "forward of an Apple notification")
     }
 
     /// Tells the loop that work may be due now (called after an event is enqueued).
@@ -240,9 +263,11 @@ public final class WebhookSender: Service, Sendable {
     func record(_ outcomes: [WebhookStore.Outcome]) async {
         do {
             let recorded = try await store.record(outcomes, owner: owner)
-            delivered.increment(by: recorded.delivered)
-            failed.increment(by: recorded.retrying)
-            dead.increment(by: recorded.dead)
+            webhooks.record(delivered: recorded.delivered, retrying: recorded.retrying, dead: recorded.dead)
+            forwards.record(delivered: recorded.forwards.delivered, retrying: recorded.forwards.retrying, dead: recorded.forwards.dead)
+            if recorded.forwards.dead > 0 {
+                logger.warning("Apple notification forwards given up (DEAD)", ["count": .int(Int64(recorded.forwards.dead))])
+            }
             for seconds in recorded.deliveredLatencies { latency.observe(seconds) }
             if recorded.dead > 0 {
                 logger.warning("webhook deliveries given up (DEAD)", ["count": .int(Int64(recorded.dead))])
@@ -258,8 +283,10 @@ public final class WebhookSender: Service, Sendable {
     }
 
     func sample() async {
-        guard let (waiting, seconds) = try? await store.backlog() else { return }
-        backlog.set(Double(waiting))
-        lag.set(seconds)
+        for (kind, metrics) in [(WebhookStore.EndpointKind.webhook, webhooks), (.appleForward, forwards)] {
+            guard let (waiting, seconds) = try? await store.backlog(kind: kind) else { continue }
+            metrics.backlog.set(Double(waiting))
+            metrics.lag.set(seconds)
+        }
     }
 }
