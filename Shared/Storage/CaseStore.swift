@@ -193,6 +193,8 @@ public struct SupportCase: Sendable, Codable {
         public var lastError: String?
         /// Only while it waits for an attempt (`PENDING`, `RETRYING`).
         public var nextAttemptAt: Date?
+        /// When its endpoint was deleted: nothing is sent to it any more.
+        public var endpointDeletedAt: Date?
     }
     /// One line of the timeline, oldest first.
     public struct TimelineItem: Sendable, Codable {
@@ -612,7 +614,7 @@ public struct CaseStore: Sendable {
             // deliveries' unique key: the deliveries have no index by event alone.
             let deliveries = try await db.query(
                 """
-                SELECT d.event_id, d.endpoint_id, e.url, d.status, d.attempts, d.last_status_code, d.last_error,
+                SELECT d.event_id, d.endpoint_id, e.url, e.deleted_at, d.status, d.attempts, d.last_status_code, d.last_error,
                        CASE WHEN d.status IN ('PENDING', 'RETRYING') THEN d.next_attempt_at END AS next_attempt_at
                   FROM webhook_endpoint e
                   JOIN webhook_delivery d ON d.endpoint_id = e.id AND d.event_id = ANY(\(PostgresArray(events.map(\.id)))::text[])
@@ -624,7 +626,8 @@ public struct CaseStore: Sendable {
                     SupportCase.OutboundDelivery(
                         endpointId: try row.decode("endpoint_id"), url: try row.decode("url"), status: try row.decode("status"),
                         attempts: try row.decode("attempts"), lastStatusCode: try row.decode("last_status_code"),
-                        lastError: try row.decode("last_error"), nextAttemptAt: try row.decode("next_attempt_at"))
+                        lastError: try row.decode("last_error"), nextAttemptAt: try row.decode("next_attempt_at"),
+                        endpointDeletedAt: try row.decode("deleted_at"))
                 )
             }
             let byEvent = Dictionary(grouping: deliveries, by: \.0)

@@ -447,6 +447,12 @@ struct ConsoleRouteTests {
                 "POST", "/admin/actions/retry-delivery", form: form.merging(["csrf": viewerCSRF, "confirm": "yes"]) { _, b in b })
             #expect(refused.status == 403)
             #expect(try await admin.audits("webhook.retry").count == 1)
+
+            // A deleted endpoint's deliveries stay in the case, without a button: nothing is sent to it.
+            #expect(try await admin.request("DELETE", "/admin/v1/webhooks/\(endpoint)?reason=retired", token: admin.operatorToken).status == 200)
+            let later = await browser.send("GET", "/admin/case?q=\(user)")
+            #expect(later.text.contains(event) && later.text.contains("endpoint deleted"))
+            #expect(!later.text.contains("action=\"/admin/actions/retry-delivery\""))
         }
     }
 
@@ -532,6 +538,7 @@ struct ConsoleRouteTests {
             #expect(!(await browser.send("GET", "/admin/webhooks").text.contains("href=\"/admin/webhooks/\(id)\"")))
             let gone = await browser.send("GET", "/admin/webhooks/\(id)")
             #expect(gone.status == 200 && !gone.text.contains("rotate-webhook-secret"), "a deleted endpoint is read, not acted on")
+            #expect(!gone.text.contains("retry-delivery") && gone.text.contains("endpoint deleted"), "nothing is sent to it any more")
             #expect(await browser.send("POST", "/admin/actions/delete-webhook", form: delete).status == 404)
         }
     }

@@ -79,7 +79,8 @@ extension Console {
             + ConsoleHTML.section(
                 "Deliveries", id: "deliveries-section",
                 Self.statusFilter(id, current: status)
-                    + Self.deliveries(Array(rows.prefix(Self.deliveriesPerPage)), endpointID: id, csrf: csrf)
+                    + Self.deliveries(
+                        Array(rows.prefix(Self.deliveriesPerPage)), endpointID: id, csrf: endpoint.deletedAt == nil ? csrf : nil)
                     + Self.olderLink(rows, endpointID: id, status: status))
         return ConsoleHTML.page(title: "Webhook \(id)", principal: context.principal, csrf: csrf, html)
     }
@@ -113,7 +114,8 @@ extension Console {
         return "<p id=\"status-filter\">Status: \(links.joined(separator: " · "))</p>"
     }
 
-    static func deliveries(_ rows: [WebhookStore.Delivery], endpointID: String, csrf: String) -> HTML {
+    /// The deliveries, each with a retry button unless `csrf` is nil (a deleted endpoint gets nothing sent).
+    static func deliveries(_ rows: [WebhookStore.Delivery], endpointID: String, csrf: String?) -> HTML {
         ConsoleHTML.table(
             ["event", "type", "status", "attempts", "last answer", "next attempt", "action"],
             rows.map { delivery in
@@ -121,8 +123,9 @@ extension Console {
                     HTML(delivery.eventId), HTML(delivery.type), "<span class=\"\(delivery.status.rawValue)\">\(delivery.status.rawValue)</span>",
                     HTML(String(delivery.attempts)), HTML(ConsoleHTML.lastAnswer(statusCode: delivery.lastStatusCode, error: delivery.lastError)),
                     HTML(ConsoleHTML.time(delivery.nextAttemptAt)),
-                    ConsoleHTML.actionForm(
-                        "retry-delivery", title: "Retry", csrf: csrf, hidden: ["id": endpointID, "eventId": delivery.eventId]),
+                    csrf.map {
+                        ConsoleHTML.actionForm("retry-delivery", title: "Retry", csrf: $0, hidden: ["id": endpointID, "eventId": delivery.eventId])
+                    } ?? "endpoint deleted",
                 ]
             }, id: "deliveries")
     }
@@ -160,8 +163,10 @@ extension CasePage {
                     "<span class=\"\(delivery.status)\">\(delivery.status)</span>", HTML(String(delivery.attempts)),
                     HTML(ConsoleHTML.lastAnswer(statusCode: delivery.lastStatusCode, error: delivery.lastError)),
                     HTML(ConsoleHTML.time(delivery.nextAttemptAt)),
-                    ConsoleHTML.actionForm(
-                        "retry-delivery", title: "Retry", csrf: csrf, hidden: hidden(["id": delivery.endpointId, "eventId": event.id])),
+                    delivery.endpointDeletedAt == nil
+                        ? ConsoleHTML.actionForm(
+                            "retry-delivery", title: "Retry", csrf: csrf, hidden: hidden(["id": delivery.endpointId, "eventId": event.id]))
+                        : "endpoint deleted",
                 ]
             })
     }
