@@ -138,7 +138,7 @@ let package = Package(
         // Helpers for tests: the local services (with the broker tuning of their environment), process
         // control, HTTP client, throwaway migrated databases, scoped resources and the one polling helper.
         .target(
-            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Catalogue", "CCurl", "CShims"],
+            name: "TestSupport", dependencies: ["ServiceRuntime", "Postgres", "Kafka", "Storage", "Domain", "Catalogue", "CCurl", "CShims"],
             path: "Tests/Support", swiftSettings: swiftSettings),
 
         // The demo signer: an Apple-like certificate chain made at run time (and its CAs' OCSP

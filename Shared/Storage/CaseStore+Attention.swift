@@ -13,6 +13,17 @@ public struct Attention: Sendable, Codable, Equatable {
         public var since: Date
     }
 
+    /// A webhook delivery the senders gave up on, with the user its event is about.
+    public struct DeadDelivery: Sendable, Codable, Equatable {
+        public var endpointId: String
+        public var eventId: String
+        public var type: String
+        /// Nil when the outbound event is no longer stored.
+        public var userId: String?
+        public var lastStatusCode: Int?
+        public var lastError: String?
+    }
+
     /// DEAD events by error code, unmatched facts left out (they are listed by reason).
     public var deadEvents: [String: Int]
     /// Facts waiting for a product or an account, by reason, not replayed yet.
@@ -29,11 +40,16 @@ public struct Attention: Sendable, Codable, Equatable {
     /// Outbound events not yet on the broker.
     public var unpublishedOutbound: Int
     public var oldestUnpublishedOutboundSeconds: Int
+    /// Webhook deliveries DEAD at endpoints not deleted (outbound events have no DEAD state: the
+    /// relay retries them until the broker takes them).
+    public var deadDeliveryCount: Int
+    /// The newest of them, at most `CaseStore.attentionLimit`.
+    public var deadDeliveries: [DeadDelivery]
 
     /// Whether nothing at all needs attention.
     public var isClear: Bool {
         deadEvents.isEmpty && unmatchedFacts.isEmpty && frozenChainCount == 0 && waitingEvents == 0 && unpublishedInbound == 0
-            && unpublishedOutbound == 0
+            && unpublishedOutbound == 0 && deadDeliveryCount == 0
     }
 }
 
@@ -41,7 +57,9 @@ extension CaseStore {
     /// Chains listed by name on the home page; the count says how many more there are.
     public static let attentionLimit = 20
 
-    /// One reading of what needs attention (each count through a partial index of its own).
+    /// One reading of what needs attention (each count through a partial index of its own, but
+    /// the DEAD deliveries': they scan `webhook_delivery` until a partial index on them lands in a
+    /// migration of its own).
     public func attention(now: Date) async throws -> Attention {
         try await pool.withConnection { db in
             let scalars = try await db.query(
@@ -56,7 +74,9 @@ extension CaseStore {
                   (SELECT count(*) FROM outbound_event WHERE published_at IS NULL) AS outbound,
                   (SELECT coalesce(greatest(0, floor(extract(epoch FROM \(now)::timestamptz - min(created_at)))), 0)::bigint
                      FROM outbound_event WHERE published_at IS NULL) AS outbound_age,
-                  (SELECT count(*) FROM user_subscription WHERE frozen_reason IS NOT NULL) AS frozen
+                  (SELECT count(*) FROM user_subscription WHERE frozen_reason IS NOT NULL) AS frozen,
+                  (SELECT count(*) FROM webhook_delivery d JOIN webhook_endpoint e ON e.id = d.endpoint_id
+                    WHERE d.status = 'DEAD' AND e.deleted_at IS NULL) AS dead_deliveries
                 """
             ).single()
             var attention = Attention(
@@ -66,7 +86,8 @@ extension CaseStore {
                 unpublishedInbound: Int(try scalars.decode("inbound", as: Int64.self)),
                 oldestUnpublishedInboundSeconds: Int(try scalars.decode("inbound_age", as: Int64.self)),
                 unpublishedOutbound: Int(try scalars.decode("outbound", as: Int64.self)),
-                oldestUnpublishedOutboundSeconds: Int(try scalars.decode("outbound_age", as: Int64.self)))
+                oldestUnpublishedOutboundSeconds: Int(try scalars.decode("outbound_age", as: Int64.self)),
+                deadDeliveryCount: Int(try scalars.decode("dead_deliveries", as: Int64.self)), deadDeliveries: [])
             for row in try await db.query(
                 """
                 SELECT coalesce(error_code, '') AS code, count(*) AS n FROM inbound_event
@@ -89,6 +110,20 @@ extension CaseStore {
                 Attention.FrozenChain(
                     environment: try row.decode("environment"), originalTransactionId: try row.decode("original_transaction_id"),
                     userId: try row.decode("user_id"), reason: try row.decode("frozen_reason"), since: try row.decode("updated_at"))
+            }
+            attention.deadDeliveries = try await db.query(
+                """
+                SELECT d.endpoint_id, d.event_id, d.type, o.user_id, d.last_status_code, d.last_error
+                  FROM webhook_delivery d JOIN webhook_endpoint e ON e.id = d.endpoint_id
+                  LEFT JOIN outbound_event o ON o.id = d.event_id
+                 WHERE d.status = 'DEAD' AND e.deleted_at IS NULL
+                 ORDER BY d.seq DESC LIMIT \(Self.attentionLimit)
+                """
+            ).map { row in
+                Attention.DeadDelivery(
+                    endpointId: try row.decode("endpoint_id"), eventId: try row.decode("event_id"), type: try row.decode("type"),
+                    userId: try row.decode("user_id"), lastStatusCode: try row.decode("last_status_code"),
+                    lastError: try row.decode("last_error"))
             }
             return attention
         }

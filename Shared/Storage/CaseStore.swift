@@ -168,6 +168,34 @@ public struct SupportCase: Sendable, Codable {
         public var after: JSONValue?
         public var at: Date
     }
+    /// An event the app's other services were sent about the user, and its webhook deliveries.
+    public struct OutboundEvent: Sendable, Codable {
+        public var id: String
+        public var type: String
+        public var environment: String
+        public var occurredAt: Date
+        /// Per user, strictly increasing.
+        public var sequence: Int64
+        public var data: JSONValue
+        /// When the broker took it; nil while it waits in the outbox.
+        public var publishedAt: Date?
+        /// One per endpoint the event was queued for, deleted endpoints included.
+        public var deliveries: [OutboundDelivery]
+    }
+    /// One webhook delivery of an outbound event.
+    public struct OutboundDelivery: Sendable, Codable {
+        public var endpointId: String
+        public var url: String
+        /// `PENDING`, `RETRYING`, `DELIVERED` or `DEAD`.
+        public var status: String
+        public var attempts: Int
+        public var lastStatusCode: Int?
+        public var lastError: String?
+        /// Only while it waits for an attempt (`PENDING`, `RETRYING`).
+        public var nextAttemptAt: Date?
+        /// When its endpoint was deleted: nothing is sent to it any more.
+        public var endpointDeletedAt: Date?
+    }
     /// One line of the timeline, oldest first.
     public struct TimelineItem: Sendable, Codable {
         public var at: Date
@@ -188,6 +216,8 @@ public struct SupportCase: Sendable, Codable {
     public var ledger: [LedgerEntry]
     public var consumptionAnswers: [ConsumptionAnswer]
     public var audit: [Audit]
+    /// The user's newest outbound events, oldest first, each with its deliveries.
+    public var outboundEvents: [OutboundEvent]
     public var timeline: [TimelineItem]
 }
 
@@ -338,11 +368,12 @@ public struct CaseStore: Sendable {
         let ledger = try await Section.ledger(userID, on: db)
         let consumption = try await Section.consumptionAnswers(userID, events: events, on: db)
         let audit = try await Section.audit(scope, events: events, on: db)
+        let outbound = try await Section.outboundEvents(userID, on: db)
         var entitlements: EntitlementOverview?
         if let userID { entitlements = try await EntitlementStore.overview(userID: userID, now: now, on: db) }
         var supportCase = SupportCase(
             user: user, entitlements: entitlements, chains: chainList, orders: orders, transactions: transactions, events: events, grants: grants,
-            balances: balances, ledger: ledger, consumptionAnswers: consumption, audit: audit, timeline: [])
+            balances: balances, ledger: ledger, consumptionAnswers: consumption, audit: audit, outboundEvents: outbound, timeline: [])
         supportCase.timeline = Self.timeline(of: supportCase)
         return supportCase
     }
@@ -559,6 +590,49 @@ public struct CaseStore: Sendable {
                     outcome: try row.decode("outcome"), errorMessage: try row.decode("error_message"),
                     createdAt: try row.decode("created_at"))
             }
+        }
+
+        /// The user's newest outbound events, oldest first, then their deliveries.
+        static func outboundEvents(_ userID: String?, on db: PostgresConnection) async throws -> [SupportCase.OutboundEvent] {
+            guard let userID else { return [] }
+            var events = try await db.query(
+                """
+                SELECT * FROM (
+                    SELECT id, type, environment, occurred_at, sequence, data::text AS data, published_at FROM outbound_event
+                     WHERE user_id = \(userID) ORDER BY sequence DESC LIMIT \(sectionLimit)
+                ) AS newest ORDER BY sequence
+                """
+            ).map { row in
+                SupportCase.OutboundEvent(
+                    id: try row.decode("id"), type: try row.decode("type"), environment: try row.decode("environment"),
+                    occurredAt: try row.decode("occurred_at"), sequence: try row.decode("sequence"),
+                    data: try JSONDecoder().decode(JSONValue.self, from: Data(try row.decode("data", as: String.self).utf8)),
+                    publishedAt: try row.decode("published_at"), deliveries: [])
+            }
+            guard !events.isEmpty else { return [] }
+            // Joined from the endpoints so that each (endpoint, event) pair is one probe of the
+            // deliveries' unique key: the deliveries have no index by event alone.
+            let deliveries = try await db.query(
+                """
+                SELECT d.event_id, d.endpoint_id, e.url, e.deleted_at, d.status, d.attempts, d.last_status_code, d.last_error,
+                       CASE WHEN d.status IN ('PENDING', 'RETRYING') THEN d.next_attempt_at END AS next_attempt_at
+                  FROM webhook_endpoint e
+                  JOIN webhook_delivery d ON d.endpoint_id = e.id AND d.event_id = ANY(\(PostgresArray(events.map(\.id)))::text[])
+                 ORDER BY e.created_at, e.id
+                """
+            ).map { row in
+                (
+                    try row.decode("event_id", as: String.self),
+                    SupportCase.OutboundDelivery(
+                        endpointId: try row.decode("endpoint_id"), url: try row.decode("url"), status: try row.decode("status"),
+                        attempts: try row.decode("attempts"), lastStatusCode: try row.decode("last_status_code"),
+                        lastError: try row.decode("last_error"), nextAttemptAt: try row.decode("next_attempt_at"),
+                        endpointDeletedAt: try row.decode("deleted_at"))
+                )
+            }
+            let byEvent = Dictionary(grouping: deliveries, by: \.0)
+            for index in events.indices { events[index].deliveries = byEvent[events[index].id]?.map(\.1) ?? [] }
+            return events
         }
 
         /// The newest entries of the case's audit trail, shown oldest first.

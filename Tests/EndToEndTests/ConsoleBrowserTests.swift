@@ -1,8 +1,10 @@
 import AppStore
 import AppStoreTestSupport
 import Crypto
+import Domain
 import Foundation
 import Postgres
+import Storage
 import TestSupport
 import Testing
 
@@ -54,12 +56,23 @@ struct ConsoleBrowserTests {
             try await rows.applyDemoCatalogue()
             try await rows.addSubscription(
                 user: "browser-user", product: "com.example.pro.yearly", status: "ACTIVE", expiresAt: Date() + 30 * 86_400)
+            // An endpoint whose delivery of an event about the subscriber was given up on. Nothing
+            // sends to it here, so its secret is random bytes rather than a sealed secret.
+            let webhookID = "wh_browser\(UInt32.random(in: 1...UInt32.max))"
+            try await WebhookStore(pool: harness.pool).create(
+                WebhookStore.Endpoint(
+                    id: webhookID, url: "https://93.184.216.34/hooks", eventTypes: nil, environments: nil, description: "browser test",
+                    secret: WebhookStore.SealedSecret(keyID: "unused", sealed: SecureRandom.bytes(48))),
+                operator: "browser-test")
+            let deadEvent = try await rows.addDeadDelivery(
+                user: "browser-user", data: ["entitlement": .string("pro")], error: "the endpoint answered 500")
 
             let screenshots = state.appendingPathComponent("browser-screenshots").path
             let run = try ServiceProcess(
                 executablePath: python.path, name: "console-browser", arguments: [script.path],
                 environment: [
                     "CONSOLE_URL": "http://127.0.0.1:\(port)", "ADMIN_TOKEN": token, "TRANSACTION_ID": transactionID, "USER_ID": "browser-user",
+                    "WEBHOOK_ID": webhookID, "DEAD_EVENT_ID": deadEvent,
                     "SCREENSHOT_DIR": screenshots, "HOME": FileManager.default.temporaryDirectory.path, "PATH": "/usr/bin:/bin",
                 ])
             let finished = await eventually(timeout: 180, every: .milliseconds(500)) { !run.isRunning }
@@ -80,6 +93,14 @@ struct ConsoleBrowserTests {
                    AND operator = 'browser-operator' AND after::text LIKE '%browser-user%'
                 """)
             #expect(grants == 2, "the grant and its revocation are audited")
+            let delivery: String = try await harness.pool.query(
+                "SELECT status FROM webhook_delivery WHERE event_id = \(deadEvent) AND endpoint_id = \(webhookID)"
+            ).first!.decode("status")
+            #expect(delivery == "PENDING", "the retry reached the database")
+            let webhookActions = try await harness.pool.query(
+                "SELECT action FROM audit_log WHERE action LIKE 'webhook.%' AND operator = 'browser-operator' ORDER BY id"
+            ).map { try $0.decode("action", as: String.self) }
+            #expect(webhookActions == ["webhook.retry", "webhook.create", "webhook.rotate-secret", "webhook.delete"])
             #expect(try await harness.count("SELECT count(*) FROM console_session") == 0, "the sign-out closed the session")
             #expect(FileManager.default.fileExists(atPath: screenshots + "/03-case.png"))
             #expect(!harness.process.output.contains(token), "the ingress log leaks the admin token")

@@ -1,7 +1,9 @@
+import Domain
 import Foundation
 import HTTPServer
 import Postgres
 import ServiceRuntime
+import Storage
 import TestSupport
 import Testing
 
@@ -378,6 +380,166 @@ struct ConsoleRouteTests {
             #expect(again.status == 404 && again.text.contains("GRANT_NOT_FOUND"))
             let last = await browser.send("GET", "/admin/case?q=u1")
             #expect(!last.text.contains("action=\"/admin/actions/revoke-entitlement\""), "no button for a revoked grant")
+        }
+    }
+
+    /// The case lists the user's outbound events with their deliveries; the home page lists the
+    /// DEAD delivery with a link to that case, where an operator retries it after a confirmation.
+    @Test func theCaseShowsOutboundEventsAndRetriesADeadDelivery() async throws {
+        try await AdminTestApp.with { admin in
+            try await admin.app.rows.applyDemoCatalogue()
+            let user = "<i>u2</i>"
+            try await admin.app.rows.addSubscription(
+                user: user, product: IngressTestApp.monthly, status: "ACTIVE", expiresAt: Date() + 86_400)
+            let created = try await admin.act("/admin/v1/webhooks", ["url": WebhookRouteTests.publicURL])
+            let endpoint = try #require(try created.json()["id"] as? String, "\(created.text)")
+            let event = try await admin.app.rows.addDeadDelivery(
+                user: user, data: ["entitlement": .string("<script>pro</script>"), "expiresAt": .null, "count": .integer(3)],
+                error: "<b>refused</b>")
+            let browser = Browser(admin)
+            #expect(try await browser.signIn(admin.operatorToken).status == 303)
+
+            let home = await browser.send("GET", "/admin/")
+            #expect(home.text.contains("1 DEAD deliveries"), "\(home.text)")
+            #expect(home.text.contains("id=\"dead-deliveries\""))
+            #expect(home.text.contains("href=\"/admin/case?q=%3Ci%3Eu2%3C%2Fi%3E\""), "the delivery leads to its user's case")
+            #expect(home.text.contains("500: &lt;b&gt;refused&lt;/b&gt;"))
+            #expect(!home.text.contains("<b>refused"))
+
+            let page = await browser.send("GET", "/admin/case?q=\(user)")
+            #expect(page.status == 200, "\(page.text)")
+            let section = try #require(page.text.range(of: "id=\"outbound-events\"")).lowerBound
+            let outbound = String(page.text[section...])
+            #expect(outbound.contains(event) && outbound.contains("entitlement.granted"))
+            #expect(outbound.contains("count=3, entitlement=&lt;script&gt;pro&lt;/script&gt;, expiresAt=null"), "\(outbound)")
+            #expect(!page.text.contains("<script>pro"), "event data renders as text")
+            #expect(outbound.contains("<span class=\"DEAD\">DEAD</span>"))
+            #expect(outbound.contains("action=\"/admin/actions/retry-delivery\""))
+            #expect(outbound.contains("href=\"/admin/webhooks/\(endpoint)\""))
+            let csrf = try #require(Browser.field("csrf", in: page.text))
+
+            let form = ["csrf": csrf, "id": endpoint, "eventId": event, "reason": "receiver fixed", "back": user]
+            let confirm = await browser.send("POST", "/admin/actions/retry-delivery", form: form)
+            #expect(confirm.text.contains("id=\"confirm\""))
+            #expect(try await admin.audits("webhook.retry").isEmpty, "nothing happens before the confirmation")
+            let forged = await browser.send(
+                "POST", "/admin/actions/retry-delivery", form: form.merging(["csrf": "x", "confirm": "yes"]) { _, b in b })
+            #expect(forged.status == 403)
+            let done = await browser.send("POST", "/admin/actions/retry-delivery", form: form.merging(["confirm": "yes"]) { a, _ in a })
+            #expect(done.status == 200, "\(done.text)")
+            #expect(done.text.contains("&quot;PENDING&quot;"), "the answer shows the delivery queued again")
+            #expect(done.text.contains("href=\"/admin/case?q=%3Ci%3Eu2%3C%2Fi%3E\" id=\"back\""), "back to the case")
+            #expect(try await admin.audits("webhook.retry").map { "\($0.operator) \($0.reason)" } == ["alice receiver fixed"])
+            let status: String = try await admin.app.pool.query("SELECT status FROM webhook_delivery WHERE event_id = \(event)").single().decode(
+                "status")
+            #expect(status == "PENDING")
+            let after = await browser.send("GET", "/admin/")
+            #expect(
+                !after.text.contains("DEAD deliveries") && !after.text.contains("id=\"dead-deliveries\""), "a retried delivery needs no attention")
+
+            let unknown = await browser.send(
+                "POST", "/admin/actions/retry-delivery", form: form.merging(["eventId": "evt_nope", "confirm": "yes"]) { _, b in b })
+            #expect(unknown.status == 404 && unknown.text.contains("DELIVERY_NOT_FOUND"))
+            let viewer = Browser(admin)
+            #expect(try await viewer.signIn(admin.viewerToken).status == 303)
+            let viewerCSRF = try #require(Browser.field("csrf", in: await viewer.send("GET", "/admin/").text))
+            let refused = await viewer.send(
+                "POST", "/admin/actions/retry-delivery", form: form.merging(["csrf": viewerCSRF, "confirm": "yes"]) { _, b in b })
+            #expect(refused.status == 403)
+            #expect(try await admin.audits("webhook.retry").count == 1)
+
+            // A deleted endpoint's deliveries stay in the case, without a button: nothing is sent to it.
+            #expect(try await admin.request("DELETE", "/admin/v1/webhooks/\(endpoint)?reason=retired", token: admin.operatorToken).status == 200)
+            let later = await browser.send("GET", "/admin/case?q=\(user)")
+            #expect(later.text.contains(event) && later.text.contains("endpoint deleted"))
+            #expect(!later.text.contains("action=\"/admin/actions/retry-delivery\""))
+        }
+    }
+
+    /// Webhook endpoints in the console: the list and one endpoint's page for any session; the
+    /// registration (its secret shown once), rotation and deletion for operators, each confirmed and audited.
+    @Test func webhookPagesListCreateFilterRotateAndDelete() async throws {
+        try await AdminTestApp.with { admin in
+            let browser = Browser(admin)
+            #expect(try await browser.signIn(admin.operatorToken).status == 303)
+            let empty = await browser.send("GET", "/admin/webhooks")
+            #expect(empty.status == 200)
+            #expect(empty.text.contains("action=\"/admin/actions/create-webhook\""))
+            let csrf = try #require(Browser.field("csrf", in: empty.text))
+
+            let form = [
+                "csrf": csrf, "url": WebhookRouteTests.publicURL, "eventTypes": "entitlement.granted, order.fulfilled",
+                "environments": "", "description": "<script>billing</script>",
+            ]
+            #expect(await browser.send("POST", "/admin/actions/create-webhook", form: form).text.contains("id=\"confirm\""))
+            #expect(try await admin.app.count("SELECT count(*) FROM webhook_endpoint") == 0)
+            let created = await browser.send("POST", "/admin/actions/create-webhook", form: form.merging(["confirm": "yes"]) { a, _ in a })
+            #expect(created.status == 200, "\(created.text)")
+            #expect(created.text.contains("id=\"secret-once\"") && created.text.contains("whsec_"))
+            #expect(try await admin.audits("webhook.create").map(\.operator) == ["alice"])
+            let id: String = try await admin.app.pool.query("SELECT id FROM webhook_endpoint").single().decode("id")
+            let types: String = try await admin.app.pool.query(
+                "SELECT array_to_string(event_types, ' ') AS t FROM webhook_endpoint"
+            ).single().decode("t")
+            #expect(types == "entitlement.granted order.fulfilled")
+            let refusedURL = await browser.send(
+                "POST", "/admin/actions/create-webhook", form: form.merging(["url": "https://127.0.0.1/x", "confirm": "yes"]) { _, b in b })
+            #expect(refusedURL.status == 422 && refusedURL.text.contains("WEBHOOK_URL_REFUSED"))
+
+            let list = await browser.send("GET", "/admin/webhooks")
+            #expect(list.text.contains("href=\"/admin/webhooks/\(id)\""))
+            #expect(list.text.contains("&lt;script&gt;billing&lt;/script&gt;") && !list.text.contains("<script>billing"))
+            #expect(!list.text.contains("whsec_"), "the secret is never shown again")
+
+            let store = WebhookStore(pool: admin.app.pool)
+            for event in ["evt_console1", "evt_console2"] {
+                #expect(try await store.enqueue(eventID: event, type: "entitlement.granted", environment: "Sandbox", payload: Array("{}".utf8)) == 1)
+            }
+            try await admin.app.pool.query(
+                "UPDATE webhook_delivery SET status = 'DEAD', last_error = '<img src=x>' WHERE event_id = 'evt_console1'")
+            let all = await browser.send("GET", "/admin/webhooks/\(id)")
+            #expect(all.status == 200, "\(all.text)")
+            #expect(all.text.contains("evt_console1") && all.text.contains("evt_console2"))
+            #expect(all.text.contains("&lt;img src=x&gt;") && !all.text.contains("<img src=x>"))
+            #expect(!all.text.contains("whsec_"))
+            let dead = await browser.send("GET", "/admin/webhooks/\(id)?status=DEAD")
+            #expect(dead.text.contains("evt_console1") && !dead.text.contains("evt_console2"))
+            #expect(dead.text.contains("<strong><a href=\"/admin/webhooks/\(id)?status=DEAD\""), "the filter in use is marked")
+            #expect(await browser.send("GET", "/admin/webhooks/\(id)?status=LOST").status == 400)
+            let missing = await browser.send("GET", "/admin/webhooks/%3Cb%3E")
+            #expect(missing.status == 404 && !missing.text.contains("<b>"))
+            #expect(await browser.send("GET", "/admin/webhooks/wh_000000").status == 404)
+
+            // A retry from the endpoint's page leads back to it.
+            let retry = ["csrf": csrf, "id": id, "eventId": "evt_console1", "reason": "receiver fixed", "confirm": "yes"]
+            let retried = await browser.send("POST", "/admin/actions/retry-delivery", form: retry)
+            #expect(retried.status == 200 && retried.text.contains("href=\"/admin/webhooks/\(id)\" id=\"back\""), "\(retried.text)")
+
+            let viewer = Browser(admin)
+            #expect(try await viewer.signIn(admin.viewerToken).status == 303)
+            #expect(await viewer.send("GET", "/admin/webhooks").text.contains(id), "a viewer reads")
+            #expect(await viewer.send("GET", "/admin/webhooks/\(id)").status == 200)
+            let viewerCSRF = try #require(Browser.field("csrf", in: await viewer.send("GET", "/admin/").text))
+            let viewerCreate = await viewer.send(
+                "POST", "/admin/actions/create-webhook", form: form.merging(["csrf": viewerCSRF, "confirm": "yes"]) { _, b in b })
+            #expect(viewerCreate.status == 403)
+            #expect(try await admin.app.count("SELECT count(*) FROM webhook_endpoint") == 1)
+
+            let rotate = ["csrf": csrf, "id": id, "reason": "leaked", "confirm": "yes"]
+            let rotated = await browser.send("POST", "/admin/actions/rotate-webhook-secret", form: rotate)
+            #expect(rotated.status == 200 && rotated.text.contains("whsec_") && rotated.text.contains("id=\"secret-once\""), "\(rotated.text)")
+            #expect(try await admin.audits("webhook.rotate-secret").map(\.operator) == ["alice"])
+            #expect(!(await browser.send("GET", "/admin/webhooks/\(id)").text.contains("whsec_")))
+
+            let delete = ["csrf": csrf, "id": id, "reason": "retired", "confirm": "yes"]
+            let deleted = await browser.send("POST", "/admin/actions/delete-webhook", form: delete)
+            #expect(deleted.status == 200, "\(deleted.text)")
+            #expect(try await admin.audits("webhook.delete").map { "\($0.operator) \($0.reason)" } == ["alice retired"])
+            #expect(!(await browser.send("GET", "/admin/webhooks").text.contains("href=\"/admin/webhooks/\(id)\"")))
+            let gone = await browser.send("GET", "/admin/webhooks/\(id)")
+            #expect(gone.status == 200 && !gone.text.contains("rotate-webhook-secret"), "a deleted endpoint is read, not acted on")
+            #expect(!gone.text.contains("retry-delivery") && gone.text.contains("endpoint deleted"), "nothing is sent to it any more")
+            #expect(await browser.send("POST", "/admin/actions/delete-webhook", form: delete).status == 404)
         }
     }
 

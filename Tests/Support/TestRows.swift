@@ -1,6 +1,8 @@
 import Catalogue
+import Domain
 import Foundation
 import Postgres
+import Storage
 
 /// Rows the ingress's read routes show, written straight into a test database (the worker that
 /// normally writes them is not part of the tests that use this), for the in-process router tests
@@ -32,6 +34,21 @@ public struct TestRows: Sendable {
                 VALUES (\(bundleID), \(product), 'group-1', \(product), \(level), 'P1M', \(credits))
                 """)
         }
+    }
+
+    /// An `entitlement.granted` event about `user` carrying `data`, queued for every endpoint
+    /// registered and left DEAD there with `error` after 12 attempts, as the senders leave a
+    /// delivery they gave up on; the event's id.
+    public func addDeadDelivery(user: String, data: [String: OutboundValue], error: String) async throws -> String {
+        let key = "test-\(UUID().uuidString)"
+        let event = OutboundEvent(
+            key: key, type: .entitlementGranted, userID: user, environment: "Sandbox", occurredAt: Date(), data: data)
+        try await pool.transaction { db in _ = try await OutboundEventStore(pool: pool).append([event], on: db) }
+        let id: String = try await pool.query("SELECT id FROM outbound_event WHERE event_key = \(key)").single().decode("id")
+        _ = try await WebhookStore(pool: pool).enqueue(eventID: id, type: event.type.rawValue, environment: "Sandbox", payload: Array("{}".utf8))
+        try await pool.query(
+            "UPDATE webhook_delivery SET status = 'DEAD', attempts = 12, last_status_code = 500, last_error = \(error) WHERE event_id = \(id)")
+        return id
     }
 
     public func addUser(_ userID: String) async throws {

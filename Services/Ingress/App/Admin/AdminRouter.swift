@@ -17,7 +17,7 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
         cases: context.cases, queue: context.queue, events: context.events, chains: context.chains, tasks: context.tasks,
         users: context.users, ledger: context.ledger, cursors: PageCursorSigner(key: context.configuration.cursorSigningKey),
         eventTopic: context.configuration.pipeline.eventTopic, creditLimits: context.configuration.creditLimits,
-        clock: context.clock, entitlements: context.entitlementAdminRoutes)
+        clock: context.clock, entitlements: context.entitlementAdminRoutes, webhooks: context.webhookRoutes)
     let entitlements = routes.entitlements
     router.group("/admin/v1", middleware: [AdminAuthentication(authenticator: authenticator, requiredRole: .viewer)]) {
         routes.registerReads(in: &$0)
@@ -27,7 +27,7 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
         routes.registerActions(in: &$0)
         entitlements.registerActions(in: &$0)
     }
-    context.webhookRoutes.register(in: &router, authenticator: authenticator)
+    routes.webhooks.register(in: &router, authenticator: authenticator)
     let sessions = ConsoleSessions(
         store: context.consoleSessions, settings: context.configuration.admin, authenticator: authenticator, clock: context.clock)
     let console = Console(routes: routes, sessions: sessions)

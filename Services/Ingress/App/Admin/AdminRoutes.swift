@@ -27,6 +27,8 @@ struct AdminRoutes: Sendable {
     let clock: any WallClock
     /// Entitlements and promotional grants (their own file), which the console's actions also run.
     let entitlements: EntitlementAdminRoutes
+    /// The webhook endpoints and their deliveries (their own file), which the console's pages read and its actions run.
+    let webhooks: WebhookRoutes
 
     func registerReads(in admin: inout RouterGroup<AdminRequestContext>) {
         admin.get("lookup") { request, _ in try await lookup(request) }

@@ -114,6 +114,8 @@ struct Console: Sendable {
         console.get("queue") { _, context in try await queuePage(context) }
         console.post("logout") { request, context in try await logout(request, context) }
         console.post("actions/{action}") { request, context in try await act(request, context) }
+        console.get("webhooks") { _, context in try await webhooksPage(context) }
+        console.get("webhooks/{id}") { request, context in try await webhookPage(request, context) }
     }
 
     // MARK: Sign-in
@@ -242,6 +244,10 @@ struct Console: Sendable {
         let title: String
         let pathFields: [String]
         let bodyFields: [String]
+        /// Where the result page leads back to when the form names no case (`back`).
+        var back: (@Sendable ([String: String]) -> String)? = nil
+        /// Its answer carries a secret shown this once.
+        var showsSecret = false
         let run: @Sendable (AdminRoutes, HTTPRequest, AdminPrincipal) async throws -> HTTPResponse
     }
 
@@ -279,7 +285,7 @@ struct Console: Sendable {
     func act(_ request: HTTPRequest, _ context: AdminRequestContext) async throws -> HTTPResponse {
         let csrf = context.csrf ?? ""
         let principal = try context.requirePrincipal()
-        guard let name = request.pathParameter("action"), let action = Self.actions[name] else {
+        guard let name = request.pathParameter("action"), let action = Self.actions[name] ?? Self.webhookActions[name] else {
             return ConsoleHTML.page(title: "Unknown action", principal: principal, csrf: csrf, status: 404, "<p>No such action.</p>")
         }
         guard principal.role == .operator else {
@@ -288,7 +294,7 @@ struct Console: Sendable {
                 "<p class=\"error\">Actions need an operator token; yours is a viewer's.</p>")
         }
         let fields = FormData.parse(String(decoding: request.body, as: UTF8.self))
-        let back = fields["back"].map { "/admin/case?q=" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "") } ?? "/admin/queue"
+        let back = fields["back"].map(ConsoleHTML.caseHref) ?? action.back?(fields) ?? "/admin/queue"
         let shown = (action.pathFields + action.bodyFields + ["reason"]).compactMap { key in fields[key].map { (key, $0) } }
         guard fields["confirm"] == "yes" else {
             // The confirmation posts the same fields again, confirmed.
@@ -305,7 +311,7 @@ struct Console: Sendable {
         var body: [String: Any] = ["reason": fields["reason"] ?? ""]
         for key in action.bodyFields {
             guard let value = fields[key], !value.isEmpty else { continue }
-            body[key] = key == "enabled" ? (value == "true") as Any : value as Any
+            body[key] = Self.bodyValue(key, value)
         }
         var pathParameters: [String: String] = [:]
         for key in action.pathFields { pathParameters[key] = fields[key] ?? "" }
@@ -322,10 +328,23 @@ struct Console: Sendable {
                 "<p class=\"error\" id=\"result\">\(refusal.code): \(refusal.message)</p><p><a href=\"\(back)\">Back</a></p>")
         }
         let json = (try? SupportJSON.pretty(bytes: answer.body)) ?? String(decoding: answer.body, as: UTF8.self)
+        let secret: HTML =
+            action.showsSecret
+            ? "<p class=\"error\" id=\"secret-once\">The signing secret below is shown this once: copy it to the receiver now.</p>" : ""
         return ConsoleHTML.page(
             title: "Done: \(action.title)", principal: principal, csrf: csrf,
-            "<p class=\"ok\" id=\"result\">Done, audited as \(principal.name).</p><pre>\(json)</pre><p><a href=\"\(back)\" id=\"back\">Back</a></p>"
+            "<p class=\"ok\" id=\"result\">Done, audited as \(principal.name).</p>\(secret)<pre>\(json)</pre><p><a href=\"\(back)\" id=\"back\">Back</a></p>"
         )
+    }
+
+    /// A form field as the admin API's JSON body has it: flags as booleans, lists (comma- or
+    /// space-separated in the form) as arrays.
+    static func bodyValue(_ key: String, _ value: String) -> Any {
+        switch key {
+        case "enabled": value == "true"
+        case "eventTypes", "environments": value.split { $0 == "," || $0.isWhitespace }.map(String.init)
+        default: value
+        }
     }
 }
 
@@ -338,7 +357,8 @@ struct CasePage {
 
     func body() throws -> HTML {
         let sections: [HTML] = try [
-            Console.searchForm(q), matchList, access, "<div class=\"top\">\(who)\(status)\(credits)</div>", timeline, events(), chains(),
+            Console.searchForm(q), matchList, access, "<div class=\"top\">\(who)\(status)\(credits)</div>", timeline, events(), outboundEvents,
+            chains(),
             orders(),
             transactions(), grants, ledger, consumptionAnswers, audit(), userActions,
         ]
@@ -346,7 +366,7 @@ struct CasePage {
     }
 
     /// Every action form brings the operator back to this case.
-    private func hidden(_ fields: [String: String]) -> [String: String] { fields.merging(["back": q]) { a, _ in a } }
+    func hidden(_ fields: [String: String]) -> [String: String] { fields.merging(["back": q]) { a, _ in a } }
 
     var matchList: HTML {
         "<p id=\"matches\">Matches: \(matches.map { "\($0.kind) <code>\($0.id)</code>" as HTML }.joined(separator: ", "))</p>"

@@ -76,7 +76,7 @@ enum ConsoleHTML {
             """
         if let principal, let csrf {
             html += """
-                <a href="/admin/">Search</a><a href="/admin/queue">Queue</a>
+                <a href="/admin/">Search</a><a href="/admin/queue">Queue</a><a href="/admin/webhooks">Webhooks</a>
                 <span>signed in as \(principal.name) (\(principal.role.rawValue))</span>
                 \(postForm("/admin/logout", csrf: csrf, "<button type=\"submit\" id=\"sign-out\">Sign out</button>"))
                 """
@@ -116,18 +116,38 @@ enum ConsoleHTML {
         "<form method=\"post\" action=\"\(action)\">\(hiddenField("csrf", csrf))\(content)</form>"
     }
 
-    /// An action form: its fields, a required reason; posting it shows a confirmation page first.
+    /// An action form: its fields (`optional` ones may stay empty), a required reason unless the
+    /// action takes none; posting it shows a confirmation page first.
     static func actionForm(
-        _ action: String, title: String, csrf: String, hidden: [String: String], inputs: [(name: String, label: String)] = []
+        _ action: String, title: String, csrf: String, hidden: [String: String], inputs: [(name: String, label: String)] = [],
+        optional: [(name: String, label: String)] = [], reason: Bool = true
     ) -> HTML {
         let fields = hidden.sorted { $0.key < $1.key }.map { hiddenField($0.key, $0.value) }.joined()
         let labelled = inputs.map { "<label>\($0.label) <input type=\"text\" name=\"\($0.name)\" required></label> " as HTML }.joined()
+        let free = optional.map { "<label>\($0.label) <input type=\"text\" name=\"\($0.name)\"></label> " as HTML }.joined()
+        let why: HTML = reason ? "<label>Reason <input type=\"text\" name=\"reason\" required maxlength=\"1000\"></label> " : ""
         return postForm(
             "/admin/actions/\(action)", csrf: csrf,
-            """
-            <fieldset><legend>\(title)</legend>\(fields)\(labelled)<label>Reason <input type="text" name="reason" required maxlength="1000"></label> \
-            <button type="submit">\(title)…</button></fieldset>
-            """)
+            "<fieldset><legend>\(title)</legend>\(fields)\(labelled)\(free)\(why)<button type=\"submit\">\(title)…</button></fieldset>")
+    }
+
+    /// `text` as one path segment or query value: all but RFC 3986's unreserved characters escaped.
+    static func urlComponent(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? ""
+    }
+
+    /// The path of the case of `q` (any id the search takes).
+    static func caseHref(_ q: String) -> String { "/admin/case?q=" + urlComponent(q) }
+
+    /// The path of a webhook endpoint's page, its deliveries optionally of one status.
+    static func webhookHref(_ id: String, status: String? = nil) -> String {
+        "/admin/webhooks/\(urlComponent(id))" + (status.map { "?status=" + urlComponent($0) } ?? "")
+    }
+
+    /// A delivery's last answer in words: the status code and the error, either of which may be missing.
+    static func lastAnswer(statusCode: Int?, error: String?) -> String {
+        let parts = [statusCode.map { String($0) }, error].compactMap { $0 }
+        return parts.isEmpty ? "–" : parts.joined(separator: ": ")
     }
 }
 

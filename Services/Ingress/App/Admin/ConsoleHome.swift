@@ -43,6 +43,11 @@ extension Console {
         if attention.frozenChainCount > 0 {
             rows.append(["frozen chains", HTML(String("\(attention.frozenChainCount)")), ""])
         }
+        if attention.deadDeliveryCount > 0 {
+            rows.append([
+                "webhook deliveries", HTML(String("\(attention.deadDeliveryCount) DEAD deliveries")), "<a href=\"/admin/webhooks\">webhooks</a>",
+            ])
+        }
         var html = ConsoleHTML.section(
             "Needs attention", id: "attention", ConsoleHTML.table(["what", "how many", "where"], rows, id: "attention-items"))
         if !attention.frozenChains.isEmpty {
@@ -58,6 +63,25 @@ extension Console {
                         ]
                     }, id: "frozen-chains"))
         }
+        if !attention.deadDeliveries.isEmpty { html += deadDeliveries(attention.deadDeliveries) }
         return html
+    }
+
+    /// The newest DEAD deliveries, each leading to its user's case (where it can be retried) and
+    /// to its endpoint's DEAD deliveries.
+    static func deadDeliveries(_ deliveries: [Attention.DeadDelivery]) -> HTML {
+        ConsoleHTML.section(
+            "Dead webhook deliveries",
+            ConsoleHTML.table(
+                ["event", "type", "endpoint", "last answer", "user", "case"],
+                deliveries.map { delivery in
+                    let open: HTML = delivery.userId.map { "<a href=\"\(ConsoleHTML.caseHref($0))\">open</a>" } ?? ""
+                    return [
+                        HTML(delivery.eventId), HTML(delivery.type),
+                        "<a href=\"\(ConsoleHTML.webhookHref(delivery.endpointId, status: "DEAD"))\">\(delivery.endpointId)</a>",
+                        HTML(ConsoleHTML.lastAnswer(statusCode: delivery.lastStatusCode, error: delivery.lastError)),
+                        HTML(delivery.userId ?? "–"), open,
+                    ]
+                }, id: "dead-deliveries"))
     }
 }
