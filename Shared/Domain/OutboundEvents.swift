@@ -15,6 +15,7 @@ public enum OutboundEventType: String, Sendable, Hashable, Codable, CaseIterable
     case creditsCleared = "credits.cleared"
     case orderFulfilled = "order.fulfilled"
     case orderFailed = "order.failed"
+    case accountConflict = "account.conflict"
 }
 
 /// A JSON value of an event's `data` (the few kinds events carry).

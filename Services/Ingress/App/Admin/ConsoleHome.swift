@@ -43,6 +43,9 @@ extension Console {
         if attention.frozenChainCount > 0 {
             rows.append(["frozen chains", HTML(String("\(attention.frozenChainCount)")), ""])
         }
+        if !attention.accountConflicts.isEmpty {
+            rows.append(["account conflicts on paid charges", HTML(String("\(attention.accountConflicts.count)")), ""])
+        }
         var html = ConsoleHTML.section(
             "Needs attention", id: "attention", ConsoleHTML.table(["what", "how many", "where"], rows, id: "attention-items"))
         if !attention.frozenChains.isEmpty {
@@ -57,6 +60,21 @@ extension Console {
                             HTML(ConsoleHTML.time(chain.since)), "<a href=\"/admin/case?q=\(encoded)\">open</a>",
                         ]
                     }, id: "frozen-chains"))
+        }
+        if !attention.accountConflicts.isEmpty {
+            html += ConsoleHTML.section(
+                "Account conflicts",
+                ConsoleHTML.table(
+                    ["chain", "transaction", "paid by", "chain held by", "since", "case"],
+                    attention.accountConflicts.map { conflict in
+                        let encoded = conflict.transactionId.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                        return [
+                            HTML(String("\(conflict.environment) \(conflict.originalTransactionId)")),
+                            HTML(String("\(conflict.transactionId) \(conflict.productId)")), HTML(conflict.payerUserId),
+                            HTML(conflict.otherUserId), HTML(ConsoleHTML.time(conflict.since)),
+                            "<a href=\"/admin/case?q=\(encoded)\">open</a>",
+                        ]
+                    }, id: "account-conflicts"))
         }
         return html
     }
