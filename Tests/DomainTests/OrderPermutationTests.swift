@@ -98,4 +98,29 @@ import Testing
             #expect(store.orders == before, "\(arrival)")
         }
     }
+
+    /// Apple reverses the refund after the purchase was held back by it: the charge counts again,
+    /// as a RECOVERY order (the click's order had ended FAILED), granted once.
+    @Test func aReversedRefundAppliesWhatTheRevocationHeldBack() {
+        var store = planner.store()
+        store.orders.append(
+            OrderRecord(
+                orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
+                transactionID: nil, createdAt: t0 - 60))
+        let purchase = planner.tx("1000", purchase: t0)
+        var refunded = purchase
+        refunded.revocationDate = t0 + 2 * day
+        refunded.signedDate = t0 + 2 * day
+        var reversed = purchase
+        reversed.signedDate = t0 + 3 * day
+        store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + 3 * day)
+        store.apply(planner.initialBuy, purchase, now: t0 + 3 * day)
+        #expect(store.orders.map(\.status) == [.failed])
+        let reversal = store.apply(.notification(type: "REFUND_REVERSED", subtype: nil), reversed, now: t0 + 3 * day)
+        #expect(reversal.order?.order.orderNo == "RCV-S-1000" && reversal.order?.order.status == .fulfilled)
+        #expect(reversal.grants.map(\.amount) == [Credits.micro(1000)])
+        #expect(store.apply(planner.initialBuy, purchase, now: t0 + 3 * day).writesNothing)
+        #expect(store.balance == Credits.micro(1000))
+        #expect(store.subscription?.state.status == .active)
+    }
 }
