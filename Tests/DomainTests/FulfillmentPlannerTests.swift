@@ -96,6 +96,16 @@ struct MemoryStore {
         return plan
     }
 
+    /// A client's purchase order (alice's unless told), as `POST …/orders` leaves it.
+    mutating func openOrder(
+        _ orderNo: String, _ product: CatalogueProduct, status: OrderStatus = .created, createdAt: Date, user: String = "alice"
+    ) {
+        orders.append(
+            OrderRecord(
+                orderNo: orderNo, userID: user, productID: product.productID, type: .initial, status: status, transactionID: nil,
+                createdAt: createdAt))
+    }
+
     var grants: [String: (transactionID: String, record: GrantRecord)] {
         Dictionary(lots.map { ($0.record.grantKey, $0) }) { first, _ in first }
     }
@@ -160,10 +170,7 @@ struct MemoryStore {
 
     @Test func initialBuyCompletesTheOpenOrderActivatesAndGrantsOnce() {
         var store = store()
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 - 60))
+        store.openOrder("PAY1", Catalogue.starter, createdAt: t0 - 60)
         let purchase = tx("1000", purchase: t0)
         let plan = store.apply(initialBuy, purchase, now: t0 + day)
         #expect(plan.verdict == .applied)
@@ -198,10 +205,7 @@ struct MemoryStore {
         #expect(store.subscription?.state.lastTransactionID == "1001")
         // An order created after the purchase (plus the clock tolerance) is not the purchase's order.
         var late = self.store()
-        late.orders.append(
-            OrderRecord(
-                orderNo: "PAY2", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 + 600))
+        late.openOrder("PAY2", Catalogue.starter, createdAt: t0 + 600)
         #expect(late.apply(initialBuy, tx("1000", purchase: t0), now: t0 + day).order?.order.type == .recovery)
     }
 
@@ -342,10 +346,7 @@ struct MemoryStore {
     @Test func clientUploadsMustFitTheirOrder() {
         var store = store()
         for (orderNo, status) in [("PAY1", OrderStatus.cancelled), ("BAD1", .created), ("BAD2", .pending)] {
-            store.orders.append(
-                OrderRecord(
-                    orderNo: orderNo, userID: "alice", productID: Catalogue.pro.productID, type: .initial, status: status,
-                    transactionID: nil, createdAt: t0 - 60))
+            store.openOrder(orderNo, Catalogue.pro, status: status, createdAt: t0 - 60)
         }
         let upload = { (orderNo: String) in FactSource.clientSubmission(orderNo: orderNo, submitter: "alice") }
         let verdict = { (plan: FulfillmentPlan) -> String? in
@@ -370,10 +371,7 @@ struct MemoryStore {
         #expect(plan.order?.previousStatus == .cancelled)
         #expect(plan.order?.order.status == .fulfilled)
         // An old JWS uploaded to a new order is refused, the order FAILED; nothing is granted twice.
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY2", userID: "alice", productID: Catalogue.pro.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 + 60))
+        store.openOrder("PAY2", Catalogue.pro, createdAt: t0 + 60)
         let old = store.apply(upload("PAY2"), tx("1001", Catalogue.pro, purchase: t0), now: t0)
         #expect(verdict(old) == "TRANSACTION_ALREADY_USED")
         #expect(old.failedOrder?.code == .transactionAlreadyUsed)
@@ -382,10 +380,7 @@ struct MemoryStore {
 
     @Test func refusalsThatMayPassLaterKeepTheOrderOpen() {
         var store = store()
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 - 60))
+        store.openOrder("PAY1", Catalogue.starter, createdAt: t0 - 60)
         let upload = FactSource.clientSubmission(orderNo: "PAY1", submitter: "alice")
         // Bob's purchase uploaded by alice: an account conflict, for an operator to resolve.
         let bobs = tx("2000", purchase: t0, original: "2000", token: "6f1c1e2a-0000-4000-8000-00000000000b")
@@ -406,10 +401,7 @@ struct MemoryStore {
 
     @Test func aRevokedTransactionNeverFulfilsAnOrder() {
         var store = store()
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 - 60))
+        store.openOrder("PAY1", Catalogue.starter, createdAt: t0 - 60)
         let purchase = tx("1000", purchase: t0)
         var refunded = purchase
         refunded.revocationDate = t0 + day
@@ -427,10 +419,7 @@ struct MemoryStore {
         bare.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + day)
         #expect(bare.apply(initialBuy, purchase, now: t0 + day).order == nil)
         #expect(bare.orders.isEmpty && bare.lots.isEmpty)
-        bare.orders.append(
-            OrderRecord(
-                orderNo: "PAY2", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 - 60))
+        bare.openOrder("PAY2", Catalogue.starter, createdAt: t0 - 60)
         let upload = bare.apply(.clientSubmission(orderNo: "PAY2", submitter: "alice"), purchase, now: t0 + day)
         #expect(upload.verdict == .refused(code: "TRANSACTION_REVOKED", reason: "a revoked transaction fulfils no order"))
         #expect(bare.orders.map(\.status) == [.failed])

@@ -41,10 +41,7 @@ import Testing
                 // Before the purchase it is the click that led to the charge; after it, a later
                 // click (created then, so not that charge's order).
                 let beforeCharge = arrival.firstIndex(of: .order)! < arrival.firstIndex(of: .purchase)!
-                store.orders.append(
-                    OrderRecord(
-                        orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                        transactionID: nil, createdAt: beforeCharge ? t0 - 60 : now))
+                store.openOrder("PAY1", Catalogue.starter, createdAt: beforeCharge ? t0 - 60 : now)
                 continue
             case .purchase: plan = store.apply(planner.initialBuy, purchase, now: now)
             case .refund: plan = store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: now)
@@ -103,10 +100,7 @@ import Testing
     /// as a RECOVERY order (the click's order had ended FAILED), granted once.
     @Test func aReversedRefundAppliesWhatTheRevocationHeldBack() {
         var store = planner.store()
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 - 60))
+        store.openOrder("PAY1", Catalogue.starter, createdAt: t0 - 60)
         let purchase = planner.tx("1000", purchase: t0)
         var refunded = purchase
         refunded.revocationDate = t0 + 2 * day
