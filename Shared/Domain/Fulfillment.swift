@@ -371,23 +371,24 @@ public enum FulfillmentPlanner {
             case .clientSubmission(let orderNo, let submitter) = input.source, let order = input.submittedOrder,
             order.orderNo == orderNo, order.userID == submitter, let fact = input.transaction
         {
-            plan.failedOrder = failure(of: order, code: permanent, reason: reason, transaction: fact)
+            plan.failedOrder = failure(
+                of: order, code: permanent, reason: reason, transactionID: fact.transactionID, environment: fact.environment)
             plan.events = FulfillmentEvents.failed(plan.failedOrder, now: input.now)
         }
         return plan
     }
 
-    /// The order ended FAILED by `transaction`; nil when the order is final already or linked to
-    /// a transaction (its own charge decides it, not this one).
-    static func failure(of order: OrderRecord, code: OrderFailureCode, reason: String, transaction: TransactionFact)
-        -> OrderFailure?
-    {
+    /// The order ended FAILED by the refused transaction; nil when the order is final already or
+    /// linked to a transaction (its own charge decides it, not this one).
+    public static func failure(
+        of order: OrderRecord, code: OrderFailureCode, reason: String, transactionID: String, environment: String
+    ) -> OrderFailure? {
         guard order.transactionID == nil, order.status.canMove(to: .failed) else { return nil }
         var failed = order
         failed.status = .failed
         return OrderFailure(
-            order: failed, previousStatus: order.status, code: code, reason: reason, transactionID: transaction.transactionID,
-            environment: transaction.environment)
+            order: failed, previousStatus: order.status, code: code, reason: reason, transactionID: transactionID,
+            environment: environment)
     }
 
     /// Who an event's facts belong to.
@@ -619,7 +620,7 @@ public enum FulfillmentPlanner {
             if let candidate, transaction.revocationDate != nil {
                 plan.failedOrder = failure(
                     of: candidate, code: .transactionRevoked, reason: "Apple revoked the transaction that paid for the order",
-                    transaction: transaction)
+                    transactionID: transaction.transactionID, environment: transaction.environment)
                 return nil
             }
             if let candidate {

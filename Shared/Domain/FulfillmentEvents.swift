@@ -90,7 +90,7 @@ public enum FulfillmentEvents {
 
     /// `order.failed` for an order the event ended FAILED: once per order (FAILED is final), with
     /// the stable failure code and the transaction that was refused for it.
-    static func failed(_ failure: OrderFailure?, now: Date) -> [OutboundEvent] {
+    public static func failed(_ failure: OrderFailure?, now: Date) -> [OutboundEvent] {
         guard let failure else { return [] }
         var failed = order(
             .orderFailed, failure.order, environment: failure.environment,

@@ -189,6 +189,35 @@ public struct OrderStore: Sendable {
         }
     }
 
+    /// Ends the user's order FAILED for a verified transaction the ingress refused for it before
+    /// storing anything (another product, a period already over), with its history row and
+    /// `order.failed` in one transaction; an order final or linked already is left as it is.
+    public func failForUpload(
+        _ orderNo: String, userID: String, code: OrderFailureCode, reason: String, transactionID: String, environment: String,
+        now: Date
+    ) async throws {
+        try await pool.transaction { db in
+            guard
+                let row = try await db.query(
+                    """
+                    SELECT \(sql: Self.columns), o.user_id FROM payment_order o
+                     WHERE o.order_no = \(orderNo) AND o.user_id = \(userID) FOR UPDATE
+                    """
+                ).first
+            else { return }
+            let stored = try Self.order(row)
+            let order = OrderRecord(
+                orderNo: stored.orderNo, userID: userID, productID: stored.productID, type: stored.type, status: stored.status,
+                transactionID: stored.transactionID, createdAt: stored.createdAt)
+            guard
+                let failure = FulfillmentPlanner.failure(
+                    of: order, code: code, reason: reason, transactionID: transactionID, environment: environment)
+            else { return }
+            try await Self.fail(failure, cause: "client.upload", kind: nil, eventID: nil, on: db)
+            try await OutboundEventStore(pool: pool).append(FulfillmentEvents.failed(failure, now: now), on: db)
+        }
+    }
+
     /// The order a transaction fulfilled, if any.
     public func fulfilledOrderNo(environment: String, transactionID: String) async throws -> String? {
         try await pool.query(
@@ -332,7 +361,7 @@ public struct OrderStore: Sendable {
     /// Ends an order FAILED with its stable code (`OrderFailureCode`) and a status-history row
     /// naming the event; an order final or linked to a transaction by now is left as it is.
     public static func fail(
-        _ failure: OrderFailure, cause: String, kind: String, eventID: Int64, on db: PostgresConnection
+        _ failure: OrderFailure, cause: String, kind: String?, eventID: Int64?, on db: PostgresConnection
     ) async throws {
         let final = OrderStatus.allCases.filter(\.isFinal).map(\.rawValue)
         try await db.query(
