@@ -224,9 +224,20 @@ public enum ChangeTiming: String, Sendable, Codable {
     public static func of(current: CatalogueProduct?, candidate: CatalogueProduct) -> ChangeTiming? {
         switch PlanRelation.between(current: current, candidate: candidate) {
         case .current: nil
-        case .new, .upgrade: .now
-        case .downgrade: .nextRenewal
-        case .crossgrade: current?.duration == candidate.duration ? .now : .nextRenewal
+        case .new: .now
+        case .upgrade, .downgrade, .crossgrade:
+            between(
+                currentLevel: current?.planLevel ?? candidate.planLevel, currentDuration: current?.duration ?? candidate.duration,
+                candidateLevel: candidate.planLevel, candidateDuration: candidate.duration)
         }
+    }
+
+    /// The timing of a change between two different plans of one group, from Apple's levels (1 is
+    /// the highest) and the plans' durations.
+    public static func between(
+        currentLevel: Int, currentDuration: ProductDuration, candidateLevel: Int, candidateDuration: ProductDuration
+    ) -> ChangeTiming {
+        if candidateLevel != currentLevel { return candidateLevel < currentLevel ? .now : .nextRenewal }
+        return candidateDuration == currentDuration ? .now : .nextRenewal
     }
 }

@@ -231,6 +231,20 @@ public struct OrderChange: Sendable, Hashable {
     public var subscriptionGroupID: String
 }
 
+/// An open order that a verified transaction can never complete, ended `FAILED` with its code.
+/// The order stays unlinked: the transaction is another order's, or no order's, and a later
+/// real charge still counts (as a RECOVERY order).
+public struct OrderFailure: Sendable, Hashable {
+    /// The order as it is after the event (status FAILED).
+    public var order: OrderRecord
+    public var previousStatus: OrderStatus
+    public var code: OrderFailureCode
+    public var reason: String
+    /// The transaction that was refused for the order.
+    public var transactionID: String
+    public var environment: String
+}
+
 /// The recomputed subscription row of the chain.
 public struct SubscriptionChange: Sendable, Hashable {
     public var state: SubscriptionState
@@ -271,6 +285,9 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// Renewal info newer than the stored one (or the first one).
     public var storeRenewal: RenewalFact?
     public var order: OrderChange?
+    /// An open order the event ends FAILED (a refused upload for it, or a revoked transaction that
+    /// would otherwise have completed it); written whatever the verdict.
+    public var failedOrder: OrderFailure?
     /// Nil when the row would not change.
     public var subscription: SubscriptionChange?
     public var grants: [GrantDecision] = []
@@ -302,7 +319,7 @@ public struct FulfillmentPlan: Sendable, Hashable {
     public var writesNothing: Bool {
         storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
             && revocations.isEmpty && freedGrants.isEmpty && restorations.isEmpty && restoreClearing == nil && history.isEmpty
-            && bindFamilyMember == nil
+            && bindFamilyMember == nil && failedOrder == nil
     }
 
     init(verdict: FulfillmentVerdict, user: UserRecord? = nil) {
@@ -348,11 +365,32 @@ public enum FulfillmentPlanner {
         return plan
     }
 
-    /// A refusal's plan: nothing written but the refusal, and `order.failed` for a client's upload.
+    /// A refusal's plan: nothing written but the refusal, and, when a client's upload for its
+    /// order is refused for good (`OrderFailureCode`), that order ended FAILED with `order.failed`.
     private static func refused(_ verdict: FulfillmentVerdict, user: UserRecord, input: FulfillmentInput) -> FulfillmentPlan {
         var plan = FulfillmentPlan(verdict: verdict, user: user)
-        if case .refused(let code, let reason) = verdict { plan.events = FulfillmentEvents.refused(input, code: code, reason: reason) }
+        if case .refused(let code, let reason) = verdict, let permanent = OrderFailureCode(rawValue: code),
+            case .clientSubmission(let orderNo, let submitter) = input.source, let order = input.submittedOrder,
+            order.orderNo == orderNo, order.userID == submitter, let fact = input.transaction
+        {
+            plan.failedOrder = failure(
+                of: order, code: permanent, reason: reason, transactionID: fact.transactionID, environment: fact.environment)
+            plan.events = FulfillmentEvents.failed(plan.failedOrder, now: input.now)
+        }
         return plan
+    }
+
+    /// The order ended FAILED by the refused transaction; nil when the order is final already or
+    /// linked to a transaction (its own charge decides it, not this one).
+    public static func failure(
+        of order: OrderRecord, code: OrderFailureCode, reason: String, transactionID: String, environment: String
+    ) -> OrderFailure? {
+        guard order.transactionID == nil, order.status.canMove(to: .failed) else { return nil }
+        var failed = order
+        failed.status = .failed
+        return OrderFailure(
+            order: failed, previousStatus: order.status, code: code, reason: reason, transactionID: transactionID,
+            environment: environment)
     }
 
     /// Who an event's facts belong to.
@@ -394,6 +432,7 @@ public enum FulfillmentPlanner {
         if let other = claimants.lazy.compactMap({ $0 }).first(where: { $0 != user.userID }) {
             var plan = FulfillmentPlan(verdict: .accountConflict(attributed: user.userID, other: other), user: user)
             plan.freezeChain = input.subscription != nil
+            plan.events = FulfillmentEvents.accountConflict(input, payer: user.userID, other: other, chainFrozen: plan.freezeChain)
             return plan
         }
         if let frozen = input.subscription?.frozenReason {
@@ -438,7 +477,7 @@ public enum FulfillmentPlanner {
         switch input.source.action {
         case .applyTransaction, .restoreTransaction:
             if let refusal = orderPlan(&plan, input: input, transaction: effective, product: product, chain: chain) { return refusal }
-            // A restored transaction gets its grant only if it was applied (ordered) before.
+            // A restored transaction gets its grant once it has an order (now or before).
             if plan.order != nil || input.linkedOrder != nil || effective.isFamilyShared {
                 plan.grants = newGrants(for: effective, product: product, input: input, chain: chain)
             }
@@ -562,7 +601,13 @@ public enum FulfillmentPlanner {
         // Family-shared access is a separate entitlement, never a paid order; a linked order is done.
         guard !transaction.isFamilyShared, input.linkedOrder == nil else { return nil }
         let hint: OrderType
-        if case .applyTransaction(let type) = input.source.action { hint = type } else { return nil }
+        switch input.source.action {
+        case .applyTransaction(let type): hint = type
+        // A reversed refund applies what the revocation held back: a purchase or renewal that
+        // arrived while its transaction was revoked made no order and granted nothing.
+        case .restoreTransaction: hint = .recovery
+        default: return nil
+        }
         let isRenewal = transaction.transactionReason.map { $0 == "RENEWAL" } ?? (hint == .renewal)
         if !isRenewal {
             let candidate = input.openOrders
@@ -572,11 +617,22 @@ public enum FulfillmentPlanner {
                         && $0.createdAt <= transaction.purchaseDate.addingTimeInterval(clockTolerance)
                 }
                 .max { $0.createdAt < $1.createdAt }
+            // A revoked transaction (its refund known before its purchase) completes no order:
+            // the intent it would have completed can never be, so it ends FAILED.
+            if let candidate, transaction.revocationDate != nil {
+                plan.failedOrder = failure(
+                    of: candidate, code: .transactionRevoked, reason: "Apple revoked the transaction that paid for the order",
+                    transactionID: transaction.transactionID, environment: transaction.environment)
+                return nil
+            }
             if let candidate {
                 plan.order = link(candidate, to: transaction, product: product)
                 return nil
             }
         }
+        // Nor does it get an order of its own: nothing was delivered for it, and the consumption
+        // answer must not say otherwise.
+        if transaction.revocationDate != nil { return nil }
         var type = OrderType.recovery
         if isRenewal {
             type = .renewal

@@ -74,6 +74,7 @@ public enum FulfillmentEvents {
         if let change = plan.order {
             events.append(order(.orderFulfilled, change.order, environment: change.environment, extra: [:], now: input.now))
         }
+        events += failed(plan.failedOrder, now: input.now)
         let fact = input.transaction
         let granted =
             plan.grants.map { (fact, $0) } + plan.freedGrants.map { (Optional($0.transaction), $0.decision) }
@@ -87,18 +88,33 @@ public enum FulfillmentEvents {
         return events
     }
 
-    /// `order.failed` for a client's upload for its order that was refused: the order stays as
-    /// it was (a later charge may still complete it), and the app learns why this one did not.
-    static func refused(_ input: FulfillmentInput, code: String, reason: String) -> [OutboundEvent] {
-        guard case .clientSubmission(let orderNo, let submitter) = input.source, let order = input.submittedOrder,
-            order.orderNo == orderNo, order.userID == submitter, let fact = input.transaction
-        else { return [] }
-        var failed = Self.order(
-            .orderFailed, order, environment: fact.environment,
-            extra: ["code": .string(code), "reason": .string(reason)], now: input.now)
-        failed.key = "order.failed:\(orderNo):\(fact.environment):\(fact.transactionID):\(code)"
-        failed.data["transactionId"] = .string(fact.transactionID)
+    /// `order.failed` for an order the event ended FAILED: once per order (FAILED is final), with
+    /// the stable failure code and the transaction that was refused for it.
+    public static func failed(_ failure: OrderFailure?, now: Date) -> [OutboundEvent] {
+        guard let failure else { return [] }
+        var failed = order(
+            .orderFailed, failure.order, environment: failure.environment,
+            extra: ["code": .string(failure.code.rawValue), "reason": .string(failure.reason)], now: now)
+        failed.data["transactionId"] = .string(failure.transactionID)
         return [failed]
+    }
+
+    /// `account.conflict` for a charge whose signed token names one user on a chain or
+    /// transaction another user holds (a second account paying on the same Apple Account): the
+    /// payer was charged and gets nothing until an operator acts, so their services hear of it;
+    /// once per transaction and payer.
+    static func accountConflict(_ input: FulfillmentInput, payer: String, other: String, chainFrozen: Bool) -> [OutboundEvent] {
+        guard let fact = input.transaction else { return [] }
+        return [
+            OutboundEvent(
+                key: "account.conflict:\(fact.environment):\(fact.transactionID):\(payer)", type: .accountConflict, userID: payer,
+                environment: fact.environment, occurredAt: input.now,
+                data: [
+                    "productId": .string(fact.productID), "originalTransactionId": .string(fact.originalTransactionID),
+                    "transactionId": .string(fact.transactionID), "otherUserId": .string(other),
+                    "chainFrozen": .bool(chainFrozen), "cause": .string(input.source.cause),
+                ])
+        ]
     }
 
     private static func order(

@@ -10,11 +10,19 @@ public enum OrderCreation {
         public var productID: String
         public var subscriptionGroupID: String
         public var kind: ProductKind
+        /// Apple's level in the group (1 is the highest) and the paid period: when a change applies.
+        public var planLevel: Int
+        public var duration: ProductDuration
 
-        public init(productID: String, subscriptionGroupID: String, kind: ProductKind = .autoRenewable) {
+        public init(
+            productID: String, subscriptionGroupID: String, kind: ProductKind = .autoRenewable, planLevel: Int = 1,
+            duration: ProductDuration = .month
+        ) {
             self.productID = productID
             self.subscriptionGroupID = subscriptionGroupID
             self.kind = kind
+            self.planLevel = planLevel
+            self.duration = duration
         }
     }
 
@@ -44,6 +52,9 @@ public enum OrderCreation {
         /// The product of the user's subscription with service in the product's group (not
         /// family shared), if any.
         public var currentProductID: String?
+        /// The catalogue row of `currentProductID` (enabled or not: it was sold), to tell when a
+        /// change would apply.
+        public var currentProduct: Product?
         /// The user's open purchase intents (INITIAL or CHANGE, CREATED or PENDING) in the group.
         public var openOrders: [ExistingOrder]
         public var now: Date
@@ -52,12 +63,13 @@ public enum OrderCreation {
 
         public init(
             requestedProductID: String, product: Product?, sameRequest: ExistingOrder? = nil, currentProductID: String? = nil,
-            openOrders: [ExistingOrder] = [], now: Date, openOrderWindow: TimeInterval
+            currentProduct: Product? = nil, openOrders: [ExistingOrder] = [], now: Date, openOrderWindow: TimeInterval
         ) {
             self.requestedProductID = requestedProductID
             self.product = product
             self.sameRequest = sameRequest
             self.currentProductID = currentProductID
+            self.currentProduct = currentProduct
             self.openOrders = openOrders
             self.now = now
             self.openOrderWindow = openOrderWindow
@@ -76,6 +88,9 @@ public enum OrderCreation {
         case purchasePending
         /// A purchase in the group was started within the open-order window.
         case anotherOrderOpen
+        /// A change Apple applies at the next renewal (a lower level, or the same level with another
+        /// duration): no charge now, so no order; the renewal that applies it gets its RENEWAL order.
+        case changeDeferred
     }
 
     public enum Decision: Sendable, Equatable {
@@ -99,6 +114,17 @@ public enum OrderCreation {
         var type = OrderType.initial
         if let current = inputs.currentProductID {
             if current == inputs.requestedProductID { return .refuse(.alreadySubscribed) }
+            // No transaction could ever complete an order for a deferred change: opened, it would
+            // only hold the group with ORDER_CONFLICT until it expired. Apple records it as the
+            // renewal preference (`pendingProductId`), and its renewal is a RENEWAL order.
+            if let currentProduct = inputs.currentProduct, currentProduct.productID == current,
+                currentProduct.subscriptionGroupID == product.subscriptionGroupID,
+                ChangeTiming.between(
+                    currentLevel: currentProduct.planLevel, currentDuration: currentProduct.duration,
+                    candidateLevel: product.planLevel, candidateDuration: product.duration) == .nextRenewal
+            {
+                return .refuse(.changeDeferred)
+            }
             type = .change
         }
         for order in inputs.openOrders {

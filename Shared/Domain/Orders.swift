@@ -44,3 +44,22 @@ public enum OrderStatus: String, Sendable, Codable, CaseIterable {
         }
     }
 }
+
+/// Why an order ended `FAILED`: a verified Apple transaction was refused for it, and no retry of
+/// that transaction can ever succeed. Stable: clients and the order's events carry these codes.
+/// Refusals that may pass later (a frozen chain, an account conflict an operator resolves) and
+/// uploads that could not be verified at all leave the order open.
+public enum OrderFailureCode: String, Sendable, Codable, CaseIterable {
+    /// Apple refunded or revoked the transaction: it fulfils no order.
+    case transactionRevoked = "TRANSACTION_REVOKED"
+    /// The transaction's period was over when it was uploaded for a new order.
+    case transactionExpired = "TRANSACTION_EXPIRED"
+    /// The transaction is for another product than the order.
+    case productMismatch = "ORDER_PRODUCT_MISMATCH"
+    /// The transaction fulfilled another order already.
+    case transactionAlreadyUsed = "TRANSACTION_ALREADY_USED"
+    /// Family-shared access is not a paid order.
+    case familyShared = "FAMILY_SHARED"
+    /// A Sandbox purchase for a user who is no test user of a Production deployment.
+    case sandboxRefused = "SANDBOX_REFUSED"
+}

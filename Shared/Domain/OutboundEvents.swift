@@ -16,6 +16,7 @@ public enum OutboundEventType: String, Sendable, Hashable, Codable, CaseIterable
     case orderFulfilled = "order.fulfilled"
     case orderFailed = "order.failed"
     case accountConsentRescinded = "account.consent_rescinded"
+    case accountConflict = "account.conflict"
 }
 
 /// A JSON value of an event's `data` (the few kinds events carry).

@@ -24,6 +24,20 @@ public struct Attention: Sendable, Codable, Equatable {
         public var lastError: String?
     }
 
+    /// A charge that met another user's chain (`account.conflict`) whose chain is still frozen:
+    /// the payer was charged and has nothing until an operator attributes or unfreezes it.
+    public struct AccountConflict: Sendable, Codable, Equatable {
+        public var environment: String
+        public var originalTransactionId: String
+        public var transactionId: String
+        public var productId: String
+        /// Who paid (the signed token's user).
+        public var payerUserId: String
+        /// Who holds the chain.
+        public var otherUserId: String
+        public var since: Date
+    }
+
     /// DEAD events by error code, unmatched facts left out (they are listed by reason).
     public var deadEvents: [String: Int]
     /// Facts waiting for a product or an account, by reason, not replayed yet.
@@ -31,6 +45,8 @@ public struct Attention: Sendable, Codable, Equatable {
     public var frozenChainCount: Int
     /// The longest-frozen chains first, at most `CaseStore.attentionLimit`.
     public var frozenChains: [FrozenChain]
+    /// The newest open account conflicts first, at most `CaseStore.attentionLimit`.
+    public var accountConflicts: [AccountConflict] = []
     /// Events received or waiting for a retry, and the oldest one's age in seconds.
     public var waitingEvents: Int
     public var oldestWaitingSeconds: Int
@@ -49,7 +65,7 @@ public struct Attention: Sendable, Codable, Equatable {
     /// Whether nothing at all needs attention.
     public var isClear: Bool {
         deadEvents.isEmpty && unmatchedFacts.isEmpty && frozenChainCount == 0 && waitingEvents == 0 && unpublishedInbound == 0
-            && unpublishedOutbound == 0 && deadDeliveryCount == 0
+            && unpublishedOutbound == 0 && deadDeliveryCount == 0 && accountConflicts.isEmpty
     }
 }
 
@@ -124,6 +140,23 @@ extension CaseStore {
                     endpointId: try row.decode("endpoint_id"), eventId: try row.decode("event_id"), type: try row.decode("type"),
                     userId: try row.decode("user_id"), lastStatusCode: try row.decode("last_status_code"),
                     lastError: try row.decode("last_error"))
+            }
+            attention.accountConflicts = try await db.query(
+                """
+                SELECT e.environment, e.data->>'originalTransactionId' AS original, e.data->>'transactionId' AS transaction,
+                       e.data->>'productId' AS product, e.user_id, e.data->>'otherUserId' AS other, e.created_at
+                  FROM outbound_event e
+                 WHERE e.type = 'account.conflict'
+                   AND EXISTS (SELECT 1 FROM user_subscription s
+                                WHERE s.environment = e.environment AND s.original_transaction_id = e.data->>'originalTransactionId'
+                                  AND s.frozen_reason IS NOT NULL)
+                 ORDER BY e.created_at DESC LIMIT \(Self.attentionLimit)
+                """
+            ).map { row in
+                Attention.AccountConflict(
+                    environment: try row.decode("environment"), originalTransactionId: try row.decode("original"),
+                    transactionId: try row.decode("transaction"), productId: try row.decode("product"),
+                    payerUserId: try row.decode("user_id"), otherUserId: try row.decode("other"), since: try row.decode("created_at"))
             }
             return attention
         }

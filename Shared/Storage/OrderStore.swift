@@ -103,15 +103,11 @@ public struct OrderStore: Sendable {
         try await pool.transaction(maxAttempts: 3) { db in
             let product = try await db.query(
                 """
-                SELECT product_id, subscription_group_id, kind FROM payment_product
+                SELECT \(sql: Self.productColumns) FROM payment_product
                  WHERE channel = 'APPLE' AND app_key = \(request.appKey) AND product_id = \(request.productID)
                    AND enabled AND NOT deleted
                 """
-            ).first.map {
-                OrderCreation.Product(
-                    productID: try $0.decode("product_id"), subscriptionGroupID: try $0.decode("subscription_group_id"),
-                    kind: ProductKind(rawValue: try $0.decode("kind")) ?? .autoRenewable)
-            }
+            ).first.map(Self.product)
             var inputs = OrderCreation.Inputs(
                 requestedProductID: request.productID, product: product, now: request.now, openOrderWindow: request.openOrderWindow)
             if let product {
@@ -125,6 +121,14 @@ public struct OrderStore: Sendable {
                 ).first.map(Self.existing)
                 inputs.currentProductID = try await SubscriptionStore.currentProduct(
                     userID: request.userID, group: product.subscriptionGroupID, appKey: request.appKey, on: db)
+                if let current = inputs.currentProductID {
+                    inputs.currentProduct = try await db.query(
+                        """
+                        SELECT \(sql: Self.productColumns) FROM payment_product
+                         WHERE channel = 'APPLE' AND app_key = \(request.appKey) AND product_id = \(current)
+                        """
+                    ).first.map(Self.product)
+                }
                 inputs.openOrders = try await db.query(
                     """
                     SELECT order_no, product_id, status, created_at FROM payment_order
@@ -182,6 +186,35 @@ public struct OrderStore: Sendable {
             guard order.status.canMove(to: target) else { return .refused(order) }
             try await Self.move(orderNo, from: order.status, to: target, cause: cause, on: db)
             return .answered(try await Self.load(orderNo, on: db))
+        }
+    }
+
+    /// Ends the user's order FAILED for a verified transaction the ingress refused for it before
+    /// storing anything (another product, a period already over), with its history row and
+    /// `order.failed` in one transaction; an order final or linked already is left as it is.
+    public func failForUpload(
+        _ orderNo: String, userID: String, code: OrderFailureCode, reason: String, transactionID: String, environment: String,
+        now: Date
+    ) async throws {
+        try await pool.transaction { db in
+            guard
+                let row = try await db.query(
+                    """
+                    SELECT \(sql: Self.columns), o.user_id FROM payment_order o
+                     WHERE o.order_no = \(orderNo) AND o.user_id = \(userID) FOR UPDATE
+                    """
+                ).first
+            else { return }
+            let stored = try Self.order(row)
+            let order = OrderRecord(
+                orderNo: stored.orderNo, userID: userID, productID: stored.productID, type: stored.type, status: stored.status,
+                transactionID: stored.transactionID, createdAt: stored.createdAt)
+            guard
+                let failure = FulfillmentPlanner.failure(
+                    of: order, code: code, reason: reason, transactionID: transactionID, environment: environment)
+            else { return }
+            try await Self.fail(failure, cause: "client.upload", kind: nil, eventID: nil, on: db)
+            try await OutboundEventStore(pool: pool).append(FulfillmentEvents.failed(failure, now: now), on: db)
         }
     }
 
@@ -325,6 +358,30 @@ public struct OrderStore: Sendable {
         return "\(insert)"
     }
 
+    /// Ends an order FAILED with its stable code (`OrderFailureCode`) and a status-history row
+    /// naming the event; an order final or linked to a transaction by now is left as it is.
+    public static func fail(
+        _ failure: OrderFailure, cause: String, kind: String?, eventID: Int64?, on db: PostgresConnection
+    ) async throws {
+        let final = OrderStatus.allCases.filter(\.isFinal).map(\.rawValue)
+        try await db.query(
+            """
+            WITH before AS (
+                SELECT id, status FROM payment_order
+                 WHERE order_no = \(failure.order.orderNo) AND transaction_id IS NULL
+                   AND status <> ALL(\(PostgresArray(final))::text[])
+                   FOR UPDATE
+            ), failed AS (
+                UPDATE payment_order o
+                   SET status = \(OrderStatus.failed.rawValue), failure_code = \(failure.code.rawValue), updated_at = now()
+                  FROM before WHERE o.id = before.id
+                RETURNING o.order_no, before.status AS previous
+            )
+            INSERT INTO status_history (entity_type, entity_key, previous_status, current_status, cause, event_kind, event_id)
+            SELECT \(historyEntity), order_no, previous, \(OrderStatus.failed.rawValue), \(cause), \(kind), \(eventID) FROM failed
+            """)
+    }
+
     /// Subscriptions' changes of status that no event caused (the clock's), with their `cause`.
     public static func appendSubscriptionHistory(
         _ changes: [(key: String, previous: String, current: String)], cause: String, on db: PostgresConnection
@@ -344,6 +401,15 @@ public struct OrderStore: Sendable {
     static let openStatuses = OrderStatus.allCases.filter(\.isOpen).map(\.rawValue)
     /// `status_history.entity_type` of orders.
     static let historyEntity = "ORDER"
+
+    static let productColumns: StaticString = "product_id, subscription_group_id, kind, plan_level, duration"
+
+    private static func product(_ row: PostgresRow) throws -> OrderCreation.Product {
+        OrderCreation.Product(
+            productID: try row.decode("product_id"), subscriptionGroupID: try row.decode("subscription_group_id"),
+            kind: ProductKind(rawValue: try row.decode("kind")) ?? .autoRenewable, planLevel: try row.decode("plan_level"),
+            duration: ProductDuration(catalogueValue: try row.decode("duration")) ?? .month)
+    }
 
     private static func existing(_ row: PostgresRow) throws -> OrderCreation.ExistingOrder {
         OrderCreation.ExistingOrder(

@@ -105,6 +105,8 @@ import Testing
         let plan = store.apply(.clientSubmission(orderNo: "PAY1", submitter: "alice"), planner.tx("2000", purchase: t0), now: t0)
         #expect(plan.verdict == .refused(code: "ORDER_PRODUCT_MISMATCH", reason: "the order is for another product"))
         #expect(plan.events.map(\.type) == [.orderFailed])
+        #expect(plan.events.first?.key == "order.failed:PAY1")
+        #expect(plan.events.first?.data["status"] == .string("FAILED"))
         #expect(plan.events.first?.data["orderNo"] == .string("PAY1"))
         #expect(plan.events.first?.data["code"] == .string("ORDER_PRODUCT_MISMATCH"))
         #expect(plan.events.first?.data["transactionId"] == .string("2000"))

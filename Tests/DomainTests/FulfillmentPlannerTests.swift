@@ -60,6 +60,10 @@ struct MemoryStore {
         -> FulfillmentPlan
     {
         let plan = FulfillmentPlanner.plan(input(source, transaction, renewal, now: now))
+        // Written whatever the verdict, as the worker does (a refused upload ends its order too).
+        if let failure = plan.failedOrder, let index = orders.firstIndex(where: { $0.orderNo == failure.order.orderNo }) {
+            orders[index] = failure.order
+        }
         guard plan.verdict == .applied, let user = plan.user else { return plan }
         if let member = plan.bindFamilyMember, binding == nil {
             binding = ChainBindingRecord(userID: member, isTestUser: user.isTestUser, overridesTokens: false)
@@ -90,6 +94,16 @@ struct MemoryStore {
             if let ending = plan.restoreClearing { CreditRules.restoreClearing(&lots[index].record, ending: ending) }
         }
         return plan
+    }
+
+    /// A client's purchase order (alice's unless told), as `POST …/orders` leaves it.
+    mutating func openOrder(
+        _ orderNo: String, _ product: CatalogueProduct, status: OrderStatus = .created, createdAt: Date, user: String = "alice"
+    ) {
+        orders.append(
+            OrderRecord(
+                orderNo: orderNo, userID: user, productID: product.productID, type: .initial, status: status, transactionID: nil,
+                createdAt: createdAt))
     }
 
     var grants: [String: (transactionID: String, record: GrantRecord)] {
@@ -156,10 +170,7 @@ struct MemoryStore {
 
     @Test func initialBuyCompletesTheOpenOrderActivatesAndGrantsOnce() {
         var store = store()
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY1", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 - 60))
+        store.openOrder("PAY1", Catalogue.starter, createdAt: t0 - 60)
         let purchase = tx("1000", purchase: t0)
         let plan = store.apply(initialBuy, purchase, now: t0 + day)
         #expect(plan.verdict == .applied)
@@ -194,10 +205,7 @@ struct MemoryStore {
         #expect(store.subscription?.state.lastTransactionID == "1001")
         // An order created after the purchase (plus the clock tolerance) is not the purchase's order.
         var late = self.store()
-        late.orders.append(
-            OrderRecord(
-                orderNo: "PAY2", userID: "alice", productID: Catalogue.starter.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 + 600))
+        late.openOrder("PAY2", Catalogue.starter, createdAt: t0 + 600)
         #expect(late.apply(initialBuy, tx("1000", purchase: t0), now: t0 + day).order?.order.type == .recovery)
     }
 
@@ -337,30 +345,84 @@ struct MemoryStore {
 
     @Test func clientUploadsMustFitTheirOrder() {
         var store = store()
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY1", userID: "alice", productID: Catalogue.pro.productID, type: .initial, status: .cancelled,
-                transactionID: nil, createdAt: t0 - 60))
-        let upload = FactSource.clientSubmission(orderNo: "PAY1", submitter: "alice")
+        for (orderNo, status) in [("PAY1", OrderStatus.cancelled), ("BAD1", .created), ("BAD2", .pending)] {
+            store.openOrder(orderNo, Catalogue.pro, status: status, createdAt: t0 - 60)
+        }
+        let upload = { (orderNo: String) in FactSource.clientSubmission(orderNo: orderNo, submitter: "alice") }
         let verdict = { (plan: FulfillmentPlan) -> String? in
             if case .refused(let code, _) = plan.verdict { return code }
             return nil
         }
-        #expect(verdict(store.apply(upload, tx("1000", purchase: t0), now: t0)) == "ORDER_PRODUCT_MISMATCH")
-        #expect(verdict(store.apply(upload, tx("1000", Catalogue.pro, purchase: t0 - 40 * day), now: t0)) == "TRANSACTION_EXPIRED")
+        // What no retry of the transaction can change ends the order FAILED with its code.
+        let mismatch = store.apply(upload("BAD1"), tx("1000", purchase: t0), now: t0)
+        #expect(verdict(mismatch) == "ORDER_PRODUCT_MISMATCH")
+        #expect(mismatch.failedOrder?.code == .productMismatch && mismatch.failedOrder?.previousStatus == .created)
+        let expired = store.apply(upload("BAD2"), tx("1000", Catalogue.pro, purchase: t0 - 40 * day), now: t0)
+        #expect(verdict(expired) == "TRANSACTION_EXPIRED")
+        #expect(expired.failedOrder?.code == .transactionExpired && expired.failedOrder?.previousStatus == .pending)
+        #expect(store.orders.filter { $0.status == .failed }.map(\.orderNo) == ["BAD1", "BAD2"])
+        // FAILED is final: another upload for it is refused and fails nothing again.
+        let late = store.apply(upload("BAD1"), tx("1001", Catalogue.pro, purchase: t0), now: t0)
+        #expect(verdict(late) == "ORDER_CONFLICT")
+        #expect(late.failedOrder == nil && late.events.isEmpty)
         // A real charge reopens a cancelled order.
-        let plan = store.apply(upload, tx("1001", Catalogue.pro, purchase: t0), now: t0)
+        let plan = store.apply(upload("PAY1"), tx("1001", Catalogue.pro, purchase: t0), now: t0)
         #expect(plan.verdict == .applied)
         #expect(plan.order?.previousStatus == .cancelled)
         #expect(plan.order?.order.status == .fulfilled)
-        // An old JWS uploaded to a new order is refused; nothing is granted twice.
-        store.orders.append(
-            OrderRecord(
-                orderNo: "PAY2", userID: "alice", productID: Catalogue.pro.productID, type: .initial, status: .created,
-                transactionID: nil, createdAt: t0 + 60))
-        let old = store.apply(.clientSubmission(orderNo: "PAY2", submitter: "alice"), tx("1001", Catalogue.pro, purchase: t0), now: t0)
+        // An old JWS uploaded to a new order is refused, the order FAILED; nothing is granted twice.
+        store.openOrder("PAY2", Catalogue.pro, createdAt: t0 + 60)
+        let old = store.apply(upload("PAY2"), tx("1001", Catalogue.pro, purchase: t0), now: t0)
         #expect(verdict(old) == "TRANSACTION_ALREADY_USED")
+        #expect(old.failedOrder?.code == .transactionAlreadyUsed)
         #expect(store.balance == Credits.micro(3000))
+    }
+
+    @Test func refusalsThatMayPassLaterKeepTheOrderOpen() {
+        var store = store()
+        store.openOrder("PAY1", Catalogue.starter, createdAt: t0 - 60)
+        let upload = FactSource.clientSubmission(orderNo: "PAY1", submitter: "alice")
+        // Bob's purchase uploaded by alice: an account conflict, for an operator to resolve.
+        let bobs = tx("2000", purchase: t0, original: "2000", token: "6f1c1e2a-0000-4000-8000-00000000000b")
+        let conflict = store.apply(upload, bobs, now: t0)
+        #expect(conflict.verdict == .accountConflict(attributed: "bob", other: "alice"))
+        #expect(conflict.failedOrder == nil)
+        #expect(conflict.events.map(\.type) == [.accountConflict])
+        #expect(conflict.events.first?.userID == "bob")
+        #expect(conflict.events.first?.data["otherUserId"] == .string("alice"))
+        // A frozen chain: unfrozen, the same upload may pass.
+        store.apply(initialBuy, tx("1000", purchase: t0 - 2 * day), now: t0)
+        store.subscription?.frozenReason = "ACCOUNT_CONFLICT"
+        let frozen = store.apply(upload, tx("1001", purchase: t0, reason: "RENEWAL"), now: t0)
+        #expect(frozen.verdict == .refused(code: "CHAIN_FROZEN", reason: "ACCOUNT_CONFLICT"))
+        #expect(frozen.failedOrder == nil && frozen.events.isEmpty)
+        #expect(store.orders.first { $0.orderNo == "PAY1" }?.status == .created)
+    }
+
+    @Test func aRevokedTransactionNeverFulfilsAnOrder() {
+        var store = store()
+        store.openOrder("PAY1", Catalogue.starter, createdAt: t0 - 60)
+        let purchase = tx("1000", purchase: t0)
+        var refunded = purchase
+        refunded.revocationDate = t0 + day
+        refunded.signedDate = t0 + day
+        // The refund arrives first, then the purchase it refunds.
+        #expect(store.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + day).order == nil)
+        let late = store.apply(initialBuy, purchase, now: t0 + day)
+        #expect(late.verdict == .applied)
+        #expect(late.order == nil && late.grants.isEmpty)
+        #expect(late.failedOrder?.code == .transactionRevoked)
+        #expect(late.events.filter { $0.type == .orderFailed }.map(\.key) == ["order.failed:PAY1"])
+        #expect(store.orders.map(\.status) == [.failed])
+        // Without an open order, no RECOVERY order is made for it either; the upload of it is refused.
+        var bare = self.store()
+        bare.apply(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + day)
+        #expect(bare.apply(initialBuy, purchase, now: t0 + day).order == nil)
+        #expect(bare.orders.isEmpty && bare.lots.isEmpty)
+        bare.openOrder("PAY2", Catalogue.starter, createdAt: t0 - 60)
+        let upload = bare.apply(.clientSubmission(orderNo: "PAY2", submitter: "alice"), purchase, now: t0 + day)
+        #expect(upload.verdict == .refused(code: "TRANSACTION_REVOKED", reason: "a revoked transaction fulfils no order"))
+        #expect(bare.orders.map(\.status) == [.failed])
     }
 
     @Test func refundRevokesWhatRemainsAndReversalRestoresIt() {

@@ -82,3 +82,37 @@ import Testing
         #expect(OrderCreation.decide(inputs(open: [old1, recent, pending])) == .refuse(.anotherOrderOpen))
     }
 }
+
+/// Deferred changes: Apple charges nothing when the user picks one, so no order is opened and
+/// nothing holds the subscription group.
+@Suite struct DeferredChangeTests {
+    static let starter = OrderCreation.Product(productID: "starter", subscriptionGroupID: "g1", planLevel: 2, duration: .month)
+
+    func decide(from current: OrderCreation.Product, open: [OrderCreation.ExistingOrder] = []) -> OrderCreation.Decision {
+        OrderCreation.decide(
+            OrderCreation.Inputs(
+                requestedProductID: "starter", product: Self.starter, currentProductID: current.productID, currentProduct: current,
+                openOrders: open, now: OrderCreationTests.now, openOrderWindow: 900))
+    }
+
+    @Test func aLowerLevelOrAnotherDurationOfTheSameLevelOpensNoOrder() {
+        let proMonthly = OrderCreation.Product(productID: "pro", subscriptionGroupID: "g1", planLevel: 1, duration: .month)
+        let starterYearly = OrderCreation.Product(productID: "starter.yearly", subscriptionGroupID: "g1", planLevel: 2, duration: .year)
+        #expect(decide(from: proMonthly) == .refuse(.changeDeferred))
+        #expect(decide(from: starterYearly) == .refuse(.changeDeferred))
+        // Whatever else is open in the group: it blocks nothing, and nothing blocks it.
+        let open = OrderCreation.ExistingOrder(orderNo: "o1", productID: "pro", status: .pending, createdAt: OrderCreationTests.now)
+        #expect(decide(from: proMonthly, open: [open]) == .refuse(.changeDeferred))
+    }
+
+    @Test func aChangeAppleAppliesAtOnceIsAChangeOrder() {
+        let team = OrderCreation.Product(productID: "team", subscriptionGroupID: "g1", planLevel: 2, duration: .month)
+        let basic = OrderCreation.Product(productID: "basic", subscriptionGroupID: "g1", planLevel: 3, duration: .year)
+        #expect(decide(from: team) == .create(.change, superseding: []))
+        #expect(decide(from: basic) == .create(.change, superseding: []))
+        // The timing is the catalogue's, the same the products endpoint shows.
+        #expect(ChangeTiming.between(currentLevel: 1, currentDuration: .month, candidateLevel: 2, candidateDuration: .month) == .nextRenewal)
+        #expect(ChangeTiming.between(currentLevel: 2, currentDuration: .year, candidateLevel: 2, candidateDuration: .month) == .nextRenewal)
+        #expect(ChangeTiming.between(currentLevel: 3, currentDuration: .year, candidateLevel: 2, candidateDuration: .month) == .now)
+    }
+}

@@ -166,24 +166,28 @@ struct OpenAPIDocumentTests {
                     try check(name, attempt, response)
                 }
             }
-            // The order lifecycle's successful answers.
+            // The order lifecycle's successful answers (u3 has no plan yet).
             let create = "POST /api/v1/subscriptions/orders"
             let body = ["productId": "com.example.pro.yearly", "requestId": "r1"]
-            let created = try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u1"))
+            let created = try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u3"))
             #expect(created.status == 201, "\(created.text)")
             try check(create, "new", created)
-            try check(create, "again", try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u1")))
+            try check(create, "again", try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u3")))
+            // For u1, on pro monthly, the yearly plan is a change Apple defers to the renewal: no order.
+            let deferred = try await harness.client.post("/api/v1/subscriptions/orders", json: body, headers: harness.authorized("u1"))
+            #expect(try deferred.json()["code"] as? String == "CHANGE_DEFERRED", "\(deferred.text)")
+            try check(create, "deferred change", deferred)
             let orderNo = try #require(try created.json()["orderNo"] as? String)
             try check(
                 "GET /api/v1/subscriptions/orders/{orderNo}", "own",
-                try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u1")))
+                try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u3")))
             try check(
                 "GET /api/v1/subscriptions/orders/{orderNo}", "another user's",
                 try await harness.client.get("/api/v1/subscriptions/orders/\(orderNo)", headers: harness.authorized("u2")))
             try check(
                 "POST /api/v1/subscriptions/orders/{orderNo}/cancel", "own",
                 try await harness.client.post(
-                    "/api/v1/subscriptions/orders/\(orderNo)/cancel", json: [String: String](), headers: harness.authorized("u1")))
+                    "/api/v1/subscriptions/orders/\(orderNo)/cancel", json: [String: String](), headers: harness.authorized("u3")))
             try check(
                 create, "unknown product",
                 try await harness.client.post(

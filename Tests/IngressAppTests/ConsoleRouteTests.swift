@@ -272,6 +272,19 @@ struct ConsoleRouteTests {
             let uuid = try await admin.notify(
                 transactionID: String(UInt64.random(in: 2_000_000_000...2_999_999_999)), originalTransactionID: original)
             _ = try await admin.bury(uuid, code: "SIGNATURE_INVALID")
+            // A second account paid on the frozen chain (the worker's account.conflict event).
+            let paid = String(UInt64.random(in: 2_000_000_000...2_999_999_999))
+            let conflict = OutboundEvent(
+                key: "account.conflict:Sandbox:\(paid):payer", type: .accountConflict, userID: "<i>payer</i>", environment: "Sandbox",
+                occurredAt: Date(),
+                data: [
+                    "productId": .string(IngressTestApp.monthly), "originalTransactionId": .string(original),
+                    "transactionId": .string(paid), "otherUserId": .string("<b>frozen</b>"), "chainFrozen": .bool(true),
+                    "cause": .string("apple.SUBSCRIBED.RESUBSCRIBE"),
+                ])
+            try await admin.app.pool.withConnection { db in
+                _ = try await OutboundEventStore(pool: admin.app.pool).append([conflict], on: db)
+            }
 
             let busy = await browser.send("GET", "/admin/")
             #expect(busy.status == 200)
@@ -281,6 +294,13 @@ struct ConsoleRouteTests {
             #expect(busy.text.contains("ACCOUNT_CONFLICT"))
             #expect(busy.text.contains("/admin/case?q=\(original)"))
             #expect(busy.text.contains("&lt;b&gt;frozen&lt;/b&gt;"), "a user id renders as text")
+            #expect(busy.text.contains("id=\"account-conflicts\""))
+            #expect(busy.text.contains("&lt;i&gt;payer&lt;/i&gt;"), "the payer is listed, as text")
+            #expect(busy.text.contains("/admin/case?q=\(paid)"))
+            // Once the chain is unfrozen the conflict no longer needs anyone.
+            try await admin.app.pool.query(
+                "UPDATE user_subscription SET frozen_reason = NULL WHERE original_transaction_id = \(original)")
+            #expect(!(await browser.send("GET", "/admin/")).text.contains("id=\"account-conflicts\""))
         }
     }
 

@@ -156,6 +156,11 @@ struct OrderRouteTests {
                     bundleId: IngressTestApp.bundleID, environment: .sandbox, productId: Self.pro, appAccountToken: token))
             let mismatch = try await harness.post(path, json: ["signedTransaction": wrongProduct], headers: auth)
             #expect(try mismatch.json()["code"] as? String == "TRANSACTION_INVALID")
+            // The user's own purchase of another product can never complete the order: it ends FAILED.
+            let failed = try (await harness.get("/api/v1/subscriptions/orders/\(orderNo)", headers: auth)).json()
+            #expect(failed["status"] as? String == "FAILED")
+            #expect(failed["failureCode"] as? String == "ORDER_PRODUCT_MISMATCH")
+            #expect(try await harness.count("SELECT count(*) FROM outbound_event WHERE type = 'order.failed'") == 1)
             let forged = try TestAppleSigner().sign(transaction)
             let refused = try await harness.post(path, json: ["signedTransaction": forged], headers: auth)
             #expect(refused.status == 422)

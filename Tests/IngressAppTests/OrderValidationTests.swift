@@ -115,6 +115,28 @@ struct OrderValidationTests {
         }
     }
 
+    /// A downgrade is applied by Apple at the next renewal: no order is opened for it, and the
+    /// group stays free for an upgrade right after.
+    @Test func aDeferredChangeOpensNoOrderAndHoldsNothing() async throws {
+        try await IngressTestApp.with { app in
+            try await app.rows.seedTwoPlanCatalogue()
+            try await app.rows.addSubscription(
+                user: "dee", product: IngressTestApp.pro, status: "ACTIVE", expiresAt: wholeSeconds(86_400), group: "group-1")
+            let downgrade = try await app.createOrder("dee", product: IngressTestApp.monthly)
+            #expect(downgrade.status == 409, "\(downgrade.text)")
+            #expect(downgrade.code == "CHANGE_DEFERRED")
+            #expect(try await app.count("SELECT count(*) FROM payment_order WHERE user_id = 'dee'") == 0)
+            // Asked again, the same answer: nothing was opened that could block it.
+            #expect(try await app.createOrder("dee", product: IngressTestApp.monthly).code == "CHANGE_DEFERRED")
+            // The other way round is an upgrade, at once: a CHANGE order.
+            try await app.rows.addSubscription(
+                user: "uma", product: IngressTestApp.monthly, status: "ACTIVE", expiresAt: wholeSeconds(86_400), group: "group-1")
+            let upgrade = try await app.createOrder("uma", product: IngressTestApp.pro)
+            #expect(upgrade.status == 201, "\(upgrade.text)")
+            #expect(try upgrade.json()["orderType"] as? String == "CHANGE")
+        }
+    }
+
     @Test func unknownOrdersAre404OnEveryOrderRoute() async throws {
         try await IngressTestApp.with { app in
             try await app.rows.seedTwoPlanCatalogue()

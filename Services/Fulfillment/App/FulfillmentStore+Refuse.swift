@@ -26,8 +26,13 @@ extension FulfillmentStore {
                 event, owner: owner, code: "ACCOUNT_CONFLICT",
                 message: "attributed to user \(attributed), claimed by user \(other); chain frozen", retryAt: nil,
                 on: db)
+            if outboundEvents, !plan.events.isEmpty { try await OutboundEventStore(pool: pool).append(plan.events, on: db) }
         case .refused(let code, let reason):
             try await leases.fail(event, owner: owner, code: code, message: reason, retryAt: nil, on: db)
+            if let failure = plan.failedOrder {
+                try await OrderStore.fail(
+                    failure, cause: pending.verified.source.cause, kind: event.kind.rawValue, eventID: event.id, on: db)
+            }
             if outboundEvents, !plan.events.isEmpty { try await OutboundEventStore(pool: pool).append(plan.events, on: db) }
         }
     }

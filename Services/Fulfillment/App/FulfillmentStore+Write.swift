@@ -58,6 +58,12 @@ extension FulfillmentStore {
         let booked = try await ledger.grant(grants.flatMap { $0 }, limits: creditLimits, on: db)
         var moved: [OutboundEvent] = []
         for (pending, plan) in batch {
+            // Rare (a revoked transaction that would have completed an open order): its own statement.
+            if let failure = plan.failedOrder {
+                try await OrderStore.fail(
+                    failure, cause: pending.verified.source.cause, kind: pending.event.kind.rawValue, eventID: pending.event.id,
+                    on: db)
+            }
             let moves = CreditMoves(pending: pending, plan: plan)
             for grant in plan.revocations {
                 let taken = try await ledger.revoke(grantKey: grant.grantKey, percentage: plan.revocationPercentage, on: db)

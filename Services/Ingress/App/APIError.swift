@@ -29,6 +29,9 @@ enum APIError {
     static func orderConflict(_ message: String) -> HTTPError {
         HTTPError(status: 409, code: "ORDER_CONFLICT", message: message)
     }
+    static func changeDeferred(_ message: String) -> HTTPError {
+        HTTPError(status: 409, code: "CHANGE_DEFERRED", message: message)
+    }
     static func purchasePending(_ message: String) -> HTTPError {
         HTTPError(status: 409, code: "PURCHASE_PENDING", message: message)
     }

@@ -48,6 +48,9 @@ extension Console {
                 "webhook deliveries", HTML(String("\(attention.deadDeliveryCount) DEAD deliveries")), "<a href=\"/admin/webhooks\">webhooks</a>",
             ])
         }
+        if !attention.accountConflicts.isEmpty {
+            rows.append(["account conflicts on paid charges", HTML(String("\(attention.accountConflicts.count)")), ""])
+        }
         var html = ConsoleHTML.section(
             "Needs attention", id: "attention", ConsoleHTML.table(["what", "how many", "where"], rows, id: "attention-items"))
         if !attention.frozenChains.isEmpty {
@@ -64,6 +67,21 @@ extension Console {
                     }, id: "frozen-chains"))
         }
         if !attention.deadDeliveries.isEmpty { html += deadDeliveries(attention.deadDeliveries) }
+        if !attention.accountConflicts.isEmpty {
+            html += ConsoleHTML.section(
+                "Account conflicts",
+                ConsoleHTML.table(
+                    ["chain", "transaction", "paid by", "chain held by", "since", "case"],
+                    attention.accountConflicts.map { conflict in
+                        let encoded = conflict.transactionId.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+                        return [
+                            HTML(String("\(conflict.environment) \(conflict.originalTransactionId)")),
+                            HTML(String("\(conflict.transactionId) \(conflict.productId)")), HTML(conflict.payerUserId),
+                            HTML(conflict.otherUserId), HTML(ConsoleHTML.time(conflict.since)),
+                            "<a href=\"/admin/case?q=\(encoded)\">open</a>",
+                        ]
+                    }, id: "account-conflicts"))
+        }
         return html
     }
 

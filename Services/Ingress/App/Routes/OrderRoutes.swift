@@ -105,6 +105,9 @@ struct OrderRoutes: Sendable {
         case .alreadySubscribed: APIError.orderConflict("the user already has this subscription")
         case .purchasePending: APIError.purchasePending("a purchase in this group is waiting for approval")
         case .anotherOrderOpen: APIError.orderConflict("another purchase in this group is open: finish or cancel it first")
+        case .changeDeferred:
+            APIError.changeDeferred(
+                "Apple applies this change at the next renewal: buy it in StoreKit without an order; it shows as pendingProductId")
         }
     }
 

@@ -75,13 +75,23 @@ struct SubmissionRoutes: Sendable {
             let productID = transaction.productId, let environment = transaction.rawEnvironment
         else { throw APIError.transactionInvalid("the transaction lacks its identifiers") }
 
-        if let orderNo {
-            try await checkOrder(orderNo, user: user, productID: productID, transactionID: transactionID)
-        }
+        var order: StoredOrder?
+        if let orderNo { order = try await checkOrder(orderNo, user: user, transactionID: transactionID) }
         let owner = try await users.owner(
             ofTransaction: transactionID, originalTransactionID: originalID, environment: environment,
             appAccountToken: transaction.appAccountToken)
         let ownedByAnother = owner.map { $0 != user.userID } ?? false
+        if let order, order.productID != productID {
+            // The user's own purchase of another product can never complete this order; another
+            // account's is an account conflict, which leaves the order open.
+            let reason = "the transaction is for another product than the order"
+            if !ownedByAnother {
+                try await orders.failForUpload(
+                    order.orderNo, userID: user.userID, code: .productMismatch, reason: reason, transactionID: transactionID,
+                    environment: environment, now: clock.now())
+            }
+            throw APIError.transactionInvalid(reason)
+        }
         // Another account's purchase uploaded for an order is refused; observed (a restore on a
         // shared device, an account switch) it is still kept and applied to its owner below.
         if ownedByAnother, orderNo != nil { throw accountConflict(transactionID) }
@@ -90,8 +100,12 @@ struct SubmissionRoutes: Sendable {
         {
             return .json(existing)
         }
-        if orderNo != nil, let expires = transaction.expiresDate, expires <= clock.now() {
-            throw APIError.transactionExpired("an expired transaction cannot fulfil a new order")
+        if let orderNo, let expires = transaction.expiresDate, expires <= clock.now() {
+            let reason = "an expired transaction cannot fulfil a new order"
+            try await orders.failForUpload(
+                orderNo, userID: user.userID, code: .transactionExpired, reason: reason, transactionID: transactionID,
+                environment: environment, now: clock.now())
+            throw APIError.transactionExpired(reason)
         }
 
         let hash = SignedContent.hash(of: body.signedTransaction)
@@ -158,16 +172,14 @@ struct SubmissionRoutes: Sendable {
         refusals.record(message, reason: reason, metadata.merging(["error.code": .string(reason)]) { own, _ in own })
     }
 
-    private func checkOrder(_ orderNo: String, user: AuthenticatedUser, productID: String, transactionID: String) async throws {
+    private func checkOrder(_ orderNo: String, user: AuthenticatedUser, transactionID: String) async throws -> StoredOrder {
         guard let order = try await orders.order(orderNo, userID: user.userID) else {
             throw APIError.notFound("no such order")
-        }
-        guard order.productID == productID else {
-            throw APIError.transactionInvalid("the transaction is for another product than the order")
         }
         if let linked = order.transactionID, linked != transactionID {
             throw APIError.orderConflict("the order is already fulfilled by another transaction")
         }
+        return order
     }
 
     /// A transaction belongs to the user of its appAccountToken (or of its chain): another business
