@@ -54,24 +54,10 @@ struct OfferRouteTests {
 
     /// What the Python check says of `jws` against the expected feature claims.
     static func check(_ jws: String, key: Key, audience: String, claims: [String: Any]) throws -> String {
-        let python = ServiceProcess.localState.appendingPathComponent("venv/bin/python")
-        guard FileManager.default.isExecutableFile(atPath: python.path) else {
-            throw MissingServiceError(variable: "\(python.path) (deploy/local/install.sh installs the venv with cryptography)")
-        }
         let expected: [String: Any] = ["kid": keyID, "iss": issuer, "bid": IngressTestApp.bundleID, "aud": audience, "claims": claims]
-        let process = Process()
-        process.executableURL = python
-        process.arguments = [
-            ServiceProcess.packageRoot.appendingPathComponent("Tests/Signatures/verify_offer_signature.py").path, key.file.path, jws,
-            String(decoding: try JSONSerialization.data(withJSONObject: expected), as: UTF8.self),
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        return try SignatureScript.run(
+            "verify_offer_signature.py",
+            [key.file.path, jws, String(decoding: try JSONSerialization.data(withJSONObject: expected), as: UTF8.self)])
     }
 
     func ask(_ app: IngressTestApp, _ user: String, _ body: [String: Any]) async throws -> TestResponse {

@@ -10,16 +10,14 @@ EXPECTED_JSON: {"kid", "iss", "bid", "aud", "claims": {feature claims, exactly}}
 Prints "valid" and exits 0, or prints why not and exits 1.
 """
 
-import base64
 import json
 import re
 import sys
 import time
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives import serialization
+
+from es256 import b64url, signature_problem
 
 # What Apple's library adds to every feature's claims (JWSSignatureCreator._create_signature).
 COMMON_CLAIMS = {"bid", "iss", "aud", "iat", "nonce"}
@@ -32,30 +30,19 @@ FEATURE_CLAIMS = {
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
-def b64url(text: str) -> bytes:
-    if "=" in text or "+" in text or "/" in text:
-        raise ValueError("not base64url without padding")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def verify(key_pem: bytes, jws: str, expected: dict) -> str | None:
     """None when the JWS is what Apple expects, else the reason it is not."""
     parts = jws.split(".")
-    if len(parts) != 3:
-        return "not a compact JWS"
+    if len(parts) != 3 or any(c in jws for c in "=+/"):
+        return "not a compact JWS (three base64url parts without padding)"
     header_b64, claims_b64, signature_b64 = parts
     header = json.loads(b64url(header_b64))
     if header != {"alg": "ES256", "kid": expected["kid"], "typ": "JWT"}:
         return f"header is not Apple's: {header}"
     public_key = serialization.load_pem_private_key(key_pem, password=None).public_key()
-    raw = b64url(signature_b64)
-    if len(raw) != 64:
-        return "signature is not 64 bytes (r||s)"
-    der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
-    try:
-        public_key.verify(der, f"{header_b64}.{claims_b64}".encode("ascii"), ec.ECDSA(hashes.SHA256()))
-    except InvalidSignature:
-        return "signature does not verify"
+    problem = signature_problem(public_key, header_b64, claims_b64, signature_b64)
+    if problem:
+        return problem
     claims = json.loads(b64url(claims_b64))
     aud = claims.get("aud")
     if aud != expected["aud"] or aud not in FEATURE_CLAIMS:

@@ -44,12 +44,6 @@ public struct StoreKitRequestSigner: Sendable {
             offerIdentifier: nil, transactionId: transactionId, allowIntroductoryOffer: allowIntroductoryOffer)
     }
 
-    private struct Header: Encodable {
-        let alg = "ES256"
-        let kid: String
-        let typ = "JWT"
-    }
-
     /// The common claims and the feature's; a nil one is left out of the JSON.
     private struct Claims: Encodable {
         let iss: String
@@ -72,6 +66,20 @@ public struct StoreKitRequestSigner: Sendable {
             iss: issuerId, bid: bundleId, aud: audience, iat: Int64(issuedAt.timeIntervalSince1970.rounded(.down)),
             nonce: nonce.uuidString.lowercased(), productId: productId, offerIdentifier: offerIdentifier,
             transactionId: transactionId, allowIntroductoryOffer: allowIntroductoryOffer)
+        return try AppStoreJWS.sign(claims, keyId: keyId, key: key)
+    }
+}
+
+/// The compact JWS Apple's App Store APIs take from us, signed with the in-app purchase key:
+/// header `{"alg":"ES256","kid":…,"typ":"JWT"}`, the claims as JSON with sorted keys.
+enum AppStoreJWS {
+    private struct Header: Encodable {
+        let alg = "ES256"
+        let kid: String
+        let typ = "JWT"
+    }
+
+    static func sign(_ claims: some Encodable, keyId: String, key: P256PrivateKey) throws(CryptoError) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let header: Data
