@@ -45,6 +45,11 @@ public struct CatalogueFile: Sendable, Equatable {
             for (index, product) in ((object["products"] as? [Any]) ?? []).enumerated() {
                 guard let product = product as? [String: Any] else { continue }
                 problems += unknownKeys(of: product, allowed: RawProduct.CodingKeys.allCases.map(\.rawValue), at: "products[\(index)].")
+                for (position, offer) in ((product["offers"] as? [Any]) ?? []).enumerated() {
+                    guard let offer = offer as? [String: Any] else { continue }
+                    problems += unknownKeys(
+                        of: offer, allowed: RawOffer.CodingKeys.allCases.map(\.rawValue), at: "products[\(index)].offers[\(position)].")
+                }
             }
         }
         let channel = raw.channel ?? appleChannel
@@ -67,7 +72,8 @@ public struct CatalogueFile: Sendable, Equatable {
                     ("familySharedGrantsCredits", product.familySharedGrantsCredits != nil),
                     ("freePeriodGrantsCredits", product.freePeriodGrantsCredits != nil),
                     ("billingRetrySpendsCredits", product.billingRetrySpendsCredits != nil),
-                    ("entitlements", product.entitlements != nil),
+                    ("entitlements", product.entitlements != nil), ("offers", product.offers != nil),
+                    ("introductoryOffer", product.introductoryOffer != nil),
                 ]
                 for (name, present) in subscriptionFields where present {
                     problems.append("\(at).\(name) is a subscription field; a CONSUMABLE has permanentCredits only")
@@ -108,6 +114,15 @@ public struct CatalogueFile: Sendable, Equatable {
                 }
                 if Set(entitlements).count != entitlements.count { problems.append("\(at).entitlements lists an entitlement twice") }
             }
+            var offerIdentifiers: Set<String> = []
+            for (position, offer) in (product.offers ?? []).enumerated() {
+                if !isIdentifier(offer.offerIdentifier) {
+                    problems.append("\(at).offers[\(position)].offerIdentifier must be 1 to 255 characters, no spaces")
+                }
+                if !offerIdentifiers.insert(offer.offerIdentifier).inserted {
+                    problems.append("\(at).offers[\(position)].offerIdentifier \(offer.offerIdentifier) is listed twice")
+                }
+            }
             var freePeriods: [OfferKind: Bool] = [:]
             for (name, grants) in (product.freePeriodGrantsCredits ?? [:]).sorted(by: { $0.key < $1.key }) {
                 guard let kind = OfferKind.allCases.first(where: { $0.catalogueName == name }), kind != .introductory else {
@@ -125,7 +140,9 @@ public struct CatalogueFile: Sendable, Equatable {
                     trialGrantsCredits: product.trialGrantsCredits ?? true, upgradeGrant: product.upgradeGrant ?? .full,
                     familySharedGrantsCredits: product.familySharedGrantsCredits ?? false, freePeriodGrantsCredits: freePeriods,
                     billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference,
-                    entitlements: product.entitlements))
+                    entitlements: product.entitlements,
+                    offers: (product.offers ?? []).map { CatalogueOffer(offerIdentifier: $0.offerIdentifier, audience: $0.audience) },
+                    introductoryOffer: product.introductoryOffer ?? false))
         }
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
@@ -145,7 +162,7 @@ public struct CatalogueFile: Sendable, Equatable {
         enum CodingKeys: String, CodingKey, CaseIterable {
             case productId, kind, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, permanentCredits, enabled
             case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
-            case refundPreference, entitlements
+            case refundPreference, entitlements, offers, introductoryOffer
         }
         let productId: String
         /// Nil: AUTO_RENEWABLE.
@@ -165,6 +182,16 @@ public struct CatalogueFile: Sendable, Equatable {
         let refundPreference: RefundPreference?
         /// Nil: the plan code.
         let entitlements: [String]?
+        /// Nil: none.
+        let offers: [RawOffer]?
+        /// Nil: false.
+        let introductoryOffer: Bool?
+    }
+
+    private struct RawOffer: Decodable {
+        enum CodingKeys: String, CodingKey, CaseIterable { case offerIdentifier, audience }
+        let offerIdentifier: String
+        let audience: OfferAudience
     }
 
     private static func unknownKeys(of object: [String: Any], allowed: [String], at prefix: String) -> [String] {
@@ -187,7 +214,7 @@ public struct CatalogueFile: Sendable, Equatable {
         case .typeMismatch(_, let context)?: return "\(path(context)) has the wrong type"
         case .dataCorrupted(let context)? where !context.codingPath.isEmpty:
             return
-                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED, kind: AUTO_RENEWABLE|CONSUMABLE)"
+                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED, kind: AUTO_RENEWABLE|CONSUMABLE, audience: ANYONE|SUBSCRIBED|LAPSED|NEW_TO_GROUP)"
         default: return "the file is not a JSON object"
         }
     }

@@ -38,7 +38,7 @@ public struct CatalogueStore: Sendable {
                 """
                 SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                     trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements, version, deleted
+                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements, offers, introductory_offer, version, deleted
                 FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
                 """)
             for row in rows {
@@ -59,14 +59,16 @@ public struct CatalogueStore: Sendable {
                         INSERT INTO payment_product (channel, app_key, product_id, subscription_group_id, plan_code, plan_level,
                             duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits,
                             promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits,
-                            billing_retry_spends_credits, refund_preference, kind, permanent_credits, entitlements)
+                            billing_retry_spends_credits, refund_preference, kind, permanent_credits, entitlements, offers,
+                            introductory_offer)
                         VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
                             \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
                             \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits),
                             \(product.freePeriodGrantsCredits[.promotional]), \(product.freePeriodGrantsCredits[.offerCode]),
                             \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits),
                             \(product.refundPreference?.rawValue), \(product.kind.rawValue), \(product.permanentCredits),
-                            \(PostgresArray(product.entitlements))::text[])
+                            \(PostgresArray(product.entitlements))::text[], \(try PostgresJSON(encoding: product.offers)),
+                            \(product.introductoryOffer))
                         RETURNING version
                         """
                     )[0].decode("version")
@@ -85,7 +87,9 @@ public struct CatalogueStore: Sendable {
                             billing_retry_spends_credits = \(product.billingRetrySpendsCredits),
                             refund_preference = \(product.refundPreference?.rawValue), kind = \(product.kind.rawValue),
                             permanent_credits = \(product.permanentCredits),
-                            entitlements = \(PostgresArray(product.entitlements))::text[], deleted = false,
+                            entitlements = \(PostgresArray(product.entitlements))::text[],
+                            offers = \(try PostgresJSON(encoding: product.offers)), introductory_offer = \(product.introductoryOffer),
+                            deleted = false,
                             version = version + 1, updated_at = now()
                         WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
                         RETURNING version
@@ -111,7 +115,7 @@ public struct CatalogueStore: Sendable {
             SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                 trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
                 offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference,
-                kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements
+                kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements, offers, introductory_offer
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
             ORDER BY subscription_group_id, plan_level,
@@ -143,7 +147,9 @@ public struct CatalogueStore: Sendable {
             billingRetrySpendsCredits: try row.decode("billing_retry_spends_credits"),
             refundPreference: try row.decode("refund_preference", as: String?.self).flatMap(RefundPreference.init(rawValue:)),
             kind: kind, permanentCredits: try row.decode("permanent_credits"),
-            entitlements: try row.decode("entitlements", as: PostgresJSON.self).decode([String].self))
+            entitlements: try row.decode("entitlements", as: PostgresJSON.self).decode([String].self),
+            offers: try row.decode("offers", as: PostgresJSON.self).decode([CatalogueOffer].self),
+            introductoryOffer: try row.decode("introductory_offer"))
     }
 }
 
@@ -169,6 +175,8 @@ private struct StoredProduct {
             let kind: String
             let permanentCredits: Int64
             let entitlements: [String]
+            let offers: [CatalogueOffer]
+            let introductoryOffer: Bool
             let version: Int
             let deleted: Bool
         }
@@ -185,7 +193,8 @@ private struct StoredProduct {
                     uniqueKeysWithValues: product.freePeriodGrantsCredits.map { ($0.key.catalogueName, $0.value) }),
                 billingRetrySpendsCredits: product.billingRetrySpendsCredits, refundPreference: product.refundPreference?.rawValue,
                 kind: product.kind.rawValue, permanentCredits: product.permanentCredits,
-                entitlements: product.entitlements, version: version, deleted: deleted),
+                entitlements: product.entitlements, offers: product.offers, introductoryOffer: product.introductoryOffer,
+                version: version, deleted: deleted),
             encoder: encoder)
     }
 }

@@ -126,13 +126,17 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var refundPreference: RefundPreference?
     /// What the product unlocks (`[a-z0-9_.-]{1,64}` each); a catalogue that names none unlocks the plan code.
     public var entitlements: [String]
+    /// The promotional offers the app may ask signatures for, with who may get each.
+    public var offers: [CatalogueOffer]
+    /// Whether the product has an introductory offer the app may ask an eligibility signature for.
+    public var introductoryOffer: Bool
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
         familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
         billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil, kind: ProductKind = .autoRenewable,
-        permanentCredits: Int64 = 0, entitlements: [String]? = nil
+        permanentCredits: Int64 = 0, entitlements: [String]? = nil, offers: [CatalogueOffer] = [], introductoryOffer: Bool = false
     ) {
         self.productID = productID
         self.kind = kind
@@ -150,11 +154,13 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.billingRetrySpendsCredits = billingRetrySpendsCredits
         self.refundPreference = refundPreference
         self.entitlements = entitlements ?? [planCode]
+        self.offers = offers
+        self.introductoryOffer = introductoryOffer
     }
 
     /// Decoded as encoded, except that a product written without `entitlements` (a snapshot made
     /// before they existed, or a statement that does not select them) unlocks its plan code, as
-    /// a catalogue naming none does.
+    /// a catalogue naming none does; one written without offers has none.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -172,7 +178,9 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
             refundPreference: try container.decodeIfPresent(RefundPreference.self, forKey: .refundPreference),
             kind: try container.decode(ProductKind.self, forKey: .kind),
             permanentCredits: try container.decode(Int64.self, forKey: .permanentCredits),
-            entitlements: try container.decodeIfPresent([String].self, forKey: .entitlements))
+            entitlements: try container.decodeIfPresent([String].self, forKey: .entitlements),
+            offers: try container.decodeIfPresent([CatalogueOffer].self, forKey: .offers) ?? [],
+            introductoryOffer: try container.decodeIfPresent(Bool.self, forKey: .introductoryOffer) ?? false)
     }
 
     /// A credit pack: `permanentCredits` per purchase, no group, level or duration.

@@ -130,6 +130,39 @@ import Testing
         #expect(Self.problems(["appKey": "a", "products": [pack]]).contains { $0.hasPrefix("products[0].entitlements is a subscription field") })
     }
 
+    @Test func offersNameTheirAudienceAndTheIntroductoryOfferIsAFlag() throws {
+        let offers: [[String: Any]] = [
+            ["offerIdentifier": "winback50", "audience": "LAPSED"], ["offerIdentifier": "loyal", "audience": "SUBSCRIBED"],
+        ]
+        let parsed = try Self.parse(["appKey": "a", "products": [Self.product(["offers": offers, "introductoryOffer": true])]])
+        #expect(
+            parsed.products.first?.offers == [
+                CatalogueOffer(offerIdentifier: "winback50", audience: .lapsed), CatalogueOffer(offerIdentifier: "loyal", audience: .subscribed),
+            ])
+        #expect(parsed.products.first?.introductoryOffer == true)
+        let plain = try Self.parse(["appKey": "a", "products": [Self.product()]]).products.first
+        #expect(plain?.offers == [] && plain?.introductoryOffer == false)
+        let cases: [(Any, String)] = [
+            (
+                [["offerIdentifier": "a", "audience": "LAPSED"], ["offerIdentifier": "a", "audience": "ANYONE"]],
+                "products[0].offers[1].offerIdentifier a is listed twice"
+            ),
+            ([["offerIdentifier": "a b", "audience": "LAPSED"]], "products[0].offers[0].offerIdentifier must be 1 to 255 characters"),
+            ([["offerIdentifier": "a", "audience": "EVERYONE"]], "products[0].offers[0].audience has an invalid value"),
+            ([["offerIdentifier": "a", "audience": "LAPSED", "discount": 5]], "products[0].offers[0].discount is not a catalogue field"),
+            ([["audience": "LAPSED"]], "products[0].offers[0].offerIdentifier is required"),
+        ]
+        for (value, expected) in cases {
+            let problems = Self.problems(["appKey": "a", "products": [Self.product(["offers": value])]])
+            #expect(problems.contains { $0.hasPrefix(expected) }, "\(value): \(problems)")
+        }
+        let pack: [String: Any] = [
+            "productId": "c.100", "kind": "CONSUMABLE", "planCode": "pack", "permanentCredits": 100, "introductoryOffer": true,
+        ]
+        #expect(
+            Self.problems(["appKey": "a", "products": [pack]]).contains { $0.hasPrefix("products[0].introductoryOffer is a subscription field") })
+    }
+
     /// Each case: fields (JSON) merged into a valid product, and the start of the expected problem.
     @Test(arguments: [
         (#"{"creditAmount": 5}"#, "products[0].creditAmount is not a catalogue field"),

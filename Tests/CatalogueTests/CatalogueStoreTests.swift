@@ -128,6 +128,21 @@ struct CatalogueStoreTests {
         }
     }
 
+    @Test func offersRoundTrip() async throws {
+        try await withTestDatabase("catalogue") { database in
+            let store = CatalogueStore(pool: database.pool)
+            var file = Self.demo
+            #expect(try await store.apply(file, operator: "test", reason: "seed").inserted.count == file.products.count)
+            #expect(try await store.products(appKey: file.appKey).allSatisfy { $0.offers.isEmpty && !$0.introductoryOffer })
+            file.products[0].offers = [CatalogueOffer(offerIdentifier: "winback50", audience: .lapsed)]
+            file.products[0].introductoryOffer = true
+            #expect(try await store.apply(file, operator: "test", reason: "offers").updated == [file.products[0].productID])
+            let read = try #require(try await store.products(appKey: file.appKey).first { $0.productID == file.products[0].productID })
+            #expect(read.offers == [CatalogueOffer(offerIdentifier: "winback50", audience: .lapsed)] && read.introductoryOffer)
+            #expect(try await store.apply(file, operator: "test", reason: "again").updated.isEmpty)
+        }
+    }
+
     @Test func disabledProductsStayKnownAndDeletedOnesComeBack() async throws {
         try await withTestDatabase("catalogue") { database in
             let store = CatalogueStore(pool: database.pool)

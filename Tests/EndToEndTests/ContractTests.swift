@@ -12,9 +12,14 @@ struct ContractTests {
         guard FileManager.default.isExecutableFile(atPath: schemathesis.path) else {
             throw MissingServiceError(variable: "schemathesis in .local/venv (deploy/local/install.sh installs it)")
         }
+        // The offer signature route signs with an App Store key made for this run.
+        let appStoreKey = FileManager.default.temporaryDirectory.appendingPathComponent("contract-\(UUID().uuidString).p8")
+        try Data(P256PrivateKey.generate().pemPKCS8().utf8).write(to: appStoreKey)
+        defer { try? FileManager.default.removeItem(at: appStoreKey) }
         try await IngressHarness.with(extra: [
             "INGRESS_NOTIFICATION_RATE_PER_SECOND": "100000", "INGRESS_NOTIFICATION_RATE_BURST": "100000",
             "INGRESS_FULFILLMENT_WAIT_MS": "100",
+            "APPLE_IAP_ISSUER_ID": "contract-issuer", "APPLE_IAP_KEY_ID": "CONTRACT01", "APPLE_IAP_PRIVATE_KEY_PATH": appStoreKey.path,
         ]) { harness in
             try await harness.rows.seedTwoPlanCatalogue()
             let base = harness.client.baseURL.absoluteString

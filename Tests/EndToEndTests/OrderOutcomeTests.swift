@@ -38,7 +38,7 @@ struct OrderOutcomeTests {
                 transactionID: transaction.transactionID, originalTransactionID: transaction.originalTransactionID,
                 payloadHash: "upload-\(orderNo)-\(transaction.transactionID)", sealedPayload: [], payloadKeyID: "none",
                 traceID: nil))
-        let claimed = try await fixture.leases.claim(
+        let claimed = try await fixture.events.claim(
             [EventEnvelope(kind: .submission, eventID: stored.eventID, traceID: nil)], owner: FulfillmentBatchTests.owner,
             lease: .seconds(60))
         return [

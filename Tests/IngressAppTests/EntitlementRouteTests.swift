@@ -55,10 +55,6 @@ struct EntitlementRouteTests {
     /// A signed answer verifies with Python's `cryptography` against the served JWK; a forged
     /// body, another nonce or another user does not.
     @Test func signedAnswersVerifyIndependently() async throws {
-        let python = ServiceProcess.localState.appendingPathComponent("venv/bin/python")
-        guard FileManager.default.isExecutableFile(atPath: python.path) else {
-            throw MissingServiceError(variable: "\(python.path) (deploy/local/install.sh installs the venv with cryptography)")
-        }
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("entitlements-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
@@ -81,19 +77,8 @@ struct EntitlementRouteTests {
             func check(body: [UInt8], nonce: String, user: String) throws -> String {
                 let bodyFile = folder.appendingPathComponent("body-\(UUID().uuidString).json")
                 try Data(body).write(to: bodyFile)
-                let process = Process()
-                process.executableURL = python
-                process.arguments = [
-                    ServiceProcess.packageRoot.appendingPathComponent("Tests/Signatures/verify_entitlements_signature.py").path,
-                    jwkFile.path, bodyFile.path, signature, nonce, user,
-                ]
-                let output = Pipe()
-                process.standardOutput = output
-                process.standardError = output
-                try process.run()
-                let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                process.waitUntilExit()
-                return text.trimmingCharacters(in: .whitespacesAndNewlines)
+                return try SignatureScript.run(
+                    "verify_entitlements_signature.py", [jwkFile.path, bodyFile.path, signature, nonce, user])
             }
             #expect(try check(body: answer.response.body, nonce: nonce, user: "u1") == "valid")
             let forged = Array(answer.text.replacingOccurrences(of: "\"active\":true", with: "\"active\":false").utf8)

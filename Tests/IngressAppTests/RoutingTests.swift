@@ -51,7 +51,8 @@ struct RoutingTests {
         try await IngressTestApp.with { app in
             let routes = Set(app.router.registeredRoutes.map { "\($0.method) \($0.pattern)" })
             // /metrics is served on the internal listener only.
-            #expect(routes.count == 25)
+            #expect(routes.count == 26)
+            #expect(routes.contains("POST /api/v1/subscriptions/offers/signature"))
             #expect(!routes.contains("GET /metrics"))
             #expect(routes.contains("POST /api/v1/subscriptions/import"))
             #expect(routes.contains("GET /api/v1/subscriptions/import/{importId}"))

@@ -6,20 +6,14 @@ usage: verify_entitlements_signature.py JWK_FILE BODY_FILE SIGNATURE NONCE USER_
 Prints "valid" and exits 0, or prints why not and exits 1.
 """
 
-import base64
 import hashlib
 import json
 import sys
 import time
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-
-def b64url(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+from es256 import b64url, signature_problem
 
 
 def verify(jwk: dict, jws: str, body: bytes, nonce: str, user_id: str, max_age: int) -> str | None:
@@ -36,14 +30,9 @@ def verify(jwk: dict, jws: str, body: bytes, nonce: str, user_id: str, max_age: 
     key = ec.EllipticCurvePublicNumbers(
         int.from_bytes(b64url(jwk["x"]), "big"), int.from_bytes(b64url(jwk["y"]), "big"), ec.SECP256R1()
     ).public_key()
-    raw = b64url(signature_b64)
-    if len(raw) != 64:
-        return "signature is not 64 bytes (r||s)"
-    der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
-    try:
-        key.verify(der, f"{header_b64}.{claims_b64}".encode("ascii"), ec.ECDSA(hashes.SHA256()))
-    except InvalidSignature:
-        return "signature does not verify"
+    problem = signature_problem(key, header_b64, claims_b64, signature_b64)
+    if problem:
+        return problem
     claims = json.loads(b64url(claims_b64))
     if claims.get("nonce") != nonce:
         return "nonce is not the one sent (a replayed answer)"

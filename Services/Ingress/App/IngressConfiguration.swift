@@ -70,6 +70,14 @@ public struct IngressConfiguration: Sendable {
     public var entitlementSigningKey: P256PrivateKey?
     /// `WEBHOOK_*`: what a registered URL may be, and how long a rotated-out secret still signs.
     public var webhooks: WebhookConfiguration
+    /// `APPLE_IAP_ISSUER_ID`, `APPLE_IAP_KEY_ID`, `APPLE_IAP_PRIVATE_KEY_PATH` (with
+    /// `APPLE_IAP_BUNDLE_ID`, `APPLE_IAP_ENV`): the App Store key that signs offer signatures;
+    /// unset, `POST /api/v1/subscriptions/offers/signature` answers 503 `OFFER_SIGNING_UNAVAILABLE`.
+    public var appStoreKey: AppStoreServerAPIConfiguration?
+    /// `OFFER_SIGNATURE_RATE_PER_MINUTE` (default 10) and `OFFER_SIGNATURE_RATE_BURST` (default 5):
+    /// each user's budget of offer signatures, so one account cannot mint them in bulk.
+    public var offerSignatureRatePerMinute: Int
+    public var offerSignatureRateBurst: Int
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -102,6 +110,10 @@ public struct IngressConfiguration: Sendable {
         creditLimits = CreditLimits(reader: reader)
         entitlementSigningKey = Self.signingKey(reader, "ENTITLEMENT_SIGNING_KEY_PATH")
         webhooks = WebhookConfiguration(reader: reader)
+        let keySettings = ["APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH"]
+        appStoreKey = keySettings.contains { reader.raw($0) != nil } ? AppStoreServerAPIConfiguration.read(from: reader) : nil
+        offerSignatureRatePerMinute = reader.int("OFFER_SIGNATURE_RATE_PER_MINUTE", default: 10, range: 1...600_000)
+        offerSignatureRateBurst = reader.int("OFFER_SIGNATURE_RATE_BURST", default: 5, range: 1...10_000)
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")

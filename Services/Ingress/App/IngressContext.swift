@@ -47,6 +47,7 @@ struct IngressContext: Sendable {
     let consoleSessions: ConsoleSessionStore
     let entitlements: EntitlementStore
     let webhooks: WebhookStore
+    let offerSignatures: OfferSignatureStore
     /// The Apple endpoints' budgets per source.
     let notificationLimits: NotificationLimits
     /// What `/readyz` reports; the application runs it as a service.
@@ -98,6 +99,16 @@ struct IngressContext: Sendable {
         consoleSessions = ConsoleSessionStore(pool: pool)
         entitlements = EntitlementStore(pool: pool)
         webhooks = WebhookStore(pool: pool)
+        offerSignatures = OfferSignatureStore(pool: pool)
+    }
+
+    /// The offer signature route: the catalogue's rules, the user's chains, the audit, the App
+    /// Store key when configured, and the per-user budget (one limiter per router built).
+    var offerRoutes: OfferRoutes {
+        OfferRoutes(
+            catalogue: catalogue, subscriptions: subscriptions, signatures: offerSignatures,
+            signer: configuration.appStoreKey.map(StoreKitRequestSigner.init), ratePerMinute: configuration.offerSignatureRatePerMinute,
+            burst: configuration.offerSignatureRateBurst, appKey: configuration.appStore.bundleId, clock: clock)
     }
 
     /// The webhook routes' registration (store, cipher, rules) and cursors.

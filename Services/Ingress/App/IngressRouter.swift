@@ -23,6 +23,7 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
     let appStore = context.configuration.appStore
     let submissions = context.submissionRoutes
     let entitlements = context.entitlementRoutes
+    let offers = context.offerRoutes
     entitlements.registerOpen(in: &router)
     router.group("/api/v1", middleware: [UserAuthentication(authenticator: context.authenticator)]) { api in
         OrderRoutes(
@@ -42,6 +43,7 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
             clock: context.clock
         ).register(in: &api)
         entitlements.registerUser(in: &api)
+        offers.register(in: &api)
     }
     router.group("/api/v1/credits", middleware: [ServiceAuthentication(authenticator: context.services)]) { metering in
         context.creditsRoutes.register(in: &metering)

@@ -52,12 +52,6 @@ final class AppStoreAPITokenSource: Sendable {
         cached.withLock { if $0?.token == token { $0 = nil } }
     }
 
-    private struct Header: Encodable {
-        let alg = "ES256"
-        let kid: String
-        let typ = "JWT"
-    }
-
     private struct Claims: Encodable {
         let iss: String
         let iat: Int64
@@ -69,16 +63,9 @@ final class AppStoreAPITokenSource: Sendable {
     private func sign(now: Date) throws(AppStoreAPIError) -> Cached {
         let issuedAt = Int64(now.timeIntervalSince1970.rounded(.down))
         let expires = issuedAt + Int64(Self.lifetime)
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {
-            let header = try encoder.encode(Header(kid: keyId))
-            let claims = try encoder.encode(Claims(iss: issuerId, iat: issuedAt, exp: expires, bid: bundleId))
-            let signingInput = Base64URL.encode(header) + "." + Base64URL.encode(claims)
-            let signature = try key.signature(for: Array(signingInput.utf8))
-            return Cached(
-                token: signingInput + "." + Base64URL.encode(signature),
-                expires: Date(timeIntervalSince1970: TimeInterval(expires)))
+            let token = try AppStoreJWS.sign(Claims(iss: issuerId, iat: issuedAt, exp: expires, bid: bundleId), keyId: keyId, key: key)
+            return Cached(token: token, expires: Date(timeIntervalSince1970: TimeInterval(expires)))
         } catch {
             throw AppStoreAPIError(kind: .invalidRequest, message: "cannot sign the API token: \(error)", attempts: 0)
         }
