@@ -1,8 +1,9 @@
+import Crypto
 import Foundation
-import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
+import Webhooks
 
 /// `subsctl webhooks …`: the admin API's webhook endpoints from a shell, on the database directly
 /// (create and rotate-secret also need `PAYLOAD_ENCRYPTION_KEYS` to seal the new secret, and the
