@@ -49,7 +49,7 @@ let package = Package(
             name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "ServiceRuntime", "StrictJSON"],
             path: "Shared/HTTPServer", swiftSettings: swiftSettings),
         .target(
-            name: "Crypto", dependencies: ["COpenSSL"], path: "Shared/Crypto",
+            name: "Crypto", dependencies: ["COpenSSL", "ServiceRuntime"], path: "Shared/Crypto",
             swiftSettings: swiftSettings),
         // Requests to URLs others chose (webhooks): libcurl with the address policy at every connect.
         .target(
@@ -71,6 +71,11 @@ let package = Package(
         .target(
             name: "Storage", dependencies: ["Postgres", "ServiceRuntime", "Events", "Domain"], path: "Shared/Storage",
             exclude: ["README.md"], resources: [.copy("Migrations")], swiftSettings: swiftSettings),
+        // Webhook endpoints' registration, secrets and signing, and their settings: what the ingress,
+        // the worker's delivery and subsctl share, without the pipeline's Kafka.
+        .target(
+            name: "Webhooks", dependencies: ["Crypto", "Domain", "OutboundHTTP", "ServiceRuntime", "Storage"],
+            path: "Shared/Webhooks", swiftSettings: swiftSettings),
         // The event pipeline shared by both services: settings, start-up, outbox relay, sweeper.
         .target(
             name: "Pipeline",
@@ -95,7 +100,7 @@ let package = Package(
         .target(
             name: "IngressApp",
             dependencies: [
-                "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Crypto", "AppStore",
+                "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Webhooks", "Crypto", "AppStore",
                 "Domain", "Catalogue", "Credits", "StrictJSON", "OutboundHTTP",
             ],
             path: "Services/Ingress/App", resources: [.copy("openapi.json"), .copy("admin-openapi.json")], swiftSettings: swiftSettings),
@@ -105,7 +110,7 @@ let package = Package(
         .target(
             name: "FulfillmentApp",
             dependencies: [
-                "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "AppStore", "Crypto",
+                "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Webhooks", "AppStore", "Crypto",
                 "Domain", "Credits", "StrictJSON", "OutboundHTTP",
             ],
             path: "Services/Fulfillment/App", swiftSettings: swiftSettings),
@@ -120,7 +125,7 @@ let package = Package(
             name: "SubsctlCore",
             dependencies: [
                 "AppStore", "DemoSigner", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
-                "Storage", "Pipeline",
+                "Storage", "Webhooks",
             ],
             path: "Services/Subsctl/Core", swiftSettings: swiftSettings),
         .executableTarget(
@@ -203,7 +208,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "IngressApp", "ServiceRuntime",
+                "TestSupport", "Postgres", "Kafka", "Storage", "Events", "Pipeline", "Webhooks", "IngressApp", "ServiceRuntime",
                 "AppStore", "AppStoreTestSupport", "Crypto", "Catalogue", "Domain", "FulfillmentApp", "Credits",
                 "OutboundHTTP",
             ],

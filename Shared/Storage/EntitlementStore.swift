@@ -32,8 +32,7 @@ public struct EntitlementStore: Sendable {
         // Each chain with what its product unlocks; a product the catalogue does not know unlocks nothing.
         let rows = try await db.query(
             """
-            SELECT s.environment, s.original_transaction_id, s.active_product_id, s.status, s.auto_renew_enabled,
-                   s.expires_at, s.grace_expires_at, s.in_billing_retry, s.next_change_at,
+            SELECT \(sql: UserSubscription.columns),
                    (SELECT to_jsonb(coalesce(array_agg(DISTINCT e ORDER BY e), '{}'::text[]))
                       FROM payment_product p, unnest(coalesce(p.entitlements, ARRAY[p.plan_code])) AS e
                      WHERE p.product_id = s.active_product_id AND NOT p.deleted) AS entitlements
@@ -43,12 +42,7 @@ public struct EntitlementStore: Sendable {
         var unlocks: [String: [String]] = [:]
         var chains: [EntitlementChain] = []
         for row in rows {
-            let subscription = UserSubscription(
-                environment: try row.decode("environment"), originalTransactionID: try row.decode("original_transaction_id"),
-                subscriptionGroupID: nil, activeProductID: try row.decode("active_product_id"), pendingProductID: nil,
-                storedStatus: try row.decodeValue("status"), autoRenewEnabled: try row.decode("auto_renew_enabled"),
-                expiresAt: try row.decode("expires_at"), graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: false,
-                inBillingRetry: try row.decode("in_billing_retry"), nextChangeAt: try row.decode("next_change_at"))
+            let subscription = try UserSubscription(row: row)
             unlocks[subscription.activeProductID] = try row.decode("entitlements", as: PostgresJSON.self).decode([String].self)
             chains.append(
                 EntitlementChain(

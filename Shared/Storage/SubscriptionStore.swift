@@ -36,6 +36,27 @@ public struct UserSubscription: Sendable, Equatable {
     }
 }
 
+extension UserSubscription {
+    /// The columns of `user_subscription s` that `init(row:)` decodes; a reader selects them with
+    /// whatever else it needs.
+    static let columns: StaticString = """
+        s.environment, s.original_transaction_id, s.subscription_group_id, s.active_product_id, s.pending_product_id,
+        s.status, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared, s.in_billing_retry,
+        s.next_change_at
+        """
+
+    /// A chain from a row holding `columns`; the renewal info's fields are left to readers that join it.
+    init(row: PostgresRow) throws {
+        self.init(
+            environment: try row.decode("environment"), originalTransactionID: try row.decode("original_transaction_id"),
+            subscriptionGroupID: try row.decode("subscription_group_id"), activeProductID: try row.decode("active_product_id"),
+            pendingProductID: try row.decode("pending_product_id"), storedStatus: try row.decodeValue("status"),
+            autoRenewEnabled: try row.decode("auto_renew_enabled"), expiresAt: try row.decode("expires_at"),
+            graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: try row.decode("is_family_shared"),
+            inBillingRetry: try row.decode("in_billing_retry"), nextChangeAt: try row.decode("next_change_at"))
+    }
+}
+
 /// What a client learns after submitting a transaction: the order, the subscription of the
 /// transaction's chain and the user's credits.
 public struct PurchaseResult: Sendable, Equatable {
@@ -61,24 +82,18 @@ public struct SubscriptionStore: Sendable {
     public func subscriptions(userID: String) async throws -> [UserSubscription] {
         try await pool.query(
             """
-            SELECT s.environment, s.original_transaction_id, s.subscription_group_id, s.active_product_id, s.pending_product_id,
-                s.status, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared,
-                s.in_billing_retry, s.next_change_at, r.price_increase_status, r.renewal_price, r.renewal_currency
+            SELECT \(sql: UserSubscription.columns), r.price_increase_status, r.renewal_price, r.renewal_currency
             FROM user_subscription s
             LEFT JOIN apple_renewal_info r ON r.environment = s.environment AND r.original_transaction_id = s.original_transaction_id
             WHERE s.user_id = \(userID)
             ORDER BY s.expires_at DESC NULLS FIRST, s.id DESC
             """
         ).map { row in
-            UserSubscription(
-                environment: try row.decode("environment"), originalTransactionID: try row.decode("original_transaction_id"),
-                subscriptionGroupID: try row.decode("subscription_group_id"), activeProductID: try row.decode("active_product_id"),
-                pendingProductID: try row.decode("pending_product_id"), storedStatus: try row.decodeValue("status"),
-                autoRenewEnabled: try row.decode("auto_renew_enabled"), expiresAt: try row.decode("expires_at"),
-                graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: try row.decode("is_family_shared"),
-                priceIncreaseStatus: try row.decode("price_increase_status"), renewalPrice: try row.decode("renewal_price"),
-                renewalCurrency: try row.decode("renewal_currency"), inBillingRetry: try row.decode("in_billing_retry"),
-                nextChangeAt: try row.decode("next_change_at"))
+            var subscription = try UserSubscription(row: row)
+            subscription.priceIncreaseStatus = try row.decode("price_increase_status")
+            subscription.renewalPrice = try row.decode("renewal_price")
+            subscription.renewalCurrency = try row.decode("renewal_currency")
+            return subscription
         }
     }
 

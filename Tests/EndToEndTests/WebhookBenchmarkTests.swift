@@ -9,6 +9,7 @@ import Storage
 import Synchronization
 import TestSupport
 import Testing
+import Webhooks
 
 /// Webhook delivery figures (issue 24), printed, never asserted: `Tests/Benchmarks/webhook-deliveries.sh`
 /// runs it (SUBS_RUN_BENCHMARKS=1) and it is reported as skipped otherwise. A fulfillment process

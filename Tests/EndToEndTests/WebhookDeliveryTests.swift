@@ -8,6 +8,7 @@ import ServiceRuntime
 import Storage
 import TestSupport
 import Testing
+import Webhooks
 
 /// Webhook delivery against a real receiver: events produced to the outbound topic reach the
 /// endpoints whose filters take them, each request's signature checked by the Standard Webhooks

@@ -1,5 +1,6 @@
 import AppStore
 import Credits
+import Crypto
 import Domain
 import Events
 import Foundation

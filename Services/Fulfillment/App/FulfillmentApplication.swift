@@ -6,6 +6,7 @@ import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
+import Webhooks
 
 /// The worker process: consumer group member, processor, and the pipeline sweeper.
 public struct FulfillmentApplication: Sendable {

@@ -1,8 +1,10 @@
 import AppStore
 import Credits
+import Crypto
 import Foundation
 import Pipeline
 import ServiceRuntime
+import Webhooks
 
 /// Everything a fulfillment worker reads from its environment, validated at start-up.
 public struct FulfillmentConfiguration: Sendable {

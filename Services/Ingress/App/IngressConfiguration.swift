@@ -7,6 +7,7 @@ import HTTPServer
 import Pipeline
 import Postgres
 import ServiceRuntime
+import Webhooks
 
 /// Everything the ingress reads from its environment, validated at start-up.
 public struct IngressConfiguration: Sendable {

@@ -1,11 +1,13 @@
 import AppStore
 import Catalogue
 import Credits
+import Crypto
 import HTTPServer
 import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
+import Webhooks
 
 /// What the application assembles once at start-up: the settings, the stores on the pools, the
 /// verifiers and authenticators. The routers hand each route group the parts it calls; no route

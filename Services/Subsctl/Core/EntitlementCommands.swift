@@ -7,13 +7,41 @@ import Storage
 /// `subsctl entitlements grant|revoke|show`: promotional grants of entitlements (access, not
 /// credits), the same store calls as the admin API's, each audited under `--operator`.
 enum EntitlementCommands {
-    /// `--user-id` and `--entitlement`, checked as the admin API checks its path.
-    static func target(_ user: String?, _ entitlement: String?) -> Result<(String, String), UsageProblem> {
-        guard let user, (1...128).contains(user.count) else { return .failure(UsageProblem("--user-id must be a user id of 1 to 128 characters")) }
-        guard let entitlement, Entitlements.isIdentifier(entitlement) else {
-            return .failure(UsageProblem("--entitlement must be an identifier of [a-z0-9_.-], 1 to 64 characters"))
+    /// What grant and revoke both take: `--user-id` and `--entitlement`, and who and why for the
+    /// audit row (`--operator`, `--reason`); read with the command's options, checked after them.
+    struct AuditedTarget {
+        let user: String?
+        let entitlement: String?
+        let operatorName: String?
+        let reason: String?
+
+        init(_ arguments: inout ParsedArguments) {
+            user = arguments.userID()
+            entitlement = arguments.option("entitlement")
+            operatorName = arguments.option("operator")
+            reason = arguments.option("reason")
         }
-        return .success((user, entitlement))
+
+        /// The four present and well-formed.
+        struct Checked {
+            let user: String
+            let entitlement: String
+            let operatorName: String
+            let reason: String
+        }
+
+        /// The four, the user and entitlement checked as the admin API checks its path.
+        func checked() throws(UsageProblem) -> Checked {
+            guard let user, (1...128).contains(user.count) else { throw UsageProblem("--user-id must be a user id of 1 to 128 characters") }
+            guard let entitlement, Entitlements.isIdentifier(entitlement) else {
+                throw UsageProblem("--entitlement must be an identifier of [a-z0-9_.-], 1 to 64 characters")
+            }
+            guard let operatorName, !operatorName.isEmpty else { throw UsageProblem("--operator is required") }
+            guard let reason, !reason.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                throw UsageProblem("--reason is required: say why, for the audit trail")
+            }
+            return Checked(user: user, entitlement: entitlement, operatorName: operatorName, reason: reason)
+        }
     }
 
     struct UsageProblem: Error {
@@ -46,24 +74,13 @@ enum EntitlementGrantCommand: SubsctlCommand {
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
-        let user = arguments.userID()
-        let entitlement = arguments.option("entitlement")
+        let audited = EntitlementCommands.AuditedTarget(&arguments)
         let expiresText = arguments.option("expires-at")
         let duration = arguments.option("duration")
-        let operatorName = arguments.option("operator")
-        let reason = arguments.option("reason")
         let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
-        let target: (String, String)
-        switch EntitlementCommands.target(user, entitlement) {
-        case .success(let value): target = value
-        case .failure(let problem): return usageError(problem.message)
-        }
-        guard let operatorName, !operatorName.isEmpty else { return usageError("--operator is required") }
-        guard let reason, !reason.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-            return usageError("--reason is required: say why, for the audit trail")
-        }
+        if let status = unusedArgumentsError(arguments, refusal: { _ in "no positional arguments" }) { return status }
+        let target: EntitlementCommands.AuditedTarget.Checked
+        do { target = try audited.checked() } catch { return usageError(error.message) }
         var expiresAt: Date?
         if let expiresText {
             guard let date = RFC3339.date(from: expiresText) else { return usageError("--expires-at must be an RFC 3339 time") }
@@ -90,8 +107,8 @@ enum EntitlementGrantCommand: SubsctlCommand {
         return await Subsctl.withDatabase { pool in
             do {
                 let grant = try await EntitlementStore(pool: pool).grant(
-                    userID: target.0, entitlement: target.1, expiresAt: end, environment: environment, operator: operatorName,
-                    reason: reason, now: now)
+                    userID: target.user, entitlement: target.entitlement, expiresAt: end, environment: environment,
+                    operator: target.operatorName, reason: target.reason, now: now)
                 let view = PromotionalGrantView(grant, now: Date())
                 try Subsctl.printResult(view, asJSON: asJSON) { EntitlementCommands.line(view) }
                 return ExitStatus.success
@@ -118,28 +135,19 @@ enum EntitlementRevokeCommand: SubsctlCommand {
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
-        let user = arguments.userID()
-        let entitlement = arguments.option("entitlement")
-        let operatorName = arguments.option("operator")
-        let reason = arguments.option("reason")
+        let audited = EntitlementCommands.AuditedTarget(&arguments)
         let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
-        let target: (String, String)
-        switch EntitlementCommands.target(user, entitlement) {
-        case .success(let value): target = value
-        case .failure(let problem): return usageError(problem.message)
-        }
-        guard let operatorName, !operatorName.isEmpty else { return usageError("--operator is required") }
-        guard let reason, !reason.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
-            return usageError("--reason is required: say why, for the audit trail")
-        }
+        if let status = unusedArgumentsError(arguments, refusal: { _ in "no positional arguments" }) { return status }
+        let target: EntitlementCommands.AuditedTarget.Checked
+        do { target = try audited.checked() } catch { return usageError(error.message) }
         return await Subsctl.withDatabase { pool in
             do {
                 let revoked = try await EntitlementStore(pool: pool).revoke(
-                    userID: target.0, entitlement: target.1, operator: operatorName, reason: reason, now: Date())
+                    userID: target.user, entitlement: target.entitlement, operator: target.operatorName, reason: target.reason,
+                    now: Date())
                 let now = Date()
-                let output = Output(userId: target.0, entitlement: target.1, revoked: revoked.map { PromotionalGrantView($0, now: now) })
+                let output = Output(
+                    userId: target.user, entitlement: target.entitlement, revoked: revoked.map { PromotionalGrantView($0, now: now) })
                 try Subsctl.printResult(output, asJSON: asJSON) { output.revoked.map(EntitlementCommands.line).joined(separator: "\n") }
                 return ExitStatus.success
             } catch EntitlementGrantError.nothingInForce(let user, let entitlement) {
@@ -160,8 +168,7 @@ enum EntitlementShowCommand: SubsctlCommand {
         var arguments = arguments
         let user = arguments.userID()
         let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("no positional arguments") }
+        if let status = unusedArgumentsError(arguments, refusal: { _ in "no positional arguments" }) { return status }
         guard let user, (1...128).contains(user.count) else { return usageError("--user-id must be a user id of 1 to 128 characters") }
         return await Subsctl.withDatabase { pool in
             let overview = try await EntitlementStore(pool: pool).overview(userID: user, now: Date())

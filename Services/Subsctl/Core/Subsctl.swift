@@ -19,6 +19,16 @@ extension SubsctlCommand {
         Subsctl.printError("\(message)\nusage: subsctl \(usage)")
         return ExitStatus.usage
     }
+
+    /// The usage error for an option the command did not read, else for a positional (it takes
+    /// none; `refusal` words it); nil when every argument was used.
+    static func unusedArgumentsError(
+        _ arguments: ParsedArguments, refusal: (String) -> String = { "unexpected argument \($0)" }
+    ) -> Int32? {
+        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
+        if let first = arguments.positionals.first { return usageError(refusal(first)) }
+        return nil
+    }
 }
 
 /// Exit statuses (sysexits.h where one fits).
@@ -140,6 +150,11 @@ public enum Subsctl {
 
     static func printOutput(_ text: String) {
         Invocation.current.writeOutput(text.hasSuffix("\n") ? text : text + "\n")
+    }
+
+    /// A list: `{"items": …}` with `--json` (the admin API's lists), else `line` of each item.
+    static func printItems<Item: Encodable>(_ items: [Item], asJSON: Bool, line: (Item) -> String) throws {
+        try printResult(["items": items], asJSON: asJSON) { items.map(line).joined(separator: "\n") }
     }
 
     /// A command's result: `value` as one line of JSON with `--json` (the admin API's conventions:

@@ -79,8 +79,7 @@ enum EventsListCommand: SubsctlCommand {
         let limitText = arguments.option("limit")
         let beforeText = arguments.option("before-id")
         let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
+        if let status = unusedArgumentsError(arguments) { return status }
         let statuses = ["RECEIVED", "PROCESSING", "RETRY_WAIT", "SUCCEEDED", "DEAD"]
         if let status, !statuses.contains(status) {
             return usageError("--status must be one of \(statuses.joined(separator: ", "))")
@@ -95,7 +94,7 @@ enum EventsListCommand: SubsctlCommand {
             if events.isEmpty && !asJSON {
                 Subsctl.printError("no such events")
             } else {
-                try Subsctl.printResult(["items": events], asJSON: asJSON) { events.map(SupportOutput.line).joined(separator: "\n") }
+                try Subsctl.printItems(events, asJSON: asJSON, line: SupportOutput.line)
             }
             return ExitStatus.success
         }
@@ -110,14 +109,11 @@ enum EventsSummaryCommand: SubsctlCommand {
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
+        if let status = unusedArgumentsError(arguments) { return status }
         return await Subsctl.withDatabase { pool in
             let counts = try await CaseStore(pool: pool).eventSummary(now: Date())
-            try Subsctl.printResult(["items": counts], asJSON: asJSON) {
-                counts.map {
-                    "status=\($0.status) errorCode=\($0.errorCode ?? "-") count=\($0.count) oldestAgeSeconds=\($0.oldestAgeSeconds)"
-                }.joined(separator: "\n")
+            try Subsctl.printItems(counts, asJSON: asJSON) {
+                "status=\($0.status) errorCode=\($0.errorCode ?? "-") count=\($0.count) oldestAgeSeconds=\($0.oldestAgeSeconds)"
             }
             return ExitStatus.success
         }

@@ -1,8 +1,9 @@
+import Crypto
 import Foundation
-import Pipeline
 import Postgres
 import ServiceRuntime
 import Storage
+import Webhooks
 
 /// `subsctl webhooks …`: the admin API's webhook endpoints from a shell, on the database directly
 /// (create and rotate-secret also need `PAYLOAD_ENCRYPTION_KEYS` to seal the new secret, and the
@@ -41,6 +42,13 @@ enum WebhookCommands {
         return parts.joined(separator: " ")
     }
 
+    /// An endpoint as the admin API shows it (never its secret); the command's success.
+    static func printEndpoint(_ endpoint: WebhookStore.Endpoint, asJSON: Bool) throws -> Int32 {
+        let output = WebhookEndpointSummary(endpoint)
+        try Subsctl.printResult(output, asJSON: asJSON) { line(output) }
+        return ExitStatus.success
+    }
+
     /// The one positional an endpoint command takes: the endpoint's id.
     static func endpointID(_ arguments: ParsedArguments, count: Int = 1) -> String? {
         guard arguments.positionals.count == count, arguments.positionals[0].hasPrefix("wh_") else { return nil }
@@ -62,8 +70,7 @@ enum WebhooksCreateCommand: SubsctlCommand {
         let description = arguments.option("description")
         let operatorName = arguments.operatorName()
         let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
+        if let status = unusedArgumentsError(arguments) { return status }
         guard url != nil else { return usageError("--url is required") }
         return await Subsctl.withDatabase { pool in
             guard let registration = try WebhookCommands.registration(pool) else { return ExitStatus.configuration }
@@ -91,11 +98,10 @@ enum WebhooksListCommand: SubsctlCommand {
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
+        if let status = unusedArgumentsError(arguments) { return status }
         return await Subsctl.withDatabase { pool in
             let items = try await WebhookStore(pool: pool).endpoints().map { WebhookEndpointSummary($0) }
-            try Subsctl.printResult(["items": items], asJSON: asJSON) { items.map(WebhookCommands.line).joined(separator: "\n") }
+            try Subsctl.printItems(items, asJSON: asJSON, line: WebhookCommands.line)
             return ExitStatus.success
         }
     }
@@ -116,9 +122,7 @@ enum WebhooksShowCommand: SubsctlCommand {
                 Subsctl.printError("no webhook endpoint \(id)")
                 return ExitStatus.refused
             }
-            let output = WebhookEndpointSummary(endpoint)
-            try Subsctl.printResult(output, asJSON: asJSON) { WebhookCommands.line(output) }
-            return ExitStatus.success
+            return try WebhookCommands.printEndpoint(endpoint, asJSON: asJSON)
         }
     }
 }
@@ -142,9 +146,7 @@ enum WebhooksDeleteCommand: SubsctlCommand {
                 Subsctl.printError("no live webhook endpoint \(id)")
                 return ExitStatus.refused
             }
-            let output = WebhookEndpointSummary(endpoint)
-            try Subsctl.printResult(output, asJSON: asJSON) { WebhookCommands.line(output) }
-            return ExitStatus.success
+            return try WebhookCommands.printEndpoint(endpoint, asJSON: asJSON)
         }
     }
 }
@@ -207,7 +209,7 @@ enum WebhooksDeliveriesCommand: SubsctlCommand {
         if beforeText != nil && before == nil { return usageError("--before must be a delivery number") }
         return await Subsctl.withDatabase { pool in
             let items = try await WebhookStore(pool: pool).deliveries(endpointID: id, status: status, beforeSeq: before, limit: limit)
-            try Subsctl.printResult(["items": items], asJSON: asJSON) { items.map(WebhookCommands.line).joined(separator: "\n") }
+            try Subsctl.printItems(items, asJSON: asJSON, line: WebhookCommands.line)
             return ExitStatus.success
         }
     }

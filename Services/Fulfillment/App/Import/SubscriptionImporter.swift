@@ -1,4 +1,5 @@
 import AppStore
+import Crypto
 import Domain
 import Foundation
 import Pipeline

@@ -1,9 +1,11 @@
+import Crypto
 import Foundation
 import Kafka
 import Pipeline
 import ServiceRuntime
 import Storage
 import Synchronization
+import Webhooks
 
 /// Webhook delivery: a consumer group of its own over `OUTBOUND_EVENT_TOPIC` that writes a delivery
 /// row per matching endpoint for each event (its offset committed after that), and the sender that

@@ -1,3 +1,4 @@
+import Crypto
 import Dispatch
 import Foundation
 import OutboundHTTP
@@ -5,6 +6,7 @@ import Pipeline
 import ServiceRuntime
 import Storage
 import Synchronization
+import Webhooks
 
 /// Sends the deliveries of `webhook_delivery`: one loop claims due rows under leases (at most
 /// `WEBHOOK_ENDPOINT_CONCURRENCY` in flight per endpoint, `WEBHOOK_CONCURRENCY` in all) and records

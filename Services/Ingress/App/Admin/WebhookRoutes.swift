@@ -4,6 +4,7 @@ import HTTPServer
 import Pipeline
 import ServiceRuntime
 import Storage
+import Webhooks
 
 /// The webhook endpoints of `/admin/v1/webhooks`: registration (the secret shown once), reading,
 /// deletion, secret rotation with an overlap, the deliveries with their state, and a manual retry.
