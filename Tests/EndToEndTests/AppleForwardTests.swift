@@ -6,6 +6,7 @@ import Postgres
 import Storage
 import TestSupport
 import Testing
+import Webhooks
 
 /// Forwarding of Apple's notifications through the real ingress and worker processes to a local
 /// receiver: each verified notification arrives with the request body Apple sent, byte for byte;

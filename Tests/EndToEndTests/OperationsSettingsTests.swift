@@ -6,6 +6,7 @@ import ServiceRuntime
 import Storage
 import TestSupport
 import Testing
+import Webhooks
 
 @testable import FulfillmentApp
 

@@ -1,3 +1,4 @@
+import Crypto
 import Dispatch
 import Events
 import Foundation
@@ -6,6 +7,7 @@ import OutboundHTTP
 import Pipeline
 import ServiceRuntime
 import Storage
+import Webhooks
 
 /// Forwarding of Apple's notifications (`APPLE_NOTIFICATION_FORWARD_URL`, `_SANDBOX_URL`): a
 /// consumer group of its own over the event topic the workers consume, so a notification is
