@@ -70,6 +70,10 @@ public struct IngressConfiguration: Sendable {
     public var entitlementSigningKey: P256PrivateKey?
     /// `WEBHOOK_*`: what a registered URL may be, and how long a rotated-out secret still signs.
     public var webhooks: WebhookConfiguration
+    /// The App Store Server API key (`APPLE_IAP_KEY_ID`, `APPLE_IAP_ISSUER_ID`,
+    /// `APPLE_IAP_PRIVATE_KEY_PATH`, as the workers'), read when `APPLE_IAP_KEY_ID` is set: the
+    /// admin API's Apple actions call with it; unset, they answer 503.
+    public var appStoreAPI: AppStoreServerAPIConfiguration?
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -102,6 +106,7 @@ public struct IngressConfiguration: Sendable {
         creditLimits = CreditLimits(reader: reader)
         entitlementSigningKey = Self.signingKey(reader, "ENTITLEMENT_SIGNING_KEY_PATH")
         webhooks = WebhookConfiguration(reader: reader)
+        appStoreAPI = reader.raw("APPLE_IAP_KEY_ID") == nil ? nil : AppStoreServerAPIConfiguration.read(from: reader)
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")

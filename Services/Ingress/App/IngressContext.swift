@@ -47,6 +47,9 @@ struct IngressContext: Sendable {
     let consoleSessions: ConsoleSessionStore
     let entitlements: EntitlementStore
     let webhooks: WebhookStore
+    /// The App Store Server API, when its key is configured (`appStoreAPI`).
+    let appleAPI: AppStoreServerAPIClient?
+    let renewalExtensions: AppleRenewalExtensionStore
     /// The Apple endpoints' budgets per source.
     let notificationLimits: NotificationLimits
     /// What `/readyz` reports; the application runs it as a service.
@@ -99,6 +102,13 @@ struct IngressContext: Sendable {
         consoleSessions = ConsoleSessionStore(pool: pool)
         entitlements = EntitlementStore(pool: pool)
         webhooks = WebhookStore(pool: pool)
+        appleAPI = configuration.appStoreAPI.map { AppStoreServerAPIClient(configuration: $0, clock: clock, logger: logger) }
+        renewalExtensions = AppleRenewalExtensionStore(pool: pool)
+    }
+
+    /// The admin API's Apple actions (mass renewal-date extension).
+    var appleAdminRoutes: AppleAdminRoutes {
+        AppleAdminRoutes(extensions: appleAPI.map { MassRenewalExtension(client: $0, store: renewalExtensions, clock: clock) })
     }
 
     /// The webhook routes' registration (store, cipher, rules) and cursors.

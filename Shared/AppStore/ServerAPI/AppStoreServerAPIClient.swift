@@ -112,6 +112,33 @@ public final class AppStoreServerAPIClient: Sendable {
                 body: try json(`extension`)))
     }
 
+    /// Extend Subscription Renewal Dates for All Active Subscribers: Apple accepts the request and
+    /// works through the product's subscribers asynchronously (follow it with
+    /// `getStatusOfSubscriptionRenewalDateExtensions`).
+    public func extendRenewalDateForAllActiveSubscribers(_ request: MassExtendRenewalDateRequest) async throws(AppStoreAPIError)
+        -> MassExtendRenewalDateResponse
+    {
+        try await decode(Request(method: "POST", path: "/inApps/v1/subscriptions/extend/mass", body: try json(request)))
+    }
+
+    /// Get Status of Subscription Renewal Date Extensions of a mass request.
+    public func getStatusOfSubscriptionRenewalDateExtensions(productId: String, requestIdentifier: String)
+        async throws(AppStoreAPIError) -> MassExtendRenewalDateStatusResponse
+    {
+        try await decode(
+            Request(
+                method: "GET",
+                path: "/inApps/v1/subscriptions/extend/mass/\(try segment(productId))/\(try segment(requestIdentifier))"))
+    }
+
+    /// Finish Transaction: tells Apple the server has delivered what the transaction bought (for
+    /// apps whose server, not StoreKit's `Transaction.finish()`, completes delivery).
+    public func finishTransaction(transactionId: String) async throws(AppStoreAPIError) {
+        _ = try await send(
+            Request(method: "POST", path: "/inApps/v1/transactions/\(try segment(transactionId))/finish"),
+            environment: configuration.environment)
+    }
+
     /// Get Refund History (v2): one page; pass the previous page's `revision` for the next.
     public func getRefundHistory(transactionId: String, revision: String? = nil, fallbackToSandbox: Bool = false)
         async throws(AppStoreAPIError) -> RefundHistoryResponse
