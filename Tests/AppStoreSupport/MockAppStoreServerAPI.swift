@@ -128,6 +128,7 @@ public final class MockAppStoreServerAPI: Sendable {
         router.get("/inApps/v1/subscriptions/extend/mass/{productId}/{requestIdentifier}") { [self] in
             await serve($0) { try self.massExtensionStatus($0) }
         }
+        router.get("/inApps/v1/transactions/appTransactions/{id}") { [self] in await serve($0) { try self.appTransactionInfo($0) } }
         router.post("/inApps/v1/transactions/{id}/finish") { [self] in await serve($0) { try self.finish($0) } }
         router.get("/inApps/v2/refund/lookup/{id}") { [self] in await serve($0) { try self.refunds($0) } }
         router.put("/inApps/v1/transactions/{id}/appAccountToken") { [self] in await serve($0) { try self.appAccountToken($0) } }
@@ -457,6 +458,28 @@ public final class MockAppStoreServerAPI: Sendable {
         }
         guard let status else { throw Failure(status: 404, errorCode: 4_040_009, message: "Status request not found.") }
         return Self.json(status)
+    }
+
+    /// The app transaction of the customer whose transaction `id` names, built from that
+    /// transaction's `appTransactionId` (Apple: 4040019 when the customer has none).
+    private func appTransactionInfo(_ request: HTTPRequest) throws -> HTTPResponse {
+        let id = parameter(request, "id")
+        let transactions = state.withLock { $0.transactions }
+        guard let stored = transactions.first(where: { $0.payload.transactionId == id || $0.payload.originalTransactionId == id })
+        else { throw Self.notFound }
+        guard let appTransactionId = stored.payload.appTransactionId else {
+            throw Failure(status: 404, errorCode: 4_040_019, message: "App transaction does not exist.")
+        }
+        var app = AppTransaction()
+        app.rawReceiptType = environment.rawValue
+        app.bundleId = credentials.bundleId
+        app.applicationVersion = "1"
+        app.originalApplicationVersion = "1"
+        app.receiptCreationDate = TestPayloads.wholeMilliseconds(Date())
+        app.originalPurchaseDate = stored.payload.originalPurchaseDate
+        app.appTransactionId = appTransactionId
+        app.originalPlatform = .iOS
+        return Self.json(AppTransactionInfoResponse(signedAppTransactionInfo: try signer.sign(app)))
     }
 
     private func finish(_ request: HTTPRequest) throws -> HTTPResponse {

@@ -75,4 +75,24 @@ import Testing
             #expect(unknown?.apiError == .transactionIdNotFound)
         }
     }
+
+    @Test func getAppTransactionInfoAnswersTheCustomersSignedAppTransaction() async throws {
+        try await APIFixture.with { fixture in
+            var transaction = fixture.transaction()
+            transaction.appTransactionId = "704289572311662387"
+            let without = fixture.transaction()
+            try fixture.mock.addTransaction(transaction)
+            try fixture.mock.addTransaction(without)
+            let client = fixture.client()
+            let answer = try await client.getAppTransactionInfo(transactionId: transaction.transactionId!)
+            #expect(fixture.mock.requests.last?.path == "/inApps/v1/transactions/appTransactions/\(transaction.transactionId!)")
+            let signed = try #require(answer.signedAppTransactionInfo)
+            let app = try await fixture.verifier().verifyAppTransaction(signed)
+            #expect(app.appTransactionId == "704289572311662387" && app.bundleId == APIFixture.bundleId)
+            let none = await #expect(throws: AppStoreAPIError.self) {
+                try await client.getAppTransactionInfo(transactionId: without.transactionId!)
+            }
+            #expect(none?.apiError == .appTransactionDoesNotExist)
+        }
+    }
 }

@@ -59,6 +59,16 @@ public final class AppStoreServerAPIClient: Sendable {
             Request(method: "GET", path: "/inApps/v1/transactions/\(try segment(transactionId))"))
     }
 
+    /// Get App Transaction Info: the app transaction (with its `appTransactionId`, one per Apple
+    /// Account and app) of the customer any of whose transaction ids is given.
+    public func getAppTransactionInfo(transactionId: String, fallbackToSandbox: Bool = false) async throws(AppStoreAPIError)
+        -> AppTransactionInfoResponse
+    {
+        try await decode(
+            lookingUp: transactionId, fallbackToSandbox: fallbackToSandbox,
+            Request(method: "GET", path: "/inApps/v1/transactions/appTransactions/\(try segment(transactionId))"))
+    }
+
     /// Get Transaction History (v2): one page; pass the previous page's `revision` for the next.
     public func getTransactionHistory(
         transactionId: String, revision: String? = nil, request filters: TransactionHistoryRequest = TransactionHistoryRequest(),
