@@ -136,3 +136,42 @@ public struct MassRenewalExtension: Sendable {
             failedCount: status.failedCount, now: clock.now()) ?? record
     }
 }
+
+/// A mass extension request as recorded, with Apple's last reported status: the answer of
+/// `subsctl apple extend-all --json` and of `/admin/v1/apple/extend-all`.
+public struct RenewalExtensionSummary: Encodable, Sendable {
+    public let requestIdentifier: String
+    public let productId: String
+    public let extendByDays: Int32
+    public let extendReasonCode: Int32
+    public let storefrontCountryCodes: [String]?
+    public let requestedBy: String
+    public let createdAt: Date
+    public let submittedAt: Date?
+    public let lastError: String?
+    public let complete: Bool
+    public let completeDate: Date?
+    public let succeededCount: Int64?
+    public let failedCount: Int64?
+    public let checkedAt: Date?
+    /// On a submission: false when Apple had already accepted this request (nothing sent again).
+    public let sent: Bool?
+
+    public init(_ record: AppleRenewalExtensionStore.Record, sent: Bool? = nil) {
+        requestIdentifier = record.request.requestIdentifier.uuidString.lowercased()
+        productId = record.request.productId
+        extendByDays = record.request.extendByDays
+        extendReasonCode = record.request.extendReasonCode
+        storefrontCountryCodes = record.request.storefrontCountryCodes
+        requestedBy = record.request.requestedBy
+        createdAt = record.createdAt
+        submittedAt = record.submittedAt
+        lastError = record.lastError
+        complete = record.complete
+        completeDate = record.completeDate
+        succeededCount = record.succeededCount
+        failedCount = record.failedCount
+        checkedAt = record.checkedAt
+        self.sent = sent
+    }
+}

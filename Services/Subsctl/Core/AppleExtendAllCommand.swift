@@ -17,36 +17,6 @@ enum AppleExtendAllCommand: SubsctlCommand {
         "Extend the renewal date of every active subscriber of a product at Apple (reason code default 3, service issue) and"
         + " follow Apple's progress; audited, and a second run of the same request does not extend again."
 
-    /// The `--json` answer: the request as recorded and Apple's last reported status.
-    struct Output: Encodable {
-        var requestIdentifier: String
-        var productId: String
-        var extendByDays: Int32
-        var extendReasonCode: Int32
-        var storefrontCountryCodes: [String]?
-        /// false: Apple had already accepted this request on an earlier run.
-        var sent: Bool
-        var submittedAt: Date?
-        var complete: Bool
-        var completeDate: Date?
-        var succeededCount: Int64?
-        var failedCount: Int64?
-
-        init(_ record: AppleRenewalExtensionStore.Record, sent: Bool) {
-            requestIdentifier = record.request.requestIdentifier.uuidString.lowercased()
-            productId = record.request.productId
-            extendByDays = record.request.extendByDays
-            extendReasonCode = record.request.extendReasonCode
-            storefrontCountryCodes = record.request.storefrontCountryCodes
-            self.sent = sent
-            submittedAt = record.submittedAt
-            complete = record.complete
-            completeDate = record.completeDate
-            succeededCount = record.succeededCount
-            failedCount = record.failedCount
-        }
-    }
-
     static func run(_ arguments: ParsedArguments) async -> Int32 {
         var arguments = arguments
         let product = arguments.option("product")
@@ -110,7 +80,7 @@ enum AppleExtendAllCommand: SubsctlCommand {
                 Subsctl.printProgress("request \(identifier): in progress (Apple reports no counts before completion)")
                 try await Task.sleep(for: .seconds(pollSeconds))
             }
-            try Subsctl.printResult(Output(record, sent: submission.sent), asJSON: asJSON) {
+            try Subsctl.printResult(RenewalExtensionSummary(record, sent: submission.sent), asJSON: asJSON) {
                 "requestIdentifier=\(identifier) productId=\(record.request.productId) complete=\(record.complete)"
                     + " succeeded=\(record.succeededCount.map(String.init) ?? "-") failed=\(record.failedCount.map(String.init) ?? "-")"
                     + " completeDate=\(record.completeDate.map { RFC3339.string(from: $0) } ?? "-")"

@@ -29,44 +29,6 @@ struct AppleAdminRoutes: Sendable {
         let reason: String?
     }
 
-    /// A request as recorded, with Apple's last reported status.
-    struct ExtensionAnswer: Encodable {
-        let requestIdentifier: String
-        let productId: String
-        let extendByDays: Int32
-        let extendReasonCode: Int32
-        let storefrontCountryCodes: [String]?
-        let requestedBy: String
-        let createdAt: Date
-        let submittedAt: Date?
-        let lastError: String?
-        let complete: Bool
-        let completeDate: Date?
-        let succeededCount: Int64?
-        let failedCount: Int64?
-        let checkedAt: Date?
-        /// On the POST: false when Apple had already accepted this request (nothing sent again).
-        let sent: Bool?
-
-        init(_ record: AppleRenewalExtensionStore.Record, sent: Bool? = nil) {
-            requestIdentifier = record.request.requestIdentifier.uuidString.lowercased()
-            productId = record.request.productId
-            extendByDays = record.request.extendByDays
-            extendReasonCode = record.request.extendReasonCode
-            storefrontCountryCodes = record.request.storefrontCountryCodes
-            requestedBy = record.request.requestedBy
-            createdAt = record.createdAt
-            submittedAt = record.submittedAt
-            lastError = record.lastError
-            complete = record.complete
-            completeDate = record.completeDate
-            succeededCount = record.succeededCount
-            failedCount = record.failedCount
-            checkedAt = record.checkedAt
-            self.sent = sent
-        }
-    }
-
     func configured() throws(HTTPError) -> MassRenewalExtension {
         guard let extensions else {
             throw HTTPError(
@@ -94,7 +56,7 @@ struct AppleAdminRoutes: Sendable {
                     productId: productId, extendByDays: days, extendReasonCode: body.extendReasonCode ?? 3,
                     storefrontCountryCodes: body.storefrontCountryCodes, reason: reason, requestedBy: principal.name,
                     requestIdentifier: identifier))
-            return .json(ExtensionAnswer(submission.record, sent: submission.sent), status: submission.sent ? 202 : 200)
+            return .json(RenewalExtensionSummary(submission.record, sent: submission.sent), status: submission.sent ? 202 : 200)
         } catch let refusal as MassRenewalExtension.Refusal {
             throw Self.httpError(for: refusal)
         }
@@ -109,7 +71,7 @@ struct AppleAdminRoutes: Sendable {
             guard let record = try await extensions.refresh(identifier) else {
                 throw HTTPError(status: 404, code: "EXTENSION_NOT_FOUND", message: "no mass extension request \(text.lowercased())")
             }
-            return .json(ExtensionAnswer(record))
+            return .json(RenewalExtensionSummary(record))
         } catch let refusal as MassRenewalExtension.Refusal {
             throw Self.httpError(for: refusal)
         }
