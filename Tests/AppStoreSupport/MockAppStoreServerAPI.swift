@@ -79,6 +79,17 @@ public final class MockAppStoreServerAPI: Sendable {
         var requests: [RecordedRequest] = []
         var consumption: [String: ConsumptionRequest] = [:]
         var appAccountTokens: [String: UUID] = [:]
+        var massExtensions: [String: MassExtension] = [:]
+        var massExtensionRequests: [MassExtendRenewalDateRequest] = []
+        var finished: [String] = []
+    }
+
+    /// A mass extension as Apple works through it: complete after `pollsLeft` status reads.
+    private struct MassExtension {
+        var request: MassExtendRenewalDateRequest
+        var pollsLeft: Int
+        var succeeded: Int64
+        var completeDate: Date?
     }
 
     public let signer: TestAppleSigner
@@ -86,10 +97,16 @@ public final class MockAppStoreServerAPI: Sendable {
     public let environment: AppStoreEnvironment
     /// Items per page of the paged endpoints (small, so tests page).
     public let pageSize: Int
+    /// How many Get Status reads of a mass extension answer `complete: false` before it completes.
+    public let massExtensionPolls: Int
     private let state = Mutex(State())
     private let server: Mutex<HTTPServer?> = Mutex(nil)
 
-    public init(signer: TestAppleSigner, credentials: Credentials, environment: AppStoreEnvironment = .sandbox, pageSize: Int = 2) {
+    public init(
+        signer: TestAppleSigner, credentials: Credentials, environment: AppStoreEnvironment = .sandbox, pageSize: Int = 2,
+        massExtensionPolls: Int = 2
+    ) {
+        self.massExtensionPolls = max(0, massExtensionPolls)
         self.signer = signer
         self.credentials = credentials
         self.environment = environment
@@ -107,6 +124,12 @@ public final class MockAppStoreServerAPI: Sendable {
         router.get("/inApps/v1/notifications/test/{token}") { [self] in await serve($0) { try self.testStatus($0) } }
         router.put("/inApps/v2/transactions/consumption/{id}") { [self] in await serve($0) { try self.consumption($0) } }
         router.put("/inApps/v1/subscriptions/extend/{id}") { [self] in await serve($0) { try self.extend($0) } }
+        router.post("/inApps/v1/subscriptions/extend/mass") { [self] in await serve($0) { try self.massExtend($0) } }
+        router.get("/inApps/v1/subscriptions/extend/mass/{productId}/{requestIdentifier}") { [self] in
+            await serve($0) { try self.massExtensionStatus($0) }
+        }
+        router.get("/inApps/v1/transactions/appTransactions/{id}") { [self] in await serve($0) { try self.appTransactionInfo($0) } }
+        router.post("/inApps/v1/transactions/{id}/finish") { [self] in await serve($0) { try self.finish($0) } }
         router.get("/inApps/v2/refund/lookup/{id}") { [self] in await serve($0) { try self.refunds($0) } }
         router.put("/inApps/v1/transactions/{id}/appAccountToken") { [self] in await serve($0) { try self.appAccountToken($0) } }
         let server = HTTPServer(
@@ -151,6 +174,10 @@ public final class MockAppStoreServerAPI: Sendable {
     /// The TEST notifications Request a Test Notification made, signed (a test delivers them).
     public var testNotificationPayloads: [String] { state.withLock { $0.testNotifications.values.compactMap(\.signedPayload) } }
     public func appAccountToken(for originalTransactionId: String) -> UUID? { state.withLock { $0.appAccountTokens[originalTransactionId] } }
+    /// Every mass extension request Apple accepted, in order (a repeated identifier appears twice).
+    public var massExtensionRequests: [MassExtendRenewalDateRequest] { state.withLock { $0.massExtensionRequests } }
+    /// The transactions Finish Transaction marked finished, in order.
+    public var finishedTransactions: [String] { state.withLock { $0.finished } }
 
     // MARK: Request handling
 
@@ -382,6 +409,89 @@ public final class MockAppStoreServerAPI: Sendable {
             ExtendRenewalDateResponse(
                 originalTransactionId: latest.payload.originalTransactionId, webOrderLineItemId: latest.payload.webOrderLineItemId,
                 success: true, effectiveDate: (latest.payload.expiresDate ?? Date()) + TimeInterval(days) * 86400))
+    }
+
+    /// Apple's checks of a MassExtendRenewalDateRequest; the subscribers it extends are the active
+    /// chains of the product (in the storefronts named, when some are).
+    private func massExtend(_ request: HTTPRequest) throws -> HTTPResponse {
+        guard let body = try? AppStoreJSON.decoder().decode(MassExtendRenewalDateRequest.self, from: Data(request.body)) else {
+            throw Failure(status: 400, errorCode: 4_000_000, message: "Bad request.")
+        }
+        guard (1...90).contains(body.extendByDays) else {
+            throw Failure(status: 400, errorCode: 4_000_009, message: "Invalid extend by days value.")
+        }
+        guard (0...3).contains(body.extendReasonCode) else {
+            throw Failure(status: 400, errorCode: 4_000_010, message: "Invalid extend reason code.")
+        }
+        guard UUID(uuidString: body.requestIdentifier) != nil else {
+            throw Failure(status: 400, errorCode: 4_000_011, message: "Invalid request identifier.")
+        }
+        guard !body.productId.isEmpty else { throw Failure(status: 400, errorCode: 4_000_023, message: "Invalid product id.") }
+        state.withLock { state in
+            let storefronts = body.storefrontCountryCodes.map(Set.init)
+            let chains = Set(
+                state.transactions.filter { stored in
+                    stored.status == .active && stored.payload.productId == body.productId
+                        && (storefronts.map { stored.payload.storefront.map($0.contains) ?? false } ?? true)
+                }.compactMap(\.payload.originalTransactionId))
+            state.massExtensionRequests.append(body)
+            state.massExtensions[body.requestIdentifier] = MassExtension(
+                request: body, pollsLeft: massExtensionPolls, succeeded: Int64(chains.count))
+        }
+        return Self.json(MassExtendRenewalDateResponse(requestIdentifier: body.requestIdentifier))
+    }
+
+    private func massExtensionStatus(_ request: HTTPRequest) throws -> HTTPResponse {
+        let productId = parameter(request, "productId")
+        let identifier = parameter(request, "requestIdentifier")
+        let status = state.withLock { state -> MassExtendRenewalDateStatusResponse? in
+            guard var job = state.massExtensions[identifier], job.request.productId == productId else { return nil }
+            if job.pollsLeft > 0 {
+                job.pollsLeft -= 1
+            } else if job.completeDate == nil {
+                job.completeDate = TestPayloads.wholeMilliseconds(Date())
+            }
+            state.massExtensions[identifier] = job
+            guard let completed = job.completeDate else { return MassExtendRenewalDateStatusResponse(requestIdentifier: identifier, complete: false) }
+            return MassExtendRenewalDateStatusResponse(
+                requestIdentifier: identifier, complete: true, completeDate: completed, succeededCount: job.succeeded, failedCount: 0)
+        }
+        guard let status else { throw Failure(status: 404, errorCode: 4_040_009, message: "Status request not found.") }
+        return Self.json(status)
+    }
+
+    /// The app transaction of the customer whose transaction `id` names, built from that
+    /// transaction's `appTransactionId` (Apple: 4040019 when the customer has none).
+    private func appTransactionInfo(_ request: HTTPRequest) throws -> HTTPResponse {
+        let id = parameter(request, "id")
+        let transactions = state.withLock { $0.transactions }
+        guard let stored = transactions.first(where: { $0.payload.transactionId == id || $0.payload.originalTransactionId == id })
+        else { throw Self.notFound }
+        guard let appTransactionId = stored.payload.appTransactionId else {
+            throw Failure(status: 404, errorCode: 4_040_019, message: "App transaction does not exist.")
+        }
+        var app = AppTransaction()
+        app.rawReceiptType = environment.rawValue
+        app.bundleId = credentials.bundleId
+        app.applicationVersion = "1"
+        app.originalApplicationVersion = "1"
+        app.receiptCreationDate = TestPayloads.wholeMilliseconds(Date())
+        app.originalPurchaseDate = stored.payload.originalPurchaseDate
+        app.appTransactionId = appTransactionId
+        app.originalPlatform = .iOS
+        return Self.json(AppTransactionInfoResponse(signedAppTransactionInfo: try signer.sign(app)))
+    }
+
+    private func finish(_ request: HTTPRequest) throws -> HTTPResponse {
+        let id = parameter(request, "id")
+        guard
+            state.withLock({ state in
+                guard state.transactions.contains(where: { $0.payload.transactionId == id }) else { return false }
+                state.finished.append(id)
+                return true
+            })
+        else { throw Self.notFound }
+        return HTTPResponse(status: 200)
     }
 
     private func refunds(_ request: HTTPRequest) throws -> HTTPResponse {

@@ -1,3 +1,4 @@
+import AppStoreTestSupport
 import Crypto
 import Foundation
 import TestSupport
@@ -47,7 +48,21 @@ struct ContractTests {
             throw MissingServiceError(variable: "schemathesis in .local/venv (deploy/local/install.sh installs it)")
         }
         let token = Base64URL.encode(SecureRandom.bytes(32))
-        try await IngressHarness.with(extra: ["ADMIN_TOKENS": "contract:operator:\(token)", "ADMIN_HTTP_PORT": "0"]) { harness in
+        // The Apple actions call the App Store mock, so what schemathesis sends reaches them.
+        let key = P256PrivateKey.generate()
+        let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("api-key-\(UUID().uuidString).p8")
+        try Data(key.pemPKCS8().utf8).write(to: keyPath)
+        defer { try? FileManager.default.removeItem(at: keyPath) }
+        let mock = MockAppStoreServerAPI(
+            signer: try TestAppleSigner(),
+            credentials: .init(issuerId: "issuer-contract", keyId: "KEYCON01", bundleId: IngressHarness.bundleID, publicKey: key.publicKey))
+        let mockURL = try mock.start()
+        defer { Task { await mock.shutdown() } }
+        let extra = [
+            "ADMIN_TOKENS": "contract:operator:\(token)", "ADMIN_HTTP_PORT": "0", "APPLE_IAP_ISSUER_ID": "issuer-contract",
+            "APPLE_IAP_KEY_ID": "KEYCON01", "APPLE_IAP_PRIVATE_KEY_PATH": keyPath.path, "APPLE_IAP_API_BASE_URL_SANDBOX": mockURL.absoluteString,
+        ]
+        try await IngressHarness.with(extra: extra) { harness in
             try await harness.rows.seedTwoPlanCatalogue()
             var adminPort: Int?
             _ = await eventually(timeout: 30, every: .milliseconds(100)) {

@@ -150,7 +150,7 @@ struct AdminRouteTests {
             let registered = Set(
                 admin.router.registeredRoutes.filter { $0.pattern.hasPrefix("/admin/v1/") }.map { "\($0.method) \($0.pattern)" })
             #expect(registered == documented)
-            #expect(registered.count == 21)
+            #expect(registered.count == 23)
         }
     }
 

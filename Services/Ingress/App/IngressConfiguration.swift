@@ -72,9 +72,10 @@ public struct IngressConfiguration: Sendable {
     /// `WEBHOOK_*`: what a registered URL may be, and how long a rotated-out secret still signs.
     public var webhooks: WebhookConfiguration
     /// `APPLE_IAP_ISSUER_ID`, `APPLE_IAP_KEY_ID`, `APPLE_IAP_PRIVATE_KEY_PATH` (with
-    /// `APPLE_IAP_BUNDLE_ID`, `APPLE_IAP_ENV`): the App Store key that signs offer signatures;
-    /// unset, `POST /api/v1/subscriptions/offers/signature` answers 503 `OFFER_SIGNING_UNAVAILABLE`.
-    public var appStoreKey: AppStoreServerAPIConfiguration?
+    /// `APPLE_IAP_BUNDLE_ID`, `APPLE_IAP_ENV`), as the workers': the App Store key that signs offer
+    /// signatures and calls the App Store Server API for the admin API's Apple actions; unset,
+    /// those answer 503 (`OFFER_SIGNING_UNAVAILABLE`, `APPLE_API_NOT_CONFIGURED`).
+    public var appStoreAPI: AppStoreServerAPIConfiguration?
     /// `OFFER_SIGNATURE_RATE_PER_MINUTE` (default 10) and `OFFER_SIGNATURE_RATE_BURST` (default 5):
     /// each user's budget of offer signatures, so one account cannot mint them in bulk.
     public var offerSignatureRatePerMinute: Int
@@ -112,7 +113,7 @@ public struct IngressConfiguration: Sendable {
         entitlementSigningKey = Self.signingKey(reader, "ENTITLEMENT_SIGNING_KEY_PATH")
         webhooks = WebhookConfiguration(reader: reader)
         let keySettings = ["APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH"]
-        appStoreKey = keySettings.contains { reader.raw($0) != nil } ? AppStoreServerAPIConfiguration.read(from: reader) : nil
+        appStoreAPI = keySettings.contains { reader.raw($0) != nil } ? AppStoreServerAPIConfiguration.read(from: reader) : nil
         offerSignatureRatePerMinute = reader.int("OFFER_SIGNATURE_RATE_PER_MINUTE", default: 10, range: 1...600_000)
         offerSignatureRateBurst = reader.int("OFFER_SIGNATURE_RATE_BURST", default: 5, range: 1...10_000)
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {

@@ -50,6 +50,9 @@ struct IngressContext: Sendable {
     let entitlements: EntitlementStore
     let webhooks: WebhookStore
     let offerSignatures: OfferSignatureStore
+    /// The App Store Server API, when its key is configured (`appStoreAPI`).
+    let appleAPI: AppStoreServerAPIClient?
+    let renewalExtensions: AppleRenewalExtensionStore
     /// The Apple endpoints' budgets per source.
     let notificationLimits: NotificationLimits
     /// What `/readyz` reports; the application runs it as a service.
@@ -102,6 +105,8 @@ struct IngressContext: Sendable {
         entitlements = EntitlementStore(pool: pool)
         webhooks = WebhookStore(pool: pool)
         offerSignatures = OfferSignatureStore(pool: pool)
+        appleAPI = configuration.appStoreAPI.map { AppStoreServerAPIClient(configuration: $0, clock: clock, logger: logger) }
+        renewalExtensions = AppleRenewalExtensionStore(pool: pool)
     }
 
     /// The offer signature route: the catalogue's rules, the user's chains, the audit, the App
@@ -109,8 +114,13 @@ struct IngressContext: Sendable {
     var offerRoutes: OfferRoutes {
         OfferRoutes(
             catalogue: catalogue, subscriptions: subscriptions, signatures: offerSignatures,
-            signer: configuration.appStoreKey.map(StoreKitRequestSigner.init), ratePerMinute: configuration.offerSignatureRatePerMinute,
+            signer: configuration.appStoreAPI.map(StoreKitRequestSigner.init), ratePerMinute: configuration.offerSignatureRatePerMinute,
             burst: configuration.offerSignatureRateBurst, appKey: configuration.appStore.bundleId, clock: clock)
+    }
+
+    /// The admin API's Apple actions (mass renewal-date extension).
+    var appleAdminRoutes: AppleAdminRoutes {
+        AppleAdminRoutes(extensions: appleAPI.map { MassRenewalExtension(client: $0, store: renewalExtensions, clock: clock) })
     }
 
     /// The webhook routes' registration (store, cipher, rules) and cursors.

@@ -51,7 +51,7 @@ public enum Subsctl {
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
             ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
             CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
-            AppleTestNotificationCommand.self, AppleExtendCommand.self, ChainRequeryCommand.self, LookupCommand.self,
+            AppleTestNotificationCommand.self, AppleExtendCommand.self, AppleExtendAllCommand.self, ChainRequeryCommand.self, LookupCommand.self,
             EventsListCommand.self, EventsSummaryCommand.self, EntitlementGrantCommand.self, EntitlementRevokeCommand.self,
             EntitlementShowCommand.self,
             WebhooksCreateCommand.self, WebhooksListCommand.self, WebhooksShowCommand.self, WebhooksDeleteCommand.self,
@@ -175,7 +175,7 @@ public enum Subsctl {
 /// positionals. `-` alone is a positional (stdin); `--` ends the options.
 struct ParsedArguments {
     /// Options that take no value.
-    static let flags: Set<String> = ["json", "help", "check"]
+    static let flags: Set<String> = ["json", "help", "check", "no-wait"]
 
     struct UsageError: Error, CustomStringConvertible {
         let description: String

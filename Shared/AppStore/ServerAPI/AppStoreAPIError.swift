@@ -47,6 +47,8 @@ public struct AppStoreAPIErrorCode: RawRepresentable, Hashable, Sendable, Custom
     public static let testNotificationNotFound = Self(rawValue: 4_040_008)
     public static let statusRequestNotFound = Self(rawValue: 4_040_009)
     public static let transactionIdNotFound = Self(rawValue: 4_040_010)
+    /// Get App Transaction Info: the customer has no app transaction for this app.
+    public static let appTransactionDoesNotExist = Self(rawValue: 4_040_019)
     public static let rateLimitExceeded = Self(rawValue: 4_290_000)
     public static let generalInternal = Self(rawValue: 5_000_000)
     public static let generalInternalRetryable = Self(rawValue: 5_000_001)

@@ -59,6 +59,16 @@ public final class AppStoreServerAPIClient: Sendable {
             Request(method: "GET", path: "/inApps/v1/transactions/\(try segment(transactionId))"))
     }
 
+    /// Get App Transaction Info: the app transaction (with its `appTransactionId`, one per Apple
+    /// Account and app) of the customer any of whose transaction ids is given.
+    public func getAppTransactionInfo(transactionId: String, fallbackToSandbox: Bool = false) async throws(AppStoreAPIError)
+        -> AppTransactionInfoResponse
+    {
+        try await decode(
+            lookingUp: transactionId, fallbackToSandbox: fallbackToSandbox,
+            Request(method: "GET", path: "/inApps/v1/transactions/appTransactions/\(try segment(transactionId))"))
+    }
+
     /// Get Transaction History (v2): one page; pass the previous page's `revision` for the next.
     public func getTransactionHistory(
         transactionId: String, revision: String? = nil, request filters: TransactionHistoryRequest = TransactionHistoryRequest(),
@@ -110,6 +120,33 @@ public final class AppStoreServerAPIClient: Sendable {
             Request(
                 method: "PUT", path: "/inApps/v1/subscriptions/extend/\(try segment(originalTransactionId))",
                 body: try json(`extension`)))
+    }
+
+    /// Extend Subscription Renewal Dates for All Active Subscribers: Apple accepts the request and
+    /// works through the product's subscribers asynchronously (follow it with
+    /// `getStatusOfSubscriptionRenewalDateExtensions`).
+    public func extendRenewalDateForAllActiveSubscribers(_ request: MassExtendRenewalDateRequest) async throws(AppStoreAPIError)
+        -> MassExtendRenewalDateResponse
+    {
+        try await decode(Request(method: "POST", path: "/inApps/v1/subscriptions/extend/mass", body: try json(request)))
+    }
+
+    /// Get Status of Subscription Renewal Date Extensions of a mass request.
+    public func getStatusOfSubscriptionRenewalDateExtensions(productId: String, requestIdentifier: String)
+        async throws(AppStoreAPIError) -> MassExtendRenewalDateStatusResponse
+    {
+        try await decode(
+            Request(
+                method: "GET",
+                path: "/inApps/v1/subscriptions/extend/mass/\(try segment(productId))/\(try segment(requestIdentifier))"))
+    }
+
+    /// Finish Transaction: tells Apple the server has delivered what the transaction bought (for
+    /// apps whose server, not StoreKit's `Transaction.finish()`, completes delivery).
+    public func finishTransaction(transactionId: String) async throws(AppStoreAPIError) {
+        _ = try await send(
+            Request(method: "POST", path: "/inApps/v1/transactions/\(try segment(transactionId))/finish"),
+            environment: configuration.environment)
     }
 
     /// Get Refund History (v2): one page; pass the previous page's `revision` for the next.

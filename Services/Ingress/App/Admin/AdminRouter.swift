@@ -28,6 +28,7 @@ func buildAdminRouter(_ context: IngressContext) throws -> Router<AdminRequestCo
         entitlements.registerActions(in: &$0)
     }
     routes.webhooks.register(in: &router, authenticator: authenticator)
+    context.appleAdminRoutes.register(in: &router, authenticator: authenticator)
     let sessions = ConsoleSessions(
         store: context.consoleSessions, settings: context.configuration.admin, authenticator: authenticator, clock: context.clock)
     let console = Console(routes: routes, sessions: sessions)
