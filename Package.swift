@@ -76,6 +76,11 @@ let package = Package(
         .target(
             name: "Webhooks", dependencies: ["Crypto", "Domain", "OutboundHTTP", "ServiceRuntime", "Storage"],
             path: "Shared/Webhooks", swiftSettings: swiftSettings),
+        // What operators ask of Apple through the App Store Server API, recorded and audited (the mass
+        // renewal-date extension): shared by the admin API and subsctl, without the pipeline's Kafka.
+        .target(
+            name: "AppleOperations", dependencies: ["AppStore", "Crypto", "Postgres", "ServiceRuntime", "Storage"],
+            path: "Shared/AppleOperations", swiftSettings: swiftSettings),
         // The event pipeline shared by both services: settings, start-up, outbox relay, sweeper.
         .target(
             name: "Pipeline",
@@ -101,7 +106,7 @@ let package = Package(
             name: "IngressApp",
             dependencies: [
                 "ServiceRuntime", "Postgres", "Kafka", "HTTPServer", "Storage", "Events", "Pipeline", "Webhooks", "Crypto", "AppStore",
-                "Domain", "Catalogue", "Credits", "StrictJSON", "OutboundHTTP",
+                "AppleOperations", "Domain", "Catalogue", "Credits", "StrictJSON", "OutboundHTTP",
             ],
             path: "Services/Ingress/App", resources: [.copy("openapi.json"), .copy("admin-openapi.json")], swiftSettings: swiftSettings),
         .executableTarget(
@@ -125,7 +130,7 @@ let package = Package(
             name: "SubsctlCore",
             dependencies: [
                 "AppStore", "DemoSigner", "Crypto", "ServiceRuntime", "Catalogue", "Domain", "Postgres", "Credits",
-                "Storage", "Webhooks",
+                "Storage", "Webhooks", "AppleOperations",
             ],
             path: "Services/Subsctl/Core", swiftSettings: swiftSettings),
         .executableTarget(

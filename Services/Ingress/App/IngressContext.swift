@@ -1,4 +1,5 @@
 import AppStore
+import AppleOperations
 import Catalogue
 import Credits
 import Crypto

@@ -1,6 +1,6 @@
 import AppStore
+import AppleOperations
 import Foundation
-import Pipeline
 import ServiceRuntime
 import Storage
 

@@ -1,4 +1,5 @@
 import AppStore
+import AppleOperations
 import Foundation
 import HTTPServer
 import Pipeline
