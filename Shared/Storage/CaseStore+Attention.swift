@@ -73,9 +73,8 @@ extension CaseStore {
     /// Chains listed by name on the home page; the count says how many more there are.
     public static let attentionLimit = 20
 
-    /// One reading of what needs attention (each count through a partial index of its own, but
-    /// the DEAD deliveries': they scan `webhook_delivery` until a partial index on them lands in a
-    /// migration of its own).
+    /// One reading of what needs attention, each count through a partial index of its own (the
+    /// DEAD deliveries': migration 0043).
     public func attention(now: Date) async throws -> Attention {
         try await pool.withConnection { db in
             let scalars = try await db.query(
