@@ -167,6 +167,9 @@ public struct FulfillmentInput: Sendable {
     public var grants: [GrantRecord]
     /// Amounts of the period grants already written for the chain's transactions, by grant key.
     public var chainGrants: [String: MicroCredits]
+    /// The users whose stored transactions (same environment) carry the fact's `appTransactionId`,
+    /// the Apple Account it was bought with; read only for a fact that nothing else attributes.
+    public var appTransactionUsers: [UserRecord]
     /// A Sandbox deployment is an isolated test tenant: everyone counts as a test user there.
     public var everyoneIsTestUser: Bool
     public var now: Date
@@ -177,7 +180,7 @@ public struct FulfillmentInput: Sendable {
         catalogue: [String: CatalogueProduct], stored: ChainFacts = ChainFacts(),
         transactionOwner: String? = nil, linkedOrder: OrderRecord? = nil, submittedOrder: OrderRecord? = nil,
         openOrders: [OrderRecord] = [], grants: [GrantRecord] = [], chainGrants: [String: MicroCredits] = [:],
-        everyoneIsTestUser: Bool, now: Date
+        appTransactionUsers: [UserRecord] = [], everyoneIsTestUser: Bool, now: Date
     ) {
         self.source = source
         self.transaction = transaction
@@ -194,6 +197,7 @@ public struct FulfillmentInput: Sendable {
         self.openOrders = openOrders
         self.grants = grants
         self.chainGrants = chainGrants
+        self.appTransactionUsers = appTransactionUsers
         self.everyoneIsTestUser = everyoneIsTestUser
         self.now = now
     }
@@ -205,6 +209,22 @@ public enum UnmatchedReason: String, Sendable, Hashable {
     case product = "UNMATCHED_PRODUCT"
     /// No appAccountToken, or one that maps to no user: never guess a user.
     case account = "UNMATCHED_ACCOUNT"
+}
+
+/// How an event's facts found their user; the label of `subs_attributions_total{method}`.
+public enum AttributionMethod: String, Sendable, Hashable, Codable {
+    /// An operator's resolution of an account conflict, over the facts' tokens.
+    case resolution
+    /// The signed appAccountToken.
+    case token
+    /// The owner of the chain's subscription row (a later fact without a token).
+    case subscriptionOwner = "subscription_owner"
+    /// The chain's binding (operator, import, family member).
+    case binding
+    /// A family member's own upload of their shared access.
+    case familyMember = "family_member"
+    /// The one user whose earlier purchases carry the same Apple Account (`appTransactionId`).
+    case appTransaction = "app_transaction"
 }
 
 /// The fate of an event.
@@ -280,6 +300,10 @@ public struct FulfillmentPlan: Sendable, Hashable {
     public var verdict: FulfillmentVerdict
     /// The attributed user, once known.
     public var user: UserRecord?
+    /// How `user` was found.
+    public var attribution: AttributionMethod?
+    /// Why no user was found, when the reason is more than "no token" (several candidates).
+    public var unattributedReason: String?
     /// A transaction version newer than the stored one (or the first one).
     public var storeTransaction: TransactionFact?
     /// Renewal info newer than the stored one (or the first one).
@@ -346,7 +370,7 @@ public enum FulfillmentPlanner {
         case .applyTransaction, .applyRenewalInfo, .revokeTransaction, .restoreTransaction: break
         }
         guard input.transaction != nil || input.renewal != nil else { return FulfillmentPlan(verdict: .recorded("no facts")) }
-        guard let attribution = attribute(input) else { return FulfillmentPlan(verdict: .unmatched(.account)) }
+        guard let attribution = attribute(input) else { return unattributed(input) }
         let user = attribution.user
         let productID = input.transaction?.productID ?? input.renewal!.productID
         guard let product = input.catalogue[productID] else { return FulfillmentPlan(verdict: .unmatched(.product)) }
@@ -354,6 +378,7 @@ public enum FulfillmentPlanner {
         if let stop = conflicts(input, user: user) { return stop }
 
         var plan = FulfillmentPlan(verdict: .applied, user: user)
+        plan.attribution = attribution.method
         plan.bindFamilyMember = attribution.familyMember
         let recorded = facts(input)
         plan.storeTransaction = recorded.newTransaction
@@ -396,6 +421,7 @@ public enum FulfillmentPlanner {
     /// Who an event's facts belong to.
     struct Attribution: Sendable, Hashable {
         var user: UserRecord
+        var method: AttributionMethod
         /// Set when the user is a family member whose upload is what binds the chain to them.
         var familyMember: String?
     }
@@ -406,12 +432,34 @@ public enum FulfillmentPlanner {
     /// shared access, which Apple sends without the member's token. Nil: never guess a user.
     static func attribute(_ input: FulfillmentInput) -> Attribution? {
         let token = input.transaction?.appAccountToken
-        if let binding = input.binding, binding.overridesTokens { return Attribution(user: binding.user) }
-        if token != nil, let tokenUser = input.tokenUser { return Attribution(user: tokenUser) }
-        if token == nil, let owner = input.subscription?.owner { return Attribution(user: owner) }
-        if let binding = input.binding { return Attribution(user: binding.user) }
-        if let member = familyMemberUpload(input) { return Attribution(user: member, familyMember: member.userID) }
-        return nil
+        if let binding = input.binding, binding.overridesTokens { return Attribution(user: binding.user, method: .resolution) }
+        if token != nil, let tokenUser = input.tokenUser { return Attribution(user: tokenUser, method: .token) }
+        if token == nil, let owner = input.subscription?.owner { return Attribution(user: owner, method: .subscriptionOwner) }
+        if let binding = input.binding { return Attribution(user: binding.user, method: .binding) }
+        if let member = familyMemberUpload(input) {
+            return Attribution(user: member, method: .familyMember, familyMember: member.userID)
+        }
+        return appTransactionOwner(input)
+    }
+
+    /// The attribution step by Apple Account, last because it is the weakest evidence: a
+    /// transaction that neither a token nor its chain attributes goes to the one user whose earlier
+    /// purchases carry the same `appTransactionId` (the same Apple Account bought them). Several
+    /// such users (one Apple Account paying for two business accounts) are never chosen between.
+    static func appTransactionOwner(_ input: FulfillmentInput) -> Attribution? {
+        guard input.transaction != nil, input.tokenUser == nil, input.appTransactionUsers.count == 1 else { return nil }
+        return Attribution(user: input.appTransactionUsers[0], method: .appTransaction)
+    }
+
+    /// The plan of a fact no one is attributed: kept as UNMATCHED_ACCOUNT, saying why when its
+    /// Apple Account named several users.
+    private static func unattributed(_ input: FulfillmentInput) -> FulfillmentPlan {
+        var plan = FulfillmentPlan(verdict: .unmatched(.account))
+        if input.appTransactionUsers.count > 1 {
+            plan.unattributedReason =
+                "its Apple Account (appTransactionId) bought for \(input.appTransactionUsers.count) users: not guessed"
+        }
+        return plan
     }
 
     /// The Sandbox rule: on a Production deployment, facts of another environment only touch test

@@ -450,6 +450,21 @@ public struct ChainBindingStore: Sendable {
         }
     }
 
+    /// The users whose stored transactions of `environment` the Apple Account `appTransactionID`
+    /// signed (Apple puts it on transactions since iOS 18.4): who that Account bought for here.
+    public static func appTransactionUsers(environment: String, appTransactionID: String, on db: PostgresConnection)
+        async throws -> [UserRecord]
+    {
+        try await db.query(
+            """
+            SELECT DISTINCT t.user_id, coalesce(u.is_test_user, false) AS is_test_user
+              FROM apple_transaction t LEFT JOIN app_user u ON u.user_id = t.user_id
+             WHERE t.environment = \(environment) AND t.app_transaction_id = \(appTransactionID) AND t.user_id IS NOT NULL
+             ORDER BY t.user_id
+            """
+        ).map { UserRecord(userID: try $0.decode("user_id"), isTestUser: try $0.decode("is_test_user")) }
+    }
+
     /// Every user something already gives the chain to: its subscription row, its binding, its
     /// stored transactions, and the tokens on its facts waiting as unmatched.
     static func claimants(_ environment: String, _ originalTransactionID: String, on db: PostgresConnection) async throws

@@ -69,13 +69,9 @@ public struct UserStore: Sendable {
         appTransactionID: String, environment: String, notificationUUID: String, events: Bool, now: Date
     ) async throws -> [String] {
         try await pool.transaction { db in
-            let users = try await db.query(
-                """
-                SELECT DISTINCT user_id FROM apple_transaction
-                 WHERE environment = \(environment) AND app_transaction_id = \(appTransactionID) AND user_id IS NOT NULL
-                 ORDER BY user_id
-                """
-            ).map { try $0.decode("user_id", as: String.self) }
+            let users = try await ChainBindingStore.appTransactionUsers(
+                environment: environment, appTransactionID: appTransactionID, on: db
+            ).map(\.userID)
             var rescinded: [String] = []
             for user in users {
                 // Locked in id order, as every writer of several users does.

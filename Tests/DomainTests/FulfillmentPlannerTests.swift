@@ -224,6 +224,51 @@ struct MemoryStore {
         #expect(renewal.user?.userID == "alice")
     }
 
+    /// The attribution step by Apple Account: a purchase no token attributes is the one user's
+    /// whose earlier purchases carry its appTransactionId; with several such users nobody is
+    /// guessed and the reason says why; a token of ours still decides over it.
+    @Test func aTokenlessPurchaseGoesToTheOneUserItsAppleAccountBoughtFor() {
+        let store = store()
+        let alice = store.users["alice"]!
+        let bob = store.users["bob"]!
+        let purchase = tx("6000", purchase: t0, original: "6000", token: nil)
+        var input = store.input(initialBuy, purchase, now: t0 + 60)
+        let nobody = FulfillmentPlanner.plan(input)
+        #expect(nobody.verdict == .unmatched(.account))
+        #expect(nobody.unattributedReason == nil)
+
+        input.appTransactionUsers = [bob]
+        let attributed = FulfillmentPlanner.plan(input)
+        #expect(attributed.verdict == .applied)
+        #expect(attributed.user == bob)
+        #expect(attributed.attribution == .appTransaction)
+        #expect(attributed.grants.map(\.grantKey) == ["period:Sandbox:6000"])
+        #expect(attributed.subscription?.userID == "bob")
+
+        // A token this system never issued counts as none.
+        var stranger = store.input(
+            initialBuy, tx("6000", purchase: t0, original: "6000", token: "6f1c1e2a-0000-4000-8000-0000000000ff"), now: t0 + 60)
+        stranger.appTransactionUsers = [bob]
+        #expect(FulfillmentPlanner.plan(stranger).user == bob)
+
+        input.appTransactionUsers = [alice, bob]
+        let several = FulfillmentPlanner.plan(input)
+        #expect(several.verdict == .unmatched(.account))
+        #expect(several.user == nil && several.attribution == nil)
+        #expect(several.unattributedReason?.contains("2 users") == true)
+
+        // A token of ours decides, whoever else the Apple Account bought for.
+        var tokened = store.input(initialBuy, tx("6001", purchase: t0, original: "6001"), now: t0 + 60)
+        tokened.appTransactionUsers = [bob]
+        let byToken = FulfillmentPlanner.plan(tokened)
+        #expect(byToken.user == alice && byToken.attribution == .token)
+
+        // The Sandbox rule still holds on a Production deployment: Alice is no test user.
+        input.appTransactionUsers = [alice]
+        input.everyoneIsTestUser = false
+        #expect(FulfillmentPlanner.plan(input).verdict == .refused(code: "SANDBOX_REFUSED", reason: "Sandbox facts only touch test users"))
+    }
+
     @Test func sandboxFactsOnlyTouchTestUsersOnAProductionDeployment() {
         let store = store()
         var input = store.input(initialBuy, tx("1000", purchase: t0), now: t0)

@@ -119,6 +119,70 @@ struct AttributionTests {
         try await pair.checkInvariants()
     }
 
+    /// A token-less purchase (made where the app set no token) by an Apple Account that bought for
+    /// one user here is that user's: applied, audited with its method, counted once. An Apple
+    /// Account that paid for two users is never guessed between: the purchase waits unmatched as
+    /// before, and its event says why.
+    @Test func aTokenlessPurchaseFollowsItsAppleAccountToItsOnlyUser() async throws {
+        let harness = try await WorkerHarness.start()
+        defer { harness.stop() }
+        let day: TimeInterval = 86_400
+        let alicesAccount = Self.id()
+        let sharedAccount = Self.id()
+        for (user, account) in [("alice", alicesAccount), ("bob", sharedAccount), ("carol", sharedAccount)] {
+            let token = try await harness.user(user)
+            var earlier = harness.transaction(Self.id(), purchase: Date() - 40 * day, token: token)
+            earlier.appTransactionId = account
+            #expect(
+                try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: earlier))
+                    == .succeeded)
+        }
+
+        let id = Self.id()
+        var purchase = harness.transaction(id, purchase: Date() - 60, token: nil)
+        purchase.appTransactionId = alicesAccount
+        let subscribed = try await harness.notify(.subscribed, .initialBuy, transaction: purchase)
+        #expect(try await harness.outcome(of: subscribed) == .succeeded)
+        #expect(try await harness.subscription(id)?.status == "ACTIVE")
+        #expect(
+            try await harness.value("SELECT user_id FROM user_subscription WHERE original_transaction_id = \(id)", as: String.self)
+                == "alice")
+        #expect(
+            try await harness.count(
+                "SELECT count(*) FROM credit_grant WHERE original_transaction_id = \(id) AND user_id = 'alice'") == 1)
+        let audited: PostgresQuery = """
+            SELECT count(*) FROM audit_log
+             WHERE action = 'PURCHASE_ATTRIBUTED' AND after->>'transactionId' = \(id)
+               AND after->>'method' = 'app_transaction' AND after->>'userId' = 'alice'
+               AND after->>'appTransactionId' = \(alicesAccount)
+            """
+        #expect(try await harness.count(audited) == 1)
+        #expect(try await harness.metric(#"subs_attributions_total{method="app_transaction"}"#, reaching: 1) == 1)
+
+        // Redelivered, and renewed without a token: the chain's owner decides now, nothing more is audited.
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        var renewal = harness.transaction(Self.id(), original: id, purchase: Date(), token: nil, reason: .renewal)
+        renewal.appTransactionId = alicesAccount
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: renewal)) == .succeeded)
+        #expect(try await harness.count(audited) == 1)
+        #expect(try await harness.metric(#"subs_attributions_total{method="subscription_owner"}"#, reaching: 2) == 2)
+        #expect(try await harness.metric(#"subs_attributions_total{method="app_transaction"}"#) == 1)
+
+        // The Apple Account that paid for Bob and for Carol: nobody is guessed.
+        let ambiguous = Self.id()
+        var theirs = harness.transaction(ambiguous, purchase: Date() - 60, token: nil)
+        theirs.appTransactionId = sharedAccount
+        let unmatched = try await harness.notify(.subscribed, .initialBuy, transaction: theirs)
+        #expect(try await harness.outcome(of: unmatched) == .dead("UNMATCHED_ACCOUNT"))
+        let why = try await harness.value(
+            "SELECT error_message FROM inbound_event WHERE notification_uuid = \(unmatched)", as: String.self)
+        #expect(why?.contains("bought for 2 users: not guessed") == true, "\(why ?? "")")
+        #expect(try await harness.subscription(ambiguous) == nil)
+        #expect(try await harness.count("SELECT count(*) FROM credit_grant WHERE original_transaction_id = \(ambiguous)") == 0)
+        #expect(try await harness.count("SELECT count(*) FROM audit_log WHERE after->>'transactionId' = \(ambiguous)") == 0)
+        try await harness.checkInvariants()
+    }
+
     @Test func setAppAccountTokenOnAFamilyChainKeepsApplesRefusal() async throws {
         let harness = try await SchedulerHarness.start()
         defer { harness.stop() }

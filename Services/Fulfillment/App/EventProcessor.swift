@@ -156,6 +156,7 @@ public struct EventProcessor: Sendable {
         switch plan.verdict {
         case .applied:
             metrics.outcome("succeeded")
+            if let method = plan.attribution { metrics.attributed(method) }
             if plan.writesNothing {
                 log.debug("event applied, nothing new", ["idempotency.result": .string("duplicate")])
             } else {
@@ -172,7 +173,9 @@ public struct EventProcessor: Sendable {
         case .unmatched(let reason):
             metrics.outcome("dead")
             metrics.unmatched(reason.rawValue)
-            log.warning("fact unmatched, kept for replay", ["error.code": .string(reason.rawValue)])
+            log.warning(
+                "fact unmatched, kept for replay",
+                ["error.code": .string(reason.rawValue), "error.reason": .string(plan.unattributedReason ?? "")])
         case .accountConflict:
             metrics.outcome("dead")
             metrics.accountConflicts.increment()
@@ -239,6 +242,12 @@ private struct ProcessorMetrics: Sendable {
         "subs_credit_revocations_total", help: "Grants revoked by refunds and revocations")
 
     func outcome(_ name: String) { outcomes[name]?.increment() }
+
+    func attributed(_ method: AttributionMethod) {
+        MetricsRegistry.shared.counter(
+            "subs_attributions_total", help: "Applied facts by how their user was found", labels: ["method": method.rawValue]
+        ).increment()
+    }
 
     func unmatched(_ reason: String) {
         MetricsRegistry.shared.counter(

@@ -146,13 +146,14 @@ extension FulfillmentStore {
             throw ProcessingFailure.retryable(
                 code: "FULFILLMENT_FAILED", message: "the load returned \(rows.count) of \(batch.count) events")
         }
-        return try zip(batch, rows).map { pending, row in
+        var inputs: [FulfillmentInput] = []
+        for (pending, row) in zip(batch, rows) {
             let json: String = try row.decode("loaded")
             let loaded = try Self.decode(Loaded.self, json: json)
             var stored = ChainFacts()
             for fact in loaded.transactions ?? [] { stored.record(fact) }
             if let renewal = loaded.renewal { stored.record(renewal) }
-            return FulfillmentInput(
+            var input = FulfillmentInput(
                 source: pending.verified.source, transaction: pending.verified.transaction?.fact,
                 renewal: pending.verified.renewal, tokenUser: loaded.tokenUser, binding: loaded.binding,
                 submitterUser: loaded.submitterUser, subscription: loaded.subscription,
@@ -160,7 +161,16 @@ extension FulfillmentStore {
                 stored: stored, transactionOwner: loaded.transactionOwner, linkedOrder: loaded.linkedOrder,
                 submittedOrder: loaded.submittedOrder, openOrders: loaded.openOrders ?? [], grants: loaded.grants ?? [],
                 chainGrants: loaded.chainGrants ?? [:], everyoneIsTestUser: everyoneIsTestUser, now: pending.now)
+            // Only for a fact nothing else attributes (rare), so the hot path keeps its one query.
+            if let account = pending.verified.transaction?.appTransactionID, let fact = input.transaction,
+                input.tokenUser == nil, input.subscription == nil, input.binding == nil
+            {
+                input.appTransactionUsers = try await ChainBindingStore.appTransactionUsers(
+                    environment: fact.environment, appTransactionID: account, on: db)
+            }
+            inputs.append(input)
         }
+        return inputs
     }
 
     private struct Loaded: Decodable {

@@ -16,7 +16,8 @@ extension FulfillmentStore {
         case .unmatched(let reason):
             try await keepUnmatched(event, pending.verified, reason: reason, on: db)
             try await leases.fail(
-                event, owner: owner, code: reason.rawValue, message: "kept in unmatched_fact; replay after the fix",
+                event, owner: owner, code: reason.rawValue,
+                message: (plan.unattributedReason.map { $0 + "; " } ?? "") + "kept in unmatched_fact; replay after the fix",
                 retryAt: nil, on: db)
         case .accountConflict(let attributed, let other):
             if plan.freezeChain, let chain = pending.facts {

@@ -19,6 +19,19 @@ extension FulfillmentStore {
             guard let member = plan.bindFamilyMember, let chain = pending.facts else { continue }
             try await chains.bindFamilyMember(member, environment: chain.environment, originalTransactionID: chain.original, on: db)
         }
+        // The weakest evidence the rules accept is audited, under the worker's name, with the event.
+        for (pending, plan) in batch where plan.attribution == .appTransaction {
+            guard let user = plan.user, let fact = pending.verified.transaction else { continue }
+            try await AuditLog(pool: pool).record(
+                on: db, operator: owner, action: "PURCHASE_ATTRIBUTED",
+                reason: "method=\(AttributionMethod.appTransaction.rawValue): the one user this Apple Account bought for",
+                before: nil,
+                after: AppTransactionAttribution(
+                    method: AttributionMethod.appTransaction.rawValue, userId: user.userID,
+                    environment: fact.fact.environment, transactionId: fact.fact.transactionID,
+                    originalTransactionId: fact.fact.originalTransactionID, appTransactionId: fact.appTransactionID,
+                    eventId: pending.event.id))
+        }
         let rows = WriteRows(batch)
         let events = batch.map(\.pending.event)
         // The plans' outbound events in the same statement: committed with the change or not at all.
@@ -183,4 +196,15 @@ struct CreditMoves {
                 originalTransactionID: fact?.originalTransactionID, transactionID: fact?.transactionID, now: now)
         ]
     }
+}
+
+/// The audit row of a purchase attributed by its Apple Account (`AttributionMethod.appTransaction`).
+struct AppTransactionAttribution: Encodable, Sendable {
+    var method: String
+    var userId: String
+    var environment: String
+    var transactionId: String
+    var originalTransactionId: String
+    var appTransactionId: String?
+    var eventId: Int64
 }
