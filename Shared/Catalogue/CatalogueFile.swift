@@ -74,6 +74,7 @@ public struct CatalogueFile: Sendable, Equatable {
                     ("billingRetrySpendsCredits", product.billingRetrySpendsCredits != nil),
                     ("entitlements", product.entitlements != nil), ("offers", product.offers != nil),
                     ("introductoryOffer", product.introductoryOffer != nil),
+                    ("billingPlanType", product.billingPlanType != nil),
                 ]
                 for (name, present) in subscriptionFields where present {
                     problems.append("\(at).\(name) is a subscription field; a CONSUMABLE has permanentCredits only")
@@ -114,6 +115,10 @@ public struct CatalogueFile: Sendable, Equatable {
                 }
                 if Set(entitlements).count != entitlements.count { problems.append("\(at).entitlements lists an entitlement twice") }
             }
+            let billingPlan = product.billingPlanType ?? .billedUpfront
+            if billingPlan == .monthly, duration != .year {
+                problems.append("\(at).billingPlanType MONTHLY is a 12-month commitment billed monthly: the duration must be P1Y")
+            }
             var offerIdentifiers: Set<String> = []
             for (position, offer) in (product.offers ?? []).enumerated() {
                 if !isIdentifier(offer.offerIdentifier) {
@@ -142,7 +147,7 @@ public struct CatalogueFile: Sendable, Equatable {
                     billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference,
                     entitlements: product.entitlements,
                     offers: (product.offers ?? []).map { CatalogueOffer(offerIdentifier: $0.offerIdentifier, audience: $0.audience) },
-                    introductoryOffer: product.introductoryOffer ?? false))
+                    introductoryOffer: product.introductoryOffer ?? false, billingPlan: billingPlan))
         }
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
@@ -162,7 +167,7 @@ public struct CatalogueFile: Sendable, Equatable {
         enum CodingKeys: String, CodingKey, CaseIterable {
             case productId, kind, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, permanentCredits, enabled
             case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
-            case refundPreference, entitlements, offers, introductoryOffer
+            case refundPreference, entitlements, offers, introductoryOffer, billingPlanType
         }
         let productId: String
         /// Nil: AUTO_RENEWABLE.
@@ -186,6 +191,8 @@ public struct CatalogueFile: Sendable, Equatable {
         let offers: [RawOffer]?
         /// Nil: false.
         let introductoryOffer: Bool?
+        /// Nil: BILLED_UPFRONT.
+        let billingPlanType: BillingPlan?
     }
 
     private struct RawOffer: Decodable {
@@ -214,7 +221,7 @@ public struct CatalogueFile: Sendable, Equatable {
         case .typeMismatch(_, let context)?: return "\(path(context)) has the wrong type"
         case .dataCorrupted(let context)? where !context.codingPath.isEmpty:
             return
-                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED, kind: AUTO_RENEWABLE|CONSUMABLE, audience: ANYONE|SUBSCRIBED|LAPSED|NEW_TO_GROUP)"
+                "\(path(context)) has an invalid value (duration: P1W|P1M|P2M|P3M|P6M|P1Y, upgradeGrant: FULL|DIFFERENCE, refundPreference: DECLINE|GRANT_FULL|GRANT_PRORATED, kind: AUTO_RENEWABLE|CONSUMABLE, audience: ANYONE|SUBSCRIBED|LAPSED|NEW_TO_GROUP, billingPlanType: BILLED_UPFRONT|MONTHLY)"
         default: return "the file is not a JSON object"
         }
     }

@@ -130,14 +130,18 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var offers: [CatalogueOffer]
     /// Whether the product has an introductory offer the app may ask an eligibility signature for.
     public var introductoryOffer: Bool
+    /// How Apple bills the product: up front, or `MONTHLY` over a 12-month commitment (a `P1Y` product).
+    public var billingPlan: BillingPlan
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
         familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
         billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil, kind: ProductKind = .autoRenewable,
-        permanentCredits: Int64 = 0, entitlements: [String]? = nil, offers: [CatalogueOffer] = [], introductoryOffer: Bool = false
+        permanentCredits: Int64 = 0, entitlements: [String]? = nil, offers: [CatalogueOffer] = [], introductoryOffer: Bool = false,
+        billingPlan: BillingPlan = .billedUpfront
     ) {
+        self.billingPlan = billingPlan
         self.productID = productID
         self.kind = kind
         self.permanentCredits = permanentCredits
@@ -160,7 +164,8 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
 
     /// Decoded as encoded, except that a product written without `entitlements` (a snapshot made
     /// before they existed, or a statement that does not select them) unlocks its plan code, as
-    /// a catalogue naming none does; one written without offers has none.
+    /// a catalogue naming none does; one written without offers has none, one without a billing
+    /// plan is billed up front.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         self.init(
@@ -180,7 +185,8 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
             permanentCredits: try container.decode(Int64.self, forKey: .permanentCredits),
             entitlements: try container.decodeIfPresent([String].self, forKey: .entitlements),
             offers: try container.decodeIfPresent([CatalogueOffer].self, forKey: .offers) ?? [],
-            introductoryOffer: try container.decodeIfPresent(Bool.self, forKey: .introductoryOffer) ?? false)
+            introductoryOffer: try container.decodeIfPresent(Bool.self, forKey: .introductoryOffer) ?? false,
+            billingPlan: try container.decodeIfPresent(BillingPlan.self, forKey: .billingPlan) ?? .billedUpfront)
     }
 
     /// A credit pack: `permanentCredits` per purchase, no group, level or duration.

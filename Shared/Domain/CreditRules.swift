@@ -159,14 +159,20 @@ public enum CreditRules {
     /// The key of the grant a subscription transaction earns when it is applied (its first month
     /// for periods granted month by month).
     public static func firstGrantKey(_ transaction: TransactionFact, product: CatalogueProduct) -> String {
-        let months = periodMonths(offerDiscountType: transaction.offerDiscountType, offerPeriod: transaction.offerPeriod, duration: product.duration)
+        let months = periodMonths(
+            offerDiscountType: transaction.offerDiscountType, offerPeriod: transaction.offerPeriod, duration: product.duration,
+            billingPlan: transaction.commitment?.billingPlan)
         return periodGrantKey(transaction, monthIndex: (months ?? 0) > 1 ? 0 : nil)
     }
 
     /// The months one transaction's period grants over: a pay-up-front or free offer covers its
     /// `offerPeriod` (`P3M`, `P1Y`) in one transaction; otherwise the product's duration. Nil for
-    /// periods counted in weeks or days, which grant once.
-    public static func periodMonths(offerDiscountType: String?, offerPeriod: String?, duration: ProductDuration) -> Int? {
+    /// periods counted in weeks or days, which grant once. A monthly charge of a commitment plan
+    /// pays one month: it grants once, as a monthly plan's renewal does.
+    public static func periodMonths(
+        offerDiscountType: String?, offerPeriod: String?, duration: ProductDuration, billingPlan: BillingPlan? = nil
+    ) -> Int? {
+        if billingPlan == .monthly { return 1 }
         if offerDiscountType == "PAY_UP_FRONT" || offerDiscountType == "FREE_TRIAL", let offerPeriod {
             return months(in: offerPeriod)
         }

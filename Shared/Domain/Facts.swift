@@ -26,14 +26,17 @@ public struct TransactionFact: Sendable, Hashable, Codable {
     public var transactionReason: String?
     public var appAccountToken: String?
     public var signedDate: Date
+    /// The monthly charge's place in its commitment; nil for a plan billed up front.
+    public var commitment: TransactionCommitment?
 
     public init(
         environment: String, transactionID: String, originalTransactionID: String, productID: String,
         purchaseDate: Date, originalPurchaseDate: Date? = nil, expiresDate: Date?, revocationDate: Date? = nil,
         revocationPercentage: Int? = nil, isUpgraded: Bool = false, ownershipType: String = "PURCHASED", offerType: Int? = nil,
         offerDiscountType: String? = nil, offerPeriod: String? = nil, transactionReason: String? = nil,
-        appAccountToken: String? = nil, signedDate: Date
+        appAccountToken: String? = nil, signedDate: Date, commitment: TransactionCommitment? = nil
     ) {
+        self.commitment = commitment
         self.environment = environment
         self.transactionID = transactionID
         self.originalTransactionID = originalTransactionID
@@ -83,13 +86,16 @@ public struct RenewalFact: Sendable, Hashable, Codable {
     /// ISO 4217 (Apple's `currency` of the renewal info).
     public var renewalCurrency: String?
     public var signedDate: Date
+    /// What the commitment renews into; nil outside a commitment.
+    public var commitment: RenewalCommitment?
 
     public init(
         environment: String, originalTransactionID: String, productID: String, autoRenewProductID: String?,
         autoRenewEnabled: Bool, isInBillingRetryPeriod: Bool = false, gracePeriodExpiresDate: Date? = nil,
         expirationIntent: Int? = nil, priceIncreaseStatus: Int? = nil, renewalDate: Date? = nil, renewalPrice: Int64? = nil,
-        renewalCurrency: String? = nil, signedDate: Date
+        renewalCurrency: String? = nil, signedDate: Date, commitment: RenewalCommitment? = nil
     ) {
+        self.commitment = commitment
         self.environment = environment
         self.originalTransactionID = originalTransactionID
         self.productID = productID

@@ -339,6 +339,11 @@ public struct ChainBindingStore: Sendable {
                 .init(
                     "app_transaction_id", "text[]", t.map(\.appTransactionID),
                     onConflict: .set("coalesce(EXCLUDED.app_transaction_id, apple_transaction.app_transaction_id)")),
+                .init("billing_plan_type", "text[]", t.map(\.fact.commitment?.billingPlan.rawValue)),
+                .init("commitment_billing_period", "integer[]", t.map(\.fact.commitment?.billingPeriodNumber)),
+                .init("commitment_total_periods", "integer[]", t.map(\.fact.commitment?.totalBillingPeriods)),
+                .init("commitment_expires_date", "timestamptz[]", t.map(\.fact.commitment?.expiresDate)),
+                .init("commitment_price_milliunits", "bigint[]", t.map(\.fact.commitment?.price)),
             ], conflict: .update(target: "(environment, transaction_id)", also: "updated_at = now()"))
         return "\(insert)"
     }
@@ -361,6 +366,12 @@ public struct ChainBindingStore: Sendable {
                 .init("renewal_price", "bigint[]", r.map(\.renewalPrice)),
                 .init("renewal_currency", "text[]", r.map(\.renewalCurrency)),
                 .init("signed_date", "timestamptz[]", r.map(\.signedDate)),
+                .init("renewal_billing_plan_type", "text[]", r.map(\.commitment?.billingPlan?.rawValue)),
+                .init("commitment_auto_renew_product_id", "text[]", r.map(\.commitment?.autoRenewProductID)),
+                .init("commitment_auto_renew_enabled", "boolean[]", r.map(\.commitment?.autoRenewEnabled)),
+                .init("commitment_renewal_billing_plan_type", "text[]", r.map(\.commitment?.renewalBillingPlan?.rawValue)),
+                .init("commitment_renewal_date", "timestamptz[]", r.map(\.commitment?.renewalDate)),
+                .init("commitment_renewal_price_milliunits", "bigint[]", r.map(\.commitment?.renewalPrice)),
             ], conflict: .update(target: "(environment, original_transaction_id)", also: "updated_at = now()"))
         return "\(insert)"
     }

@@ -140,4 +140,41 @@ import Testing
         #expect(payload.notificationType == nil && payload.rawNotificationType == "BRAND_NEW_TYPE")
         #expect(payload.data?.status == nil && payload.data?.rawStatus == 9)
     }
+
+    /// Monthly plans with a 12-month commitment, with the field names and values of Apple's
+    /// App Store Server API (`billingPlanType`, `commitmentInfo`, `renewalBillingPlanType`).
+    @Test func commitmentFieldsDecodeWithTypedViews() throws {
+        let transaction = try decode(
+            JWSTransactionDecodedPayload.self,
+            """
+            {"transactionId":"2000000000000002","originalTransactionId":"2000000000000001","productId":"p",
+             "purchaseDate":1767225600000,"expiresDate":1769904000000,"signedDate":1767225600000,
+             "billingPlanType":"MONTHLY",
+             "commitmentInfo":{"billingPeriodNumber":2,"commitmentExpiresDate":1798761600000,"commitmentPrice":119880,
+                               "totalBillingPeriods":12}}
+            """)
+        #expect(transaction.billingPlanType == .monthly)
+        #expect(transaction.commitmentInfo?.billingPeriodNumber == 2 && transaction.commitmentInfo?.totalBillingPeriods == 12)
+        #expect(transaction.commitmentInfo?.commitmentExpiresDate == Date(timeIntervalSince1970: 1_798_761_600))
+        #expect(transaction.commitmentInfo?.commitmentPrice == 119_880)
+        let renewal = try decode(
+            JWSRenewalInfoDecodedPayload.self,
+            """
+            {"originalTransactionId":"2000000000000001","productId":"p","autoRenewStatus":1,"signedDate":1767225600000,
+             "renewalBillingPlanType":"BILLED_UPFRONT",
+             "commitmentInfo":{"commitmentAutoRenewProductId":"p.next","commitmentAutoRenewStatus":0,
+                               "commitmentRenewalBillingPlanType":"NEW_PLAN","commitmentRenewalDate":1798761600000,
+                               "commitmentRenewalPrice":9990}}
+            """)
+        #expect(renewal.renewalBillingPlanType == .billedUpfront)
+        #expect(renewal.commitmentInfo?.commitmentAutoRenewProductId == "p.next")
+        #expect(renewal.commitmentInfo?.commitmentAutoRenewStatus == .off)
+        // A billing plan type Apple adds later is kept raw, never a decoding failure.
+        #expect(renewal.commitmentInfo?.commitmentRenewalBillingPlanType == nil)
+        #expect(renewal.commitmentInfo?.rawCommitmentRenewalBillingPlanType == "NEW_PLAN")
+        #expect(renewal.commitmentInfo?.commitmentRenewalPrice == 9990)
+        let again = try decode(
+            JWSRenewalInfoDecodedPayload.self, String(decoding: try AppStoreJSON.encoder().encode(renewal), as: UTF8.self))
+        #expect(again == renewal)
+    }
 }

@@ -226,4 +226,35 @@ import Testing
         #expect(throws: CatalogueFileError.self) { try CatalogueFile.parse(Data("[1, 2]".utf8)) }
         #expect(throws: CatalogueFileError.self) { try CatalogueFile.load(path: "/nonexistent/catalog.json") }
     }
+
+    /// `billingPlanType`: MONTHLY is a yearly commitment billed month by month, so only a `P1Y`
+    /// subscription may state it; left out, a product is billed up front.
+    @Test func billingPlanTypeIsAYearlyCommitmentBilledMonthly() throws {
+        let file = try Self.parse([
+            "appKey": "com.example.app",
+            "products": [
+                Self.product(),
+                Self.product(["productId": "com.example.pro.commitment", "duration": "P1Y", "billingPlanType": "MONTHLY"]),
+                Self.product(["productId": "com.example.pro.yearly", "duration": "P1Y", "billingPlanType": "BILLED_UPFRONT"]),
+            ],
+        ])
+        #expect(file.products.map(\.billingPlan) == [.billedUpfront, .monthly, .billedUpfront])
+        #expect(
+            Self.problems(["appKey": "a", "products": [Self.product(["billingPlanType": "MONTHLY"])]]) == [
+                "products[0].billingPlanType MONTHLY is a 12-month commitment billed monthly: the duration must be P1Y"
+            ])
+        #expect(
+            Self.problems(["appKey": "a", "products": [Self.product(["duration": "P1Y", "billingPlanType": "WEEKLY"])]]).first?
+                .hasPrefix("products[0].billingPlanType has an invalid value") == true)
+        #expect(
+            Self.problems([
+                "appKey": "a",
+                "products": [
+                    [
+                        "productId": "c.100", "kind": "CONSUMABLE", "planCode": "pack", "permanentCredits": 100,
+                        "billingPlanType": "MONTHLY",
+                    ]
+                ],
+            ]) == ["products[0].billingPlanType is a subscription field; a CONSUMABLE has permanentCredits only"])
+    }
 }

@@ -143,6 +143,22 @@ struct CatalogueStoreTests {
         }
     }
 
+    /// The plan type is stored, read back and versioned like any rule of the product.
+    @Test func billingPlanTypeRoundTrips() async throws {
+        try await withTestDatabase("catalogue") { database in
+            let store = CatalogueStore(pool: database.pool)
+            var file = Self.demo
+            try await store.apply(file, operator: "test", reason: "seed")
+            #expect(try await store.products(appKey: file.appKey).allSatisfy { $0.billingPlan == .billedUpfront })
+            let index = try #require(file.products.firstIndex { $0.duration == .year })
+            file.products[index].billingPlan = .monthly
+            #expect(try await store.apply(file, operator: "test", reason: "commitment").updated == [file.products[index].productID])
+            let read = try #require(try await store.products(appKey: file.appKey).first { $0.productID == file.products[index].productID })
+            #expect(read.billingPlan == .monthly)
+            #expect(try await store.apply(file, operator: "test", reason: "again").updated.isEmpty)
+        }
+    }
+
     @Test func disabledProductsStayKnownAndDeletedOnesComeBack() async throws {
         try await withTestDatabase("catalogue") { database in
             let store = CatalogueStore(pool: database.pool)

@@ -152,13 +152,15 @@ struct ReadRouteTests {
             let yearly = try #require(products.first { $0["productId"] as? String == "com.example.pro.yearly" })
             #expect(
                 Set(yearly.keys) == [
-                    "productId", "kind", "planCode", "planLevel", "duration", "creditsAmount", "permanentCredits", "subscriptionGroupId",
-                    "relation", "changeTiming",
+                    "productId", "kind", "planCode", "planLevel", "duration", "creditsAmount", "permanentCredits", "billingPlanType",
+                    "subscriptionGroupId", "relation", "changeTiming",
                 ])
+            #expect(yearly["billingPlanType"] as? String == "BILLED_UPFRONT")
             #expect(yearly["kind"] as? String == "AUTO_RENEWABLE" && yearly["permanentCredits"] as? Int == 0)
             let pack = try #require(products.first { $0["productId"] as? String == "com.example.credits.pack100" })
             #expect(pack["kind"] as? String == "CONSUMABLE" && pack["permanentCredits"] as? Int == 100)
             #expect(pack["planLevel"] is NSNull && pack["duration"] is NSNull && pack["subscriptionGroupId"] is NSNull)
+            #expect(pack["billingPlanType"] is NSNull, "Apple bills a credit pack once")
             #expect(yearly["planCode"] as? String == "pro")
             #expect(yearly["planLevel"] as? Int == 1)
             #expect(yearly["duration"] as? String == "P1Y")

@@ -125,7 +125,8 @@ struct EventReader: Sendable {
             ownershipType: decoded.rawInAppOwnershipType ?? "PURCHASED", offerType: decoded.rawOfferType.map(Int.init),
             offerDiscountType: decoded.rawOfferDiscountType, offerPeriod: decoded.offerPeriod,
             transactionReason: decoded.rawTransactionReason,
-            appAccountToken: uuid.map { $0.uuidString.lowercased() } ?? token, signedDate: signed)
+            appAccountToken: uuid.map { $0.uuidString.lowercased() } ?? token, signedDate: signed,
+            commitment: Self.commitment(decoded))
         return TransactionRecord(
             fact: fact, webOrderLineItemID: decoded.webOrderLineItemId, revocationType: decoded.rawRevocationType,
             revocationReason: decoded.rawRevocationReason, offerIdentifier: decoded.offerIdentifier,
@@ -167,7 +168,30 @@ struct EventReader: Sendable {
             gracePeriodExpiresDate: decoded.gracePeriodExpiresDate, expirationIntent: decoded.rawExpirationIntent.map(Int.init),
             priceIncreaseStatus: decoded.rawPriceIncreaseStatus.map(Int.init), renewalDate: decoded.renewalDate,
             renewalPrice: decoded.renewalPrice, renewalCurrency: decoded.currency,
-            signedDate: signed)
+            signedDate: signed, commitment: Self.commitment(decoded))
+    }
+
+    /// A transaction's billing plan; nil when Apple signed none (billed up front) or one this
+    /// version does not know, which is then treated as any subscription's period.
+    static func commitment(_ decoded: JWSTransactionDecodedPayload) -> TransactionCommitment? {
+        guard let plan = decoded.rawBillingPlanType.flatMap(BillingPlan.init(rawValue:)) else { return nil }
+        let info = decoded.commitmentInfo
+        return TransactionCommitment(
+            billingPlan: plan, billingPeriodNumber: info?.billingPeriodNumber.map(Int.init),
+            totalBillingPeriods: info?.totalBillingPeriods.map(Int.init), expiresDate: info?.commitmentExpiresDate,
+            price: info?.commitmentPrice)
+    }
+
+    /// What the renewal info says of the commitment; nil when it says nothing of it.
+    static func commitment(_ decoded: JWSRenewalInfoDecodedPayload) -> RenewalCommitment? {
+        let info = decoded.commitmentInfo
+        guard decoded.rawRenewalBillingPlanType != nil || info != nil else { return nil }
+        return RenewalCommitment(
+            billingPlan: decoded.rawRenewalBillingPlanType.flatMap(BillingPlan.init(rawValue:)),
+            autoRenewProductID: info?.commitmentAutoRenewProductId,
+            autoRenewEnabled: info?.rawCommitmentAutoRenewStatus.map { $0 == AutoRenewStatus.on.rawValue },
+            renewalBillingPlan: info?.rawCommitmentRenewalBillingPlanType.flatMap(BillingPlan.init(rawValue:)),
+            renewalDate: info?.commitmentRenewalDate, renewalPrice: info?.commitmentRenewalPrice)
     }
 
     /// Signed ids in another form than Apple's never came from the App Store (a test or Xcode

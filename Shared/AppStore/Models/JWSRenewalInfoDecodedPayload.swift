@@ -62,6 +62,14 @@ public struct JWSRenewalInfoDecodedPayload: Codable, Hashable, Sendable {
         set { rawAppAccountToken = newValue?.uuidString.lowercased() }
     }
     public var appTransactionId: String?
+    public var rawRenewalBillingPlanType: String?
+    /// [renewalBillingPlanType](https://developer.apple.com/documentation/appstoreserverapi/renewalbillingplantype)
+    public var renewalBillingPlanType: BillingPlanType? {
+        get { rawRenewalBillingPlanType.flatMap(BillingPlanType.init(rawValue:)) }
+        set { rawRenewalBillingPlanType = newValue?.rawValue }
+    }
+    /// Set while the subscription is in a commitment.
+    public var commitmentInfo: RenewalCommitmentInfo?
 
     public init() {}
 
@@ -80,5 +88,7 @@ public struct JWSRenewalInfoDecodedPayload: Codable, Hashable, Sendable {
         case recentSubscriptionStartDate, renewalDate, currency, renewalPrice, eligibleWinBackOfferIds
         case rawAppAccountToken = "appAccountToken"
         case appTransactionId
+        case rawRenewalBillingPlanType = "renewalBillingPlanType"
+        case commitmentInfo
     }
 }

@@ -84,6 +84,14 @@ public struct JWSTransactionDecodedPayload: Codable, Hashable, Sendable {
     /// Price in milliunits of `currency` (never a floating-point amount).
     public var price: Int64?
     public var appTransactionId: String?
+    public var rawBillingPlanType: String?
+    /// [billingPlanType](https://developer.apple.com/documentation/appstoreserverapi/billingplantype)
+    public var billingPlanType: BillingPlanType? {
+        get { rawBillingPlanType.flatMap(BillingPlanType.init(rawValue:)) }
+        set { rawBillingPlanType = newValue?.rawValue }
+    }
+    /// Set on the monthly charges of a commitment plan.
+    public var commitmentInfo: TransactionCommitmentInfo?
 
     public init() {}
 
@@ -105,5 +113,7 @@ public struct JWSTransactionDecodedPayload: Codable, Hashable, Sendable {
         case storefront, storefrontId
         case rawTransactionReason = "transactionReason"
         case currency, price, appTransactionId
+        case rawBillingPlanType = "billingPlanType"
+        case commitmentInfo
     }
 }

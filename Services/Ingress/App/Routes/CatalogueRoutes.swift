@@ -28,6 +28,8 @@ struct CatalogueRoutes: Sendable {
         @ExplicitNull var duration: ProductDuration?
         let creditsAmount: Int64
         let permanentCredits: Int64
+        /// Null for a credit pack, which Apple bills once.
+        @ExplicitNull var billingPlanType: BillingPlan?
         @ExplicitNull var subscriptionGroupId: String?
         let relation: PlanRelation
         @ExplicitNull var changeTiming: ChangeTiming?
@@ -53,14 +55,15 @@ struct CatalogueRoutes: Sendable {
             guard product.kind == .autoRenewable else {
                 return ProductView(
                     productId: product.productID, kind: product.kind, planCode: product.planCode, planLevel: nil, duration: nil,
-                    creditsAmount: 0, permanentCredits: product.permanentCredits, subscriptionGroupId: nil, relation: .new,
+                    creditsAmount: 0, permanentCredits: product.permanentCredits, billingPlanType: nil, subscriptionGroupId: nil,
+                    relation: .new,
                     changeTiming: nil)
             }
             let plan = current[product.subscriptionGroupID]
             return ProductView(
                 productId: product.productID, kind: product.kind, planCode: product.planCode, planLevel: product.planLevel,
                 duration: product.duration, creditsAmount: product.creditsAmount, permanentCredits: 0,
-                subscriptionGroupId: product.subscriptionGroupID,
+                billingPlanType: product.billingPlan, subscriptionGroupId: product.subscriptionGroupID,
                 relation: PlanRelation.between(current: plan, candidate: product),
                 changeTiming: ChangeTiming.of(current: plan, candidate: product))
         }
