@@ -130,13 +130,16 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var offers: [CatalogueOffer]
     /// Whether the product has an introductory offer the app may ask an eligibility signature for.
     public var introductoryOffer: Bool
+    /// What to show a subscriber about to cancel (Retention Messaging), first fitting rule first.
+    public var retentionMessages: [RetentionRule]
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
         creditsAmount: Int64, enabled: Bool = true, trialGrantsCredits: Bool = true, upgradeGrant: UpgradeGrant = .full,
         familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
         billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil, kind: ProductKind = .autoRenewable,
-        permanentCredits: Int64 = 0, entitlements: [String]? = nil, offers: [CatalogueOffer] = [], introductoryOffer: Bool = false
+        permanentCredits: Int64 = 0, entitlements: [String]? = nil, offers: [CatalogueOffer] = [], introductoryOffer: Bool = false,
+        retentionMessages: [RetentionRule] = []
     ) {
         self.productID = productID
         self.kind = kind
@@ -156,6 +159,7 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.entitlements = entitlements ?? [planCode]
         self.offers = offers
         self.introductoryOffer = introductoryOffer
+        self.retentionMessages = retentionMessages
     }
 
     /// Decoded as encoded, except that a product written without `entitlements` (a snapshot made
@@ -180,7 +184,8 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
             permanentCredits: try container.decode(Int64.self, forKey: .permanentCredits),
             entitlements: try container.decodeIfPresent([String].self, forKey: .entitlements),
             offers: try container.decodeIfPresent([CatalogueOffer].self, forKey: .offers) ?? [],
-            introductoryOffer: try container.decodeIfPresent(Bool.self, forKey: .introductoryOffer) ?? false)
+            introductoryOffer: try container.decodeIfPresent(Bool.self, forKey: .introductoryOffer) ?? false,
+            retentionMessages: try container.decodeIfPresent([RetentionRule].self, forKey: .retentionMessages) ?? [])
     }
 
     /// A credit pack: `permanentCredits` per purchase, no group, level or duration.
