@@ -79,18 +79,13 @@ sql "INSERT INTO app_user (user_id) SELECT 'bench-' || n FROM generate_series(1,
        FROM generate_series(1, $SUBSCRIBERS) n;
      ANALYZE app_user, user_subscription"
 
-post_bodies() {  # file duration output
-    BODIES="$1" WRK_THREADS=$THREADS TARGET_PATH=$RETENTION_PATH \
-        wrk -t$THREADS -c"$CONNECTIONS" -d"$2" --timeout 10s --latency -s Tests/Benchmarks/wrk-post-bodies.lua "$base" >"$3"
-}
+post_bodies() { wrk_post_bodies "$RETENTION_PATH" "$@"; }  # file duration output
 echo "warm-up (3 s), then wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $RETENTION_PATH..."
 post_bodies "$work/warmup.jsonl" 3s "$work/warmup.wrk"
 recorded_before=$(sql "SELECT count(*) FROM retention_message_answer")
 post_bodies "$work/bodies.jsonl" "$DURATION" "$work/retention.wrk"
 recorded=$(( $(sql "SELECT count(*) FROM retention_message_answer") - recorded_before ))
-read -r answered _duplicate other reused seconds < <(sed -n \
-    's/^lua accepted=\([0-9]*\) duplicate=\([0-9]*\) other=\([0-9]*\) reused=\([0-9]*\) seconds=\([0-9.]*\)$/\1 \2 \3 \4 \5/p' \
-    "$work/retention.wrk")
+read -r answered _duplicate other reused seconds < <(wrk_post_counts "$work/retention.wrk")
 by_answer=$(sql "SELECT string_agg(answer || '=' || n, ' ' ORDER BY answer) FROM
                  (SELECT answer, count(*) n FROM retention_message_answer GROUP BY answer) a")
 p99=$(wrk_figure "$work/retention.wrk" p99)
