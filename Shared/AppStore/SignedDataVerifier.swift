@@ -123,6 +123,19 @@ public final class SignedDataVerifier: Sendable {
         }
     }
 
+    /// A Get Retention Message request (Retention Messaging API). It names no bundle, only the
+    /// app's appAppleId, which Apple says to always check: it must be the configured one whenever
+    /// one is configured, and in Production always.
+    public func verifyRealtimeRequest(_ signedPayload: String, expectedEnvironment: AppStoreEnvironment? = nil)
+        async throws(VerificationError) -> DecodedRealtimeRequestBody
+    {
+        try await verify(signedPayload, expectedEnvironment) { (payload: DecodedRealtimeRequestBody) in
+            Claims(
+                signedDate: payload.signedDate, environment: payload.rawEnvironment,
+                bundleId: nil, appAppleId: payload.appAppleId, checksApp: true, checksBundleId: false)
+        }
+    }
+
     /// What a payload says about itself that verification depends on.
     private struct Claims {
         var signedDate: Date?
@@ -131,6 +144,9 @@ public final class SignedDataVerifier: Sendable {
         var appAppleId: Int64?
         var checksApp: Bool
         var checksAppAppleId = true
+        /// False for a payload that names its app by appAppleId only; that id is then required
+        /// whenever it is configured.
+        var checksBundleId = true
     }
 
     /// Where one synchronous pass over a token ended.
@@ -236,8 +252,11 @@ public final class SignedDataVerifier: Sendable {
             }
         }
 
+        if claims.checksApp && !claims.checksBundleId, let configured = configuration.appAppleId, claims.appAppleId != configured {
+            throw VerificationError(.invalidApp, "appAppleId \(claims.appAppleId.map(String.init) ?? "missing") is not the configured one")
+        }
         if claims.checksApp {
-            guard claims.bundleId == configuration.bundleId else {
+            guard !claims.checksBundleId || claims.bundleId == configuration.bundleId else {
                 throw VerificationError(.invalidApp, "bundleId \(claims.bundleId.map { "'\($0)'" } ?? "missing") is not the configured one")
             }
             if claims.checksAppAppleId && claims.environment == AppStoreEnvironment.production.rawValue

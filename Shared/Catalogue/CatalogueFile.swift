@@ -50,6 +50,12 @@ public struct CatalogueFile: Sendable, Equatable {
                     problems += unknownKeys(
                         of: offer, allowed: RawOffer.CodingKeys.allCases.map(\.rawValue), at: "products[\(index)].offers[\(position)].")
                 }
+                for (position, rule) in ((product["retentionMessages"] as? [Any]) ?? []).enumerated() {
+                    guard let rule = rule as? [String: Any] else { continue }
+                    problems += unknownKeys(
+                        of: rule, allowed: RawRetentionMessage.CodingKeys.allCases.map(\.rawValue),
+                        at: "products[\(index)].retentionMessages[\(position)].")
+                }
             }
         }
         let channel = raw.channel ?? appleChannel
@@ -75,6 +81,7 @@ public struct CatalogueFile: Sendable, Equatable {
                     ("entitlements", product.entitlements != nil), ("offers", product.offers != nil),
                     ("introductoryOffer", product.introductoryOffer != nil),
                     ("billingPlanType", product.billingPlanType != nil),
+                    ("retentionMessages", product.retentionMessages != nil),
                 ]
                 for (name, present) in subscriptionFields where present {
                     problems.append("\(at).\(name) is a subscription field; a CONSUMABLE has permanentCredits only")
@@ -128,6 +135,7 @@ public struct CatalogueFile: Sendable, Equatable {
                     problems.append("\(at).offers[\(position)].offerIdentifier \(offer.offerIdentifier) is listed twice")
                 }
             }
+            problems += retentionProblems(product.retentionMessages ?? [], offers: offerIdentifiers, at: at)
             var freePeriods: [OfferKind: Bool] = [:]
             for (name, grants) in (product.freePeriodGrantsCredits ?? [:]).sorted(by: { $0.key < $1.key }) {
                 guard let kind = OfferKind.allCases.first(where: { $0.catalogueName == name }), kind != .introductory else {
@@ -147,7 +155,10 @@ public struct CatalogueFile: Sendable, Equatable {
                     billingRetrySpendsCredits: product.billingRetrySpendsCredits ?? false, refundPreference: product.refundPreference,
                     entitlements: product.entitlements,
                     offers: (product.offers ?? []).map { CatalogueOffer(offerIdentifier: $0.offerIdentifier, audience: $0.audience) },
-                    introductoryOffer: product.introductoryOffer ?? false, billingPlan: billingPlan))
+                    introductoryOffer: product.introductoryOffer ?? false, billingPlan: billingPlan,
+                    retentionMessages: (product.retentionMessages ?? []).map {
+                        RetentionRule(messageIdentifier: $0.messageIdentifier.lowercased(), locales: $0.locales, offerIdentifier: $0.offerIdentifier)
+                    }))
         }
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
@@ -167,7 +178,7 @@ public struct CatalogueFile: Sendable, Equatable {
         enum CodingKeys: String, CodingKey, CaseIterable {
             case productId, kind, subscriptionGroupId, planCode, planLevel, duration, creditsAmount, permanentCredits, enabled
             case trialGrantsCredits, upgradeGrant, familySharedGrantsCredits, freePeriodGrantsCredits, billingRetrySpendsCredits
-            case refundPreference, entitlements, offers, introductoryOffer, billingPlanType
+            case refundPreference, entitlements, offers, introductoryOffer, billingPlanType, retentionMessages
         }
         let productId: String
         /// Nil: AUTO_RENEWABLE.
@@ -193,6 +204,37 @@ public struct CatalogueFile: Sendable, Equatable {
         let introductoryOffer: Bool?
         /// Nil: BILLED_UPFRONT.
         let billingPlanType: BillingPlan?
+        /// Nil: none (Apple shows its default message).
+        let retentionMessages: [RawRetentionMessage]?
+    }
+
+    private struct RawRetentionMessage: Decodable {
+        enum CodingKeys: String, CodingKey, CaseIterable { case messageIdentifier, locales, offerIdentifier }
+        let messageIdentifier: String
+        let locales: [String]?
+        let offerIdentifier: String?
+    }
+
+    /// A rule's message is Apple's UUID, its locales BCP 47-like tags (`en`, `en-US`), its offer
+    /// one of the product's: Apple fails a message it does not know, and shows its default.
+    private static func retentionProblems(_ rules: [RawRetentionMessage], offers: Set<String>, at: String) -> [String] {
+        var problems: [String] = []
+        for (position, rule) in rules.enumerated() {
+            let here = "\(at).retentionMessages[\(position)]"
+            if UUID(uuidString: rule.messageIdentifier) == nil {
+                problems.append("\(here).messageIdentifier must be the message's UUID from App Store Connect")
+            }
+            if let locales = rule.locales {
+                if locales.isEmpty { problems.append("\(here).locales must name at least one locale (or be left out: any)") }
+                for (index, locale) in locales.enumerated() where locale.wholeMatch(of: /[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*/) == nil {
+                    problems.append("\(here).locales[\(index)] \"\(locale)\" is not a locale (en, en-US)")
+                }
+            }
+            if let offer = rule.offerIdentifier, !offers.contains(offer) {
+                problems.append("\(here).offerIdentifier \(offer) is not one of the product's offers")
+            }
+        }
+        return problems
     }
 
     private struct RawOffer: Decodable {

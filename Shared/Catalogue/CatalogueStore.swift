@@ -38,7 +38,7 @@ public struct CatalogueStore: Sendable {
                 """
                 SELECT product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount, enabled,
                     trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
-                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements, offers, introductory_offer, billing_plan_type, version, deleted
+                    offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference, kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements, offers, introductory_offer, billing_plan_type, retention_messages, version, deleted
                 FROM payment_product WHERE channel = \(file.channel) AND app_key = \(file.appKey)
                 """)
             for row in rows {
@@ -60,7 +60,7 @@ public struct CatalogueStore: Sendable {
                             duration, credits_amount, enabled, trial_grants_credits, upgrade_grant, family_shared_grants_credits,
                             promotional_free_grants_credits, offer_code_free_grants_credits, win_back_free_grants_credits,
                             billing_retry_spends_credits, refund_preference, kind, permanent_credits, entitlements, offers,
-                            introductory_offer, billing_plan_type)
+                            introductory_offer, billing_plan_type, retention_messages)
                         VALUES (\(file.channel), \(file.appKey), \(product.productID), \(product.subscriptionGroupID), \(product.planCode),
                             \(product.planLevel), \(product.duration.rawValue), \(product.creditsAmount), \(product.enabled),
                             \(product.trialGrantsCredits), \(product.upgradeGrant.rawValue), \(product.familySharedGrantsCredits),
@@ -68,7 +68,7 @@ public struct CatalogueStore: Sendable {
                             \(product.freePeriodGrantsCredits[.winBack]), \(product.billingRetrySpendsCredits),
                             \(product.refundPreference?.rawValue), \(product.kind.rawValue), \(product.permanentCredits),
                             \(PostgresArray(product.entitlements))::text[], \(try PostgresJSON(encoding: product.offers)),
-                            \(product.introductoryOffer), \(product.billingPlan.rawValue))
+                            \(product.introductoryOffer), \(product.billingPlan.rawValue), \(try PostgresJSON(encoding: product.retentionMessages)))
                         RETURNING version
                         """
                     )[0].decode("version")
@@ -89,7 +89,8 @@ public struct CatalogueStore: Sendable {
                             permanent_credits = \(product.permanentCredits),
                             entitlements = \(PostgresArray(product.entitlements))::text[],
                             offers = \(try PostgresJSON(encoding: product.offers)), introductory_offer = \(product.introductoryOffer),
-                            billing_plan_type = \(product.billingPlan.rawValue), deleted = false,
+                            billing_plan_type = \(product.billingPlan.rawValue),
+                            retention_messages = \(try PostgresJSON(encoding: product.retentionMessages)), deleted = false,
                             version = version + 1, updated_at = now()
                         WHERE channel = \(file.channel) AND app_key = \(file.appKey) AND product_id = \(product.productID)
                         RETURNING version
@@ -116,7 +117,7 @@ public struct CatalogueStore: Sendable {
                 trial_grants_credits, upgrade_grant, family_shared_grants_credits, promotional_free_grants_credits,
                 offer_code_free_grants_credits, win_back_free_grants_credits, billing_retry_spends_credits, refund_preference,
                 kind, permanent_credits, to_jsonb(coalesce(entitlements, ARRAY[plan_code])) AS entitlements, offers, introductory_offer,
-                billing_plan_type
+                billing_plan_type, retention_messages
             FROM payment_product
             WHERE channel = \(channel) AND app_key = \(appKey) AND NOT deleted
             ORDER BY subscription_group_id, plan_level,
@@ -152,7 +153,8 @@ public struct CatalogueStore: Sendable {
             kind: kind, permanentCredits: try row.decode("permanent_credits"),
             entitlements: try row.decode("entitlements", as: PostgresJSON.self).decode([String].self),
             offers: try row.decode("offers", as: PostgresJSON.self).decode([CatalogueOffer].self),
-            introductoryOffer: try row.decode("introductory_offer"), billingPlan: billingPlan)
+            introductoryOffer: try row.decode("introductory_offer"), billingPlan: billingPlan,
+            retentionMessages: try row.decode("retention_messages", as: PostgresJSON.self).decode([RetentionRule].self))
     }
 }
 
@@ -181,6 +183,7 @@ private struct StoredProduct {
             let offers: [CatalogueOffer]
             let introductoryOffer: Bool
             let billingPlanType: String
+            let retentionMessages: [RetentionRule]
             let version: Int
             let deleted: Bool
         }
@@ -198,7 +201,8 @@ private struct StoredProduct {
                 billingRetrySpendsCredits: product.billingRetrySpendsCredits, refundPreference: product.refundPreference?.rawValue,
                 kind: product.kind.rawValue, permanentCredits: product.permanentCredits,
                 entitlements: product.entitlements, offers: product.offers, introductoryOffer: product.introductoryOffer,
-                billingPlanType: product.billingPlan.rawValue, version: version, deleted: deleted),
+                billingPlanType: product.billingPlan.rawValue,
+                retentionMessages: product.retentionMessages, version: version, deleted: deleted),
             encoder: encoder)
     }
 }

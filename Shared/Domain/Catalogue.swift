@@ -132,6 +132,8 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
     public var introductoryOffer: Bool
     /// How Apple bills the product: up front, or `MONTHLY` over a 12-month commitment (a `P1Y` product).
     public var billingPlan: BillingPlan
+    /// What to show a subscriber about to cancel (Retention Messaging), first fitting rule first.
+    public var retentionMessages: [RetentionRule]
 
     public init(
         productID: String, subscriptionGroupID: String, planCode: String, planLevel: Int, duration: ProductDuration,
@@ -139,7 +141,7 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         familySharedGrantsCredits: Bool = false, freePeriodGrantsCredits: [OfferKind: Bool] = [:],
         billingRetrySpendsCredits: Bool = false, refundPreference: RefundPreference? = nil, kind: ProductKind = .autoRenewable,
         permanentCredits: Int64 = 0, entitlements: [String]? = nil, offers: [CatalogueOffer] = [], introductoryOffer: Bool = false,
-        billingPlan: BillingPlan = .billedUpfront
+        billingPlan: BillingPlan = .billedUpfront, retentionMessages: [RetentionRule] = []
     ) {
         self.billingPlan = billingPlan
         self.productID = productID
@@ -160,6 +162,7 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
         self.entitlements = entitlements ?? [planCode]
         self.offers = offers
         self.introductoryOffer = introductoryOffer
+        self.retentionMessages = retentionMessages
     }
 
     /// Decoded as encoded, except that a product written without `entitlements` (a snapshot made
@@ -186,7 +189,8 @@ public struct CatalogueProduct: Sendable, Hashable, Codable {
             entitlements: try container.decodeIfPresent([String].self, forKey: .entitlements),
             offers: try container.decodeIfPresent([CatalogueOffer].self, forKey: .offers) ?? [],
             introductoryOffer: try container.decodeIfPresent(Bool.self, forKey: .introductoryOffer) ?? false,
-            billingPlan: try container.decodeIfPresent(BillingPlan.self, forKey: .billingPlan) ?? .billedUpfront)
+            billingPlan: try container.decodeIfPresent(BillingPlan.self, forKey: .billingPlan) ?? .billedUpfront,
+            retentionMessages: try container.decodeIfPresent([RetentionRule].self, forKey: .retentionMessages) ?? [])
     }
 
     /// A credit pack: `permanentCredits` per purchase, no group, level or duration.

@@ -96,7 +96,8 @@ public enum OfferRules {
         }
     }
 
-    private static func matches(_ audience: OfferAudience, _ standing: GroupStanding) -> Bool {
+    /// Whether an offer for `audience` is for a user standing as `standing`.
+    static func matches(_ audience: OfferAudience, _ standing: GroupStanding) -> Bool {
         switch audience {
         case .anyone: true
         case .subscribed: standing == .subscribed

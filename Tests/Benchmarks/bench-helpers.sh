@@ -18,6 +18,18 @@ wrk_figure() {
     esac
 }
 
+# wrk_post_bodies PATH BODIES DURATION OUTPUT: wrk -t$THREADS -c$CONNECTIONS POSTs the lines of
+# BODIES to $base PATH, each once (Tests/Benchmarks/wrk-post-bodies.lua); the report goes to OUTPUT
+wrk_post_bodies() {
+    BODIES="$2" WRK_THREADS=$THREADS TARGET_PATH=$1 \
+        wrk -t$THREADS -c"$CONNECTIONS" -d"$3" --timeout 10s --latency -s Tests/Benchmarks/wrk-post-bodies.lua "$base" >"$4"
+}
+
+# wrk_post_counts OUTPUT: "accepted duplicate other reused seconds" of a wrk_post_bodies report
+wrk_post_counts() {
+    sed -n 's/^lua accepted=\([0-9]*\) duplicate=\([0-9]*\) other=\([0-9]*\) reused=\([0-9]*\) seconds=\([0-9.]*\)$/\1 \2 \3 \4 \5/p' "$1"
+}
+
 # bench_scratch NAME: this run's own database and topic ($database, $bench_url, $topic) and work
 # folder ($work), removed on exit together with the ingress whose pid the script sets in
 # $ingress_pid. Services already running (another checkout's, say) are used as they are: start.sh

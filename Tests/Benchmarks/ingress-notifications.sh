@@ -75,10 +75,7 @@ curl -fsS "$base/readyz" >/dev/null || { echo "the ingress did not become ready:
 
 sql() { psql "$bench_url" -qAtc "$1"; }
 peak_rss_mib() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$ingress_pid/status"; }
-post_bodies() {  # file duration output
-    BODIES="$1" WRK_THREADS=$THREADS TARGET_PATH=$NOTIFICATION_PATH \
-        wrk -t$THREADS -c"$CONNECTIONS" -d"$2" --timeout 10s --latency -s Tests/Benchmarks/wrk-post-bodies.lua "$base" >"$3"
-}
+post_bodies() { wrk_post_bodies "$NOTIFICATION_PATH" "$@"; }  # file duration output
 
 echo "notifications: warm-up (3 s), then wrk -t$THREADS -c$CONNECTIONS -d$DURATION on $NOTIFICATION_PATH..."
 post_bodies "$work/warmup.jsonl" 3s "$work/warmup.wrk"
@@ -99,9 +96,7 @@ ticks_after=$(cpu_ticks); read -r batch_sum_after batch_count_after < <(batch_co
 new_rows=$(sql "SELECT count(*) FROM inbound_event WHERE id > $first_id AND kind = 'notification'")
 sleep 1  # backends report their statistics at most once a second
 read -r commits_after wal_after checkpoints_after < <(db_counters)
-read -r accepted duplicate other reused seconds < <(sed -n \
-    's/^lua accepted=\([0-9]*\) duplicate=\([0-9]*\) other=\([0-9]*\) reused=\([0-9]*\) seconds=\([0-9.]*\)$/\1 \2 \3 \4 \5/p' \
-    "$work/notifications.wrk")
+read -r accepted duplicate other reused seconds < <(wrk_post_counts "$work/notifications.wrk")
 notification_rss=$(peak_rss_mib)
 unpublished_at_end=$(sql "SELECT count(*) FROM event_outbox")
 for _ in $(seq 50); do [ "$(sql "SELECT count(*) FROM event_outbox")" = 0 ] && break; sleep 0.2; done

@@ -51,7 +51,9 @@ struct RoutingTests {
         try await IngressTestApp.with { app in
             let routes = Set(app.router.registeredRoutes.map { "\($0.method) \($0.pattern)" })
             // /metrics is served on the internal listener only.
-            #expect(routes.count == 26)
+            #expect(routes.count == 28)
+            #expect(routes.contains("POST /api/v1/iap/apple/retention/production"))
+            #expect(routes.contains("POST /api/v1/iap/apple/retention/sandbox"))
             #expect(routes.contains("POST /api/v1/subscriptions/offers/signature"))
             #expect(!routes.contains("GET /metrics"))
             #expect(routes.contains("POST /api/v1/subscriptions/import"))

@@ -80,6 +80,9 @@ public struct IngressConfiguration: Sendable {
     /// each user's budget of offer signatures, so one account cannot mint them in bulk.
     public var offerSignatureRatePerMinute: Int
     public var offerSignatureRateBurst: Int
+    /// `RETENTION_MESSAGING_ENABLED` (default false): whether Apple's Get Retention Message
+    /// endpoint answers from the catalogue's rules; off, it answers 404 and Apple shows its default.
+    public var retentionMessagingEnabled: Bool
 
     public init(reader: ConfigurationReader) {
         pipeline = PipelineConfiguration(reader: reader)
@@ -116,6 +119,7 @@ public struct IngressConfiguration: Sendable {
         appStoreAPI = keySettings.contains { reader.raw($0) != nil } ? AppStoreServerAPIConfiguration.read(from: reader) : nil
         offerSignatureRatePerMinute = reader.int("OFFER_SIGNATURE_RATE_PER_MINUTE", default: 10, range: 1...600_000)
         offerSignatureRateBurst = reader.int("OFFER_SIGNATURE_RATE_BURST", default: 5, range: 1...10_000)
+        retentionMessagingEnabled = reader.bool("RETENTION_MESSAGING_ENABLED", default: false)
         if admin.isEnabled && admin.port != 0 && (admin.port == httpPort || admin.port == internalHTTPPort) {
             reader.report(
                 "ADMIN_HTTP_PORT", String(admin.port), "a port other than INGRESS_HTTP_PORT and INTERNAL_HTTP_PORT (a listener of its own)")

@@ -51,6 +51,7 @@ struct IngressContext: Sendable {
     let entitlements: EntitlementStore
     let webhooks: WebhookStore
     let offerSignatures: OfferSignatureStore
+    let retentionAnswers: RetentionMessageStore
     /// The App Store Server API, when its key is configured (`appStoreAPI`).
     let appleAPI: AppStoreServerAPIClient?
     let renewalExtensions: AppleRenewalExtensionStore
@@ -106,6 +107,7 @@ struct IngressContext: Sendable {
         entitlements = EntitlementStore(pool: pool)
         webhooks = WebhookStore(pool: pool)
         offerSignatures = OfferSignatureStore(pool: pool)
+        retentionAnswers = RetentionMessageStore(pool: pool)
         appleAPI = configuration.appStoreAPI.map { AppStoreServerAPIClient(configuration: $0, clock: clock, logger: logger) }
         renewalExtensions = AppleRenewalExtensionStore(pool: pool)
     }
@@ -117,6 +119,15 @@ struct IngressContext: Sendable {
             catalogue: catalogue, subscriptions: subscriptions, signatures: offerSignatures,
             signer: configuration.appStoreAPI.map(StoreKitRequestSigner.init), ratePerMinute: configuration.offerSignatureRatePerMinute,
             burst: configuration.offerSignatureRateBurst, appKey: configuration.appStore.bundleId, clock: clock)
+    }
+
+    /// Apple's Get Retention Message endpoint: the catalogue's retention rules, the subscriber's
+    /// chains and consent, the record of answers, and the App Store key for offers.
+    var retentionRoutes: RetentionRoutes {
+        RetentionRoutes(
+            enabled: configuration.retentionMessagingEnabled, verifier: verifier, catalogue: catalogue, subscriptions: subscriptions,
+            answers: retentionAnswers, signer: configuration.appStoreAPI.map(StoreKitRequestSigner.init), limits: notificationLimits,
+            appKey: configuration.appStore.bundleId, clock: clock)
     }
 
     /// The admin API's Apple actions (mass renewal-date extension).

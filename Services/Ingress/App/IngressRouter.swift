@@ -20,6 +20,8 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
             refusals: context.refusals, logger: context.logger
         ).register(in: &$0)
     }
+    let retention = context.retentionRoutes
+    router.group(RetentionRoutes.prefix) { retention.register(in: &$0) }
     let appStore = context.configuration.appStore
     let submissions = context.submissionRoutes
     let entitlements = context.entitlementRoutes

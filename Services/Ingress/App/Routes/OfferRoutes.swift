@@ -100,9 +100,8 @@ struct OfferRoutes: Sendable {
         let now = clock.now()
         let products = try await catalogue.products(appKey: appKey)
         let product = products.first { $0.productID == body.productId }
-        let groups = Dictionary(products.map { ($0.productID, $0.subscriptionGroupID) }, uniquingKeysWith: { first, _ in first })
         let chains = try await subscriptions.subscriptions(userID: user.userID)
-        let inGroup = chains.filter { ($0.subscriptionGroupID ?? groups[$0.activeProductID]) == product?.subscriptionGroupID }
+        let inGroup = Self.chains(chains, inGroupOf: product, products: products)
         let standing = GroupStanding(statuses: inGroup.map { $0.status(at: now) })
         let decision = OfferRules.decide(product: product, kind: kind, offerIdentifier: body.offerIdentifier, standing: standing)
         // Apple checks that the transaction belongs to the buyer's Apple Account: the one the app
@@ -148,4 +147,10 @@ struct OfferRoutes: Sendable {
                 nonce: nonce.uuidString.lowercased(), signedAt: now))
     }
 
+    /// The user's `chains` in `product`'s subscription group (a chain stored without its group is
+    /// placed by its product), the ones an offer's audience is judged on.
+    static func chains(_ chains: [UserSubscription], inGroupOf product: CatalogueProduct?, products: [CatalogueProduct]) -> [UserSubscription] {
+        let groups = Dictionary(products.map { ($0.productID, $0.subscriptionGroupID) }, uniquingKeysWith: { first, _ in first })
+        return chains.filter { ($0.subscriptionGroupID ?? groups[$0.activeProductID]) == product?.subscriptionGroupID }
+    }
 }

@@ -1,0 +1,63 @@
+import Catalogue
+import Domain
+import Foundation
+import Testing
+
+/// `products[].retentionMessages` of the catalogue file: read as written, refused when Apple
+/// could not show it.
+@Suite struct RetentionCatalogueTests {
+    static let message = "7D1F6C2A-1B2C-4D3E-8F40-5A6B7C8D9E0F"
+
+    static func file(_ rules: [[String: Any]], extra: [String: Any] = [:]) -> [String: Any] {
+        var product = CatalogueFileTests.product(["offers": [["offerIdentifier": "keep", "audience": "SUBSCRIBED"]]])
+        product["retentionMessages"] = rules
+        product.merge(extra) { _, new in new }
+        return ["appKey": "com.example.subscriptions", "products": [product]]
+    }
+
+    @Test func rulesAreReadInOrderWithTheMessageIdLowercased() throws {
+        let parsed = try CatalogueFileTests.parse(
+            Self.file([
+                ["messageIdentifier": Self.message, "locales": ["de", "en-GB"], "offerIdentifier": "keep"],
+                ["messageIdentifier": Self.message],
+            ]))
+        #expect(
+            parsed.products[0].retentionMessages == [
+                RetentionRule(messageIdentifier: Self.message.lowercased(), locales: ["de", "en-GB"], offerIdentifier: "keep"),
+                RetentionRule(messageIdentifier: Self.message.lowercased()),
+            ])
+        #expect(try CatalogueFileTests.parse(Self.file([])).products[0].retentionMessages.isEmpty)
+    }
+
+    @Test func rulesAppleCouldNotShowAreRefused() {
+        let problems = CatalogueFileTests.problems(
+            Self.file([
+                ["messageIdentifier": "welcome-back"],
+                ["messageIdentifier": Self.message, "locales": []],
+                ["messageIdentifier": Self.message, "locales": ["en US"]],
+                ["messageIdentifier": Self.message, "offerIdentifier": "missing"],
+                ["messageIdentifier": Self.message, "image": "x"],
+            ]))
+        #expect(
+            problems == [
+                "products[0].retentionMessages[4].image is not a catalogue field",
+                "products[0].retentionMessages[0].messageIdentifier must be the message's UUID from App Store Connect",
+                "products[0].retentionMessages[1].locales must name at least one locale (or be left out: any)",
+                "products[0].retentionMessages[2].locales[0] \"en US\" is not a locale (en, en-US)",
+                "products[0].retentionMessages[3].offerIdentifier missing is not one of the product's offers",
+            ])
+    }
+
+    @Test func aCreditPackHasNoRetentionMessages() {
+        let problems = CatalogueFileTests.problems([
+            "appKey": "com.example.subscriptions",
+            "products": [
+                [
+                    "productId": "credits.100", "kind": "CONSUMABLE", "planCode": "pack", "permanentCredits": 100,
+                    "retentionMessages": [["messageIdentifier": Self.message]],
+                ]
+            ],
+        ])
+        #expect(problems.contains("products[0].retentionMessages is a subscription field; a CONSUMABLE has permanentCredits only"))
+    }
+}
