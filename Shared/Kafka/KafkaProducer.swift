@@ -33,18 +33,59 @@ public final class KafkaProducer: Service, Sendable {
         while true {
             do {
                 return try await withCheckedThrowingContinuation { continuation in
-                    core.enqueue(message, continuation: continuation)
+                    if let refusal = core.enqueue(message, completion: { continuation.resume(with: $0.mapError { $0 }) }) {
+                        continuation.resume(throwing: refusal)
+                    }
                 }
             } catch let rejection as ProducerCore.Rejection {
                 // The message never entered librdkafka, so trying again cannot duplicate it.
-                switch rejection {
-                case .queueFull:
-                    // librdkafka's queue is the back-pressure: wait for deliveries to make room.
-                    try await Task.sleep(for: .milliseconds(5))
-                case .clientFailed(let error, let generation):
-                    guard await core.replaced(generation, within: .seconds(2)) else { throw error }
-                }
+                try await waitOut(rejection)
             }
+        }
+    }
+
+    /// Sends `values` under one key in this order without waiting for each acknowledgement before
+    /// the next send, and returns how many leading ones the broker acknowledged, with the error
+    /// that ended that run. The producer is idempotent, so the partition keeps the order they were
+    /// handed over in, across librdkafka's retries; a refused hand-over stops the run, so a later
+    /// message is never queued ahead of an earlier one that must be sent again.
+    public func send(topic: String, key: [UInt8]?, inOrder values: [[UInt8]]) async -> (acknowledged: Int, error: (any Error)?) {
+        let tally = DeliveryTally()
+        var queued = 0
+        var refusal: (any Error)?
+        for value in values {
+            let message = OutgoingMessage(topic: topic, key: key, value: value, headers: [])
+            let index = queued
+            while true {
+                guard let refused = core.enqueue(message, completion: { tally.record(index, $0) }) else {
+                    queued += 1
+                    break
+                }
+                // A full queue drains as deliveries arrive; anything else ends the run here.
+                if case .queueFull? = refused as? ProducerCore.Rejection {
+                    try? await Task.sleep(for: .milliseconds(5))
+                    continue
+                }
+                refusal = refused
+                break
+            }
+            if refusal != nil { break }
+        }
+        let outcomes = await tally.wait(for: queued)
+        let acknowledged = outcomes.prefix { if case .success = $0 { true } else { false } }.count
+        if acknowledged < outcomes.count, case .failure(let error) = outcomes[acknowledged] { return (acknowledged, error) }
+        return (acknowledged, refusal)
+    }
+
+    /// After a refused hand-over, waits until the same message may be tried again (the queue has
+    /// room, or the failed client was replaced); throws when it cannot be sent.
+    private func waitOut(_ rejection: ProducerCore.Rejection) async throws {
+        switch rejection {
+        case .queueFull:
+            // librdkafka's queue is the back-pressure: wait for deliveries to make room.
+            try await Task.sleep(for: .milliseconds(5))
+        case .clientFailed(let error, let generation):
+            guard await core.replaced(generation, within: .seconds(2)) else { throw error }
         }
     }
 
@@ -190,8 +231,12 @@ final class ProducerCore: Sendable {
         case clientFailed(KafkaError, generation: Int)
     }
 
-    func enqueue(_ message: OutgoingMessage, continuation: CheckedContinuation<KafkaDeliveryReport, any Error>) {
-        let box = Unmanaged.passRetained(DeliveryBox(topic: message.topic, continuation: continuation))
+    /// Hands `message` to librdkafka, which calls `completion` with its delivery report; returns
+    /// why it was refused instead (`completion` is then never called).
+    func enqueue(
+        _ message: OutgoingMessage, completion: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
+    ) -> (any Error)? {
+        let box = Unmanaged.passRetained(DeliveryBox(topic: message.topic, completion: completion))
         let error: (any Error)? = state.withLock { state in
             guard let client = state.client, !state.closeRequested else {
                 return KafkaError(code: .destroyed, reason: "the producer is shut down")
@@ -205,10 +250,8 @@ final class ProducerCore: Sendable {
             if state.replacement == nil { state.replacement = (state.generation, "fatal error: \(error)") }
             return Rejection.clientFailed(error, generation: state.generation)
         }
-        if let error {
-            box.release()
-            continuation.resume(throwing: error)
-        }
+        if error != nil { box.release() }
+        return error
     }
 
     /// Waits until the client of `generation` was replaced; false on timeout or after close.
@@ -300,5 +343,37 @@ final class ProducerCore: Sendable {
             replacements.increment()
             logger.warning("kafka producer replaced; its pending messages failed", ["kafka.reason": .string(reason)])
         }
+    }
+}
+
+/// The delivery reports of messages sent together, in the order sent; `wait` returns once the
+/// first `count` have theirs (a report may arrive before anyone waits).
+final class DeliveryTally: Sendable {
+    private struct State {
+        var outcomes: [Int: Result<KafkaDeliveryReport, KafkaError>] = [:]
+        var waiter: (count: Int, continuation: CheckedContinuation<Void, Never>)?
+    }
+    private let state = Mutex(State())
+
+    func record(_ index: Int, _ outcome: Result<KafkaDeliveryReport, KafkaError>) {
+        let done = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.outcomes[index] = outcome
+            guard let waiter = state.waiter, state.outcomes.count >= waiter.count else { return nil }
+            state.waiter = nil
+            return waiter.continuation
+        }
+        done?.resume()
+    }
+
+    func wait(for count: Int) async -> [Result<KafkaDeliveryReport, KafkaError>] {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state in
+                guard state.outcomes.count < count else { return true }
+                state.waiter = (count, continuation)
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+        return state.withLock { state in (0..<count).map { state.outcomes[$0]! } }
     }
 }

@@ -82,14 +82,14 @@ final class RdKafkaClient: @unchecked Sendable {
     var fatalError: KafkaError? { handle.fatalError }
 }
 
-/// The delivery continuation of one produced message, passed to librdkafka as `msg_opaque`.
+/// What to call with one produced message's delivery report, passed to librdkafka as `msg_opaque`.
 final class DeliveryBox: Sendable {
     let topic: String
-    let continuation: CheckedContinuation<KafkaDeliveryReport, any Error>
+    let completion: @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
 
-    init(topic: String, continuation: CheckedContinuation<KafkaDeliveryReport, any Error>) {
+    init(topic: String, completion: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) {
         self.topic = topic
-        self.continuation = continuation
+        self.completion = completion
     }
 }
 
@@ -148,13 +148,12 @@ private let deliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_k
     let box = Unmanaged<DeliveryBox>.fromOpaque(boxPointer).takeRetainedValue()
     let outcome: KafkaError?
     if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
-        box.continuation.resume(
-            returning: KafkaDeliveryReport(
-                topic: box.topic, partition: message.pointee.partition, offset: message.pointee.offset))
+        box.completion(
+            .success(KafkaDeliveryReport(topic: box.topic, partition: message.pointee.partition, offset: message.pointee.offset)))
         outcome = nil
     } else {
         let error = KafkaError(message.pointee.err)
-        box.continuation.resume(throwing: error)
+        box.completion(.failure(error))
         outcome = error
     }
     ClientContext.from(opaque)?.onDelivery?(outcome)

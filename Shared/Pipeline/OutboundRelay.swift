@@ -11,8 +11,8 @@ import Synchronization
 /// One relay publishes at a time (`OutboundEventStore.relay` holds an advisory lock), so a user's
 /// events reach their partition in sequence order whatever the number of workers; the others
 /// wake, find the lock taken and wait for the next wake-up. A writer's commit wakes the relays
-/// (`nudge`: in-process at once, the other workers through NOTIFY), and a sweep every `interval`
-/// catches a lost wake-up. With the broker away nothing is marked: the events wait in the table.
+/// (`nudge`: in-process at once, the other workers through NOTIFY), a pass gathers the commits of
+/// the next `gathering`, and a sweep every `interval` catches a lost wake-up. With the broker away nothing is marked: the events wait in the table.
 /// Delivery is at least once: a crash between the acknowledgement and the mark publishes again
 /// (consumers deduplicate by `id`, or by `userId` and `sequence`).
 ///
@@ -39,6 +39,8 @@ public final class OutboundRelay: Service {
     /// When the backlog gauges were last sampled (a count per pass cost a statement per wake-up).
     private let sampled = Mutex<ContinuousClock.Instant?>(nil)
     static let batch = 500
+    /// How long a wake-up waits for more commits before its pass, and a NOTIFY for more nudges.
+    static let gathering = Duration.milliseconds(25)
 
     private let published = MetricsRegistry.shared.counter(
         "subs_outbound_events_published_total", help: "Outbound events acknowledged by the broker on OUTBOUND_EVENT_TOPIC")
@@ -61,6 +63,8 @@ public final class OutboundRelay: Service {
         // Wake-ups of batches committed meanwhile share one NOTIFY (a commit of its own each).
         announcements = GroupCommit(maxBatchSize: 1024, maxConcurrentBatches: 1) { nudges in
             try await store.announce()
+            // Held a moment, so the nudges meanwhile share the next NOTIFY (one at a time).
+            try? await Task.sleep(for: Self.gathering)
             return nudges.map { _ in () }
         }
     }
@@ -85,6 +89,9 @@ public final class OutboundRelay: Service {
             wake.withLock { $0 = next }
             await relayOnce()
             _ = await next.wait(timeout: interval)
+            // The commits of the next moments share a pass: a pass per commit cost PostgreSQL a
+            // transaction each, as much as the commit that wrote the events.
+            _ = await stop.wait(timeout: Self.gathering)
         }
     }
 
@@ -140,8 +147,9 @@ public final class OutboundRelay: Service {
         return total
     }
 
-    /// Sends each user's events in order, one after the other (a later one only once the earlier
-    /// is acknowledged, so a failure cannot put it ahead), and the users' in parallel.
+    /// Sends each user's events in order, all at once (the idempotent producer keeps their order
+    /// on the partition), and the users' in parallel; a user's events count as published up to the
+    /// first one the broker did not acknowledge, so a failure cannot put a later one ahead.
     private func publish(_ events: [PublishableOutboundEvent]) async -> [Int64] {
         guard let producer else {
             discarded.increment(by: events.count)
@@ -152,19 +160,13 @@ public final class OutboundRelay: Service {
         let acknowledged = await withTaskGroup(of: [Int64].self) { group in
             for (user, events) in byUser {
                 group.addTask { [producer, topic, failures] in
-                    var done: [Int64] = []
-                    for event in events {
-                        do {
-                            _ = try await producer.send(topic: topic, key: Array(user.utf8), value: Array(event.value.utf8))
-                            done.append(event.seq)
-                        } catch {
-                            failures.record(
-                                "outbound event not acknowledged, left for the next pass", reason: "not_acknowledged",
-                                ["error": .string("\(error)")])
-                            break
-                        }
+                    let sent = await producer.send(topic: topic, key: Array(user.utf8), inOrder: events.map { Array($0.value.utf8) })
+                    if let error = sent.error {
+                        failures.record(
+                            "outbound event not acknowledged, left for the next pass", reason: "not_acknowledged",
+                            ["error": .string("\(error)")])
                     }
-                    return done
+                    return events.prefix(sent.acknowledged).map(\.seq)
                 }
             }
             var all: [Int64] = []

@@ -87,7 +87,10 @@ extension OutboundEventStore {
         limit: Int, _ publish: @Sendable ([PublishableOutboundEvent]) async -> [Int64]
     ) async throws -> Int? {
         try await pool.transaction { db in
-            let locked = try await db.query("SELECT pg_try_advisory_xact_lock(\(Self.relayLockKey)) AS locked")
+            // The mark need not wait for the disk: lost in a crash, the events are sent again
+            // (delivery is at least once) and the pass does not hold its lock through a flush.
+            let locked = try await db.query(
+                "SELECT set_config('synchronous_commit', 'off', true), pg_try_advisory_xact_lock(\(Self.relayLockKey)) AS locked")
             guard try locked.single().decode("locked", as: Bool.self) else { return nil }
             let rows = try await db.query(
                 """

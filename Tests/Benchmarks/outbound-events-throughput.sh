@@ -27,7 +27,7 @@ done
 
 echo
 echo "== outbound events: $(nproc) cores, PostgreSQL + broker + workers on one machine =="
-grep -E '^fulfillment_throughput ' "$log" | sed -E 's/ (postgres_commits|worker_peak|wal_bytes|rows_written)[^ ]*//g' || true
+grep -E '^fulfillment_throughput ' "$log" | sed -E 's/ (worker_peak|rows_written)[^ ]*//g' || true
 awk '/^fulfillment_throughput / {
        w = ""; e = ""; o = ""
        for (i = 1; i <= NF; i++) {

@@ -100,6 +100,10 @@ struct FulfillmentThroughputTests {
         let commitsBefore = try await Self.commits(pool)
         let walBefore = try await Self.walPosition(pool)
         let rowsBefore = try await Self.rowChanges(pool)
+        // The local broker shares the cores: what the drain (and the relay's sends) cost it.
+        let broker = (try? String(contentsOf: ServiceProcess.localState.appendingPathComponent("run/tansu.pid"), encoding: .utf8))
+            .flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        let brokerCPUBefore = broker.map { Self.cpuSeconds(pid: $0) } ?? 0
         var processes: [ServiceProcess] = []
         for index in 0..<workers {
             processes.append(
@@ -153,6 +157,7 @@ struct FulfillmentThroughputTests {
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ).map { try $0.decode("pid", as: Int32.self) }
         let databaseCPU = backends.map { Self.cpuSeconds(pid: $0) }.reduce(0, +)
+        let brokerCPU = (broker.map { Self.cpuSeconds(pid: $0) } ?? 0) - brokerCPUBefore
         let rss = processes.map { Self.peakRSSMiB(pid: $0.pid) }.max() ?? 0
         for process in processes { process.kill() }
         // Backends report their counters when they end: wait for the workers' backends to end.
@@ -169,6 +174,7 @@ struct FulfillmentThroughputTests {
                 + " events_per_second=\(Int(Double(total) / seconds))"
                 + " worker_cpu_ms_per_event=\(String(format: "%.3f", cpu * 1000 / Double(total)))"
                 + " postgres_cpu_ms_per_event=\(String(format: "%.3f", databaseCPU * 1000 / Double(total)))"
+                + " broker_cpu_ms_per_event=\(String(format: "%.3f", brokerCPU * 1000 / Double(total)))"
                 + " postgres_commits_per_event=\(String(format: "%.2f", Double(commits) / Double(total)))"
                 + " worker_peak_rss_mib=\(String(format: "%.1f", rss))"
                 + " wal_bytes_per_event=\(wal / total)"

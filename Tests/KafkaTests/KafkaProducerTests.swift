@@ -59,6 +59,39 @@ struct KafkaProducerTests {
         #expect(unkeyed.offset >= 0)
     }
 
+    @Test func messagesSentInOrderKeepTheirOrderAndAreAllAcknowledged() async throws {
+        let topic = try await makeTopic(partitions: 3)
+        let producer = try KafkaProducer(configuration: try kafkaConfiguration(), logger: testLogger)
+        let values = (0..<200).map { Array("m\($0)".utf8) }
+        let sent = await producer.send(topic: topic, key: Array("user-1".utf8), inOrder: values)
+        let none = await producer.send(topic: topic, key: Array("user-1".utf8), inOrder: [])
+        await producer.shutdown()
+        #expect(sent.acknowledged == values.count)
+        #expect(sent.error == nil)
+        #expect(none.acknowledged == 0 && none.error == nil)
+
+        let received = Locked<[KafkaMessage]>([])
+        let consumer = Running(
+            try makeConsumer(topic: topic, group: TestEnvironment.uniqueName("g")) { message in
+                received.withLock { $0.append(message) }
+            })
+        let arrived = await eventually { received.value.count >= values.count }
+        try await consumer.stop()
+        #expect(arrived)
+        #expect(received.value.map(\.value) == values)
+        #expect(received.value.map(\.offset) == (0..<Int64(values.count)).map { $0 })
+    }
+
+    @Test func messagesSentInOrderToAnAbsentBrokerAreNotAcknowledged() async throws {
+        // Nothing listens on this port; the short timeout fails the queued messages.
+        let producer = try KafkaProducer(
+            configuration: try kafkaConfiguration(brokers: "127.0.0.1:1", ["message.timeout.ms": "1000"]), logger: testLogger)
+        let sent = await producer.send(topic: "absent", key: Array("user-1".utf8), inOrder: [[1], [2], [3]])
+        await producer.shutdown()
+        #expect(sent.acknowledged == 0)
+        #expect(sent.error is KafkaError)
+    }
+
     @Test func producerEpochIsReadFromStatistics() {
         let statistics = #"{"topics":{ } , "eos": { "idemp_state": "Assigned", "producer_id": 1, "producer_epoch": 12, "epoch_cnt": 1 }}"#
         #expect(ProducerCore.producerEpoch(statistics: statistics) == 12)
