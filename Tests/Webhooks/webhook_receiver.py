@@ -52,7 +52,11 @@ class Handler(BaseHTTPRequestHandler):
             "type": json.loads(body or b"{}").get("type"),
             "body": body.decode("utf-8", "replace"),
         }
-        print(json.dumps(record), flush=True)
+        # One write under the lock: print() writes the line and its newline separately, and two
+        # handler threads interleaving them lost both lines.
+        with lock:
+            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.flush()
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
