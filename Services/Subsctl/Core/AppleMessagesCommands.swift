@@ -91,6 +91,37 @@ enum RetentionMessaging {
         }
     }
 
+    /// A read at Apple for a command taking only `--env` and `--json`: `fetch`'s items, printed
+    /// as `{"items": …}` or a `line` each.
+    static func list<Item: Encodable>(
+        _ arguments: ParsedArguments, usage: String, fetch: (AppStoreServerAPIClient) async throws(AppStoreAPIError) -> [Item],
+        line: (Item) -> String
+    ) async -> Int32 {
+        var arguments = arguments
+        let environment = arguments.option("env")
+        let asJSON = arguments.flag("json")
+        do { try arguments.checkAllOptionsUsed() } catch {
+            Subsctl.printError("\(error.description)\nusage: subsctl \(usage)")
+            return ExitStatus.usage
+        }
+        guard arguments.positionals.isEmpty else {
+            Subsctl.printError("unexpected argument \(arguments.positionals[0])\nusage: subsctl \(usage)")
+            return ExitStatus.usage
+        }
+        let client: AppStoreServerAPIClient
+        switch AppleAPIAccess.client(environment: environment) {
+        case .success(let made): client = made
+        case .failure(let exit): return exit.status
+        }
+        let items: [Item]
+        do throws(AppStoreAPIError) { items = try await fetch(client) } catch { return AppleAPIAccess.failed(error) }
+        do { try Subsctl.printItems(items, asJSON: asJSON, line: line) } catch {
+            Subsctl.printError("\(error)")
+            return ExitStatus.refused
+        }
+        return ExitStatus.success
+    }
+
     /// What an audit row keeps of a request: the environment it went to, and Apple's request.
     struct AuditedRequest<Request: Encodable & Sendable>: Encodable, Sendable {
         var environment: String
@@ -212,29 +243,14 @@ enum AppleMessagesListCommand: SubsctlCommand {
     }
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
-        var arguments = arguments
-        let environment = arguments.option("env")
-        let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
-        let client: AppStoreServerAPIClient
-        switch AppleAPIAccess.client(environment: environment) {
-        case .success(let made): client = made
-        case .failure(let exit): return exit.status
-        }
-        let items: [Item]
-        do throws(AppStoreAPIError) {
-            items = (try await client.getMessageList().messageIdentifiers ?? []).map {
-                Item(messageIdentifier: $0.messageIdentifier ?? "-", messageState: $0.messageState?.rawValue ?? "-")
-            }
-        } catch { return AppleAPIAccess.failed(error) }
-        do {
-            try Subsctl.printItems(items, asJSON: asJSON) { "messageIdentifier=\($0.messageIdentifier) state=\($0.messageState)" }
-        } catch {
-            Subsctl.printError("\(error)")
-            return ExitStatus.refused
-        }
-        return ExitStatus.success
+        await RetentionMessaging.list(
+            arguments, usage: usage,
+            fetch: { client throws(AppStoreAPIError) in
+                (try await client.getMessageList().messageIdentifiers ?? []).map {
+                    Item(messageIdentifier: $0.messageIdentifier ?? "-", messageState: $0.messageState?.rawValue ?? "-")
+                }
+            },
+            line: { "messageIdentifier=\($0.messageIdentifier) state=\($0.messageState)" })
     }
 }
 
@@ -324,31 +340,14 @@ enum AppleMessagesImageListCommand: SubsctlCommand {
     }
 
     static func run(_ arguments: ParsedArguments) async -> Int32 {
-        var arguments = arguments
-        let environment = arguments.option("env")
-        let asJSON = arguments.flag("json")
-        do { try arguments.checkAllOptionsUsed() } catch { return usageError(error.description) }
-        guard arguments.positionals.isEmpty else { return usageError("unexpected argument \(arguments.positionals[0])") }
-        let client: AppStoreServerAPIClient
-        switch AppleAPIAccess.client(environment: environment) {
-        case .success(let made): client = made
-        case .failure(let exit): return exit.status
-        }
-        let items: [Item]
-        do throws(AppStoreAPIError) {
-            items = (try await client.getImageList().imageIdentifiers ?? []).map {
-                Item(imageIdentifier: $0.imageIdentifier ?? "-", imageState: $0.imageState?.rawValue ?? "-", imageSize: $0.imageSize ?? "-")
-            }
-        } catch { return AppleAPIAccess.failed(error) }
-        do {
-            try Subsctl.printItems(items, asJSON: asJSON) {
-                "imageIdentifier=\($0.imageIdentifier) state=\($0.imageState) size=\($0.imageSize)"
-            }
-        } catch {
-            Subsctl.printError("\(error)")
-            return ExitStatus.refused
-        }
-        return ExitStatus.success
+        await RetentionMessaging.list(
+            arguments, usage: usage,
+            fetch: { client throws(AppStoreAPIError) in
+                (try await client.getImageList().imageIdentifiers ?? []).map {
+                    Item(imageIdentifier: $0.imageIdentifier ?? "-", imageState: $0.imageState?.rawValue ?? "-", imageSize: $0.imageSize ?? "-")
+                }
+            },
+            line: { "imageIdentifier=\($0.imageIdentifier) state=\($0.imageState) size=\($0.imageSize)" })
     }
 }
 
