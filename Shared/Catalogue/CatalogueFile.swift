@@ -219,8 +219,9 @@ public struct CatalogueFile: Sendable, Equatable {
         let alternateProductId: String?
     }
 
-    /// A switch-plan rule names another subscription of the same group in this file: Apple only
-    /// switches inside a group, and a product the file does not describe cannot be checked.
+    /// A switch-plan rule names another enabled subscription of the same group in this file: Apple
+    /// only switches inside a group, a product the file does not describe cannot be checked, and
+    /// since a file is applied whole the product stays as checked while the rule does.
     private static func alternateProductProblems(_ products: [RawProduct]) -> [String] {
         let byID = Dictionary(products.map { ($0.productId, $0) }, uniquingKeysWith: { first, _ in first })
         var problems: [String] = []
@@ -242,6 +243,9 @@ public struct CatalogueFile: Sendable, Equatable {
                 } else if target.kind == .consumable || target.subscriptionGroupId != product.subscriptionGroupId {
                     problems.append(
                         "\(here) is not in the subscription group \(product.subscriptionGroupId ?? "-"); Apple switches only within a group")
+                }
+                if target.enabled == false {
+                    problems.append("\(here) is disabled; a product that is not offered cannot be suggested")
                 }
             }
         }

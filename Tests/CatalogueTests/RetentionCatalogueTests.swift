@@ -104,6 +104,13 @@ import Testing
                     + " name another product of its subscription group"
             ),
         ]
+        let disabled = CatalogueFileTests.product(["productId": "com.example.starter.weekly", "duration": "P1W", "enabled": false])
+        #expect(
+            CatalogueFileTests.problems(
+                Self.catalogue(rule: ["messageIdentifier": Self.message, "alternateProductId": "com.example.starter.weekly"], others: [disabled]))
+                == [
+                    "products[0].retentionMessages[0].alternateProductId com.example.starter.weekly is disabled; a product that is not offered cannot be suggested"
+                ])
         for (rule, expected) in cases {
             #expect(CatalogueFileTests.problems(Self.catalogue(rule: rule, others: [Self.yearly, otherGroup, pack])) == [expected])
         }

@@ -126,8 +126,8 @@ struct RetentionRoutes: Sendable {
                 RealtimeResponse(
                     promotionalOffer: .init(messageIdentifier: messageIdentifier, promotionalOfferSignatureV2: signature)))
         case .alternateProduct(let messageIdentifier, let alternate):
-            // Apple's billingPlanType tells a switch into a monthly plan with a 12-month
-            // commitment from the same product billed up front; it is left out for the latter.
+            // The catalogue bills each product one way: MONTHLY names the 12-month commitment
+            // billed monthly; left out, Apple offers the product billed up front.
             let plan = products.first { $0.productID == alternate }?.billingPlan
             return .json(
                 RealtimeResponse(
