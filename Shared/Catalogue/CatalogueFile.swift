@@ -157,9 +157,12 @@ public struct CatalogueFile: Sendable, Equatable {
                     offers: (product.offers ?? []).map { CatalogueOffer(offerIdentifier: $0.offerIdentifier, audience: $0.audience) },
                     introductoryOffer: product.introductoryOffer ?? false, billingPlan: billingPlan,
                     retentionMessages: (product.retentionMessages ?? []).map {
-                        RetentionRule(messageIdentifier: $0.messageIdentifier.lowercased(), locales: $0.locales, offerIdentifier: $0.offerIdentifier)
+                        RetentionRule(
+                            messageIdentifier: $0.messageIdentifier.lowercased(), locales: $0.locales, offerIdentifier: $0.offerIdentifier,
+                            alternateProductId: $0.alternateProductId)
                     }))
         }
+        problems += alternateProductProblems(raw.products)
         guard problems.isEmpty else { throw CatalogueFileError(problems: problems) }
         return CatalogueFile(channel: channel, appKey: raw.appKey, products: products)
     }
@@ -209,10 +212,44 @@ public struct CatalogueFile: Sendable, Equatable {
     }
 
     private struct RawRetentionMessage: Decodable {
-        enum CodingKeys: String, CodingKey, CaseIterable { case messageIdentifier, locales, offerIdentifier }
+        enum CodingKeys: String, CodingKey, CaseIterable { case messageIdentifier, locales, offerIdentifier, alternateProductId }
         let messageIdentifier: String
         let locales: [String]?
         let offerIdentifier: String?
+        let alternateProductId: String?
+    }
+
+    /// A switch-plan rule names another enabled subscription of the same group in this file: Apple
+    /// only switches inside a group, a product the file does not describe cannot be checked, and
+    /// since a file is applied whole the product stays as checked while the rule does.
+    private static func alternateProductProblems(_ products: [RawProduct]) -> [String] {
+        let byID = Dictionary(products.map { ($0.productId, $0) }, uniquingKeysWith: { first, _ in first })
+        var problems: [String] = []
+        for (index, product) in products.enumerated() {
+            for (position, rule) in (product.retentionMessages ?? []).enumerated() {
+                guard let alternate = rule.alternateProductId else { continue }
+                let here = "products[\(index)].retentionMessages[\(position)].alternateProductId \(alternate)"
+                if rule.offerIdentifier != nil {
+                    problems.append(
+                        "products[\(index)].retentionMessages[\(position)] names both an offerIdentifier and an alternateProductId;"
+                            + " Apple's answer is one or the other")
+                }
+                guard let target = byID[alternate] else {
+                    problems.append("\(here) is not a product of this catalogue")
+                    continue
+                }
+                if alternate == product.productId {
+                    problems.append("\(here) is the product itself; name another product of its subscription group")
+                } else if target.kind == .consumable || target.subscriptionGroupId != product.subscriptionGroupId {
+                    problems.append(
+                        "\(here) is not in the subscription group \(product.subscriptionGroupId ?? "-"); Apple switches only within a group")
+                }
+                if target.enabled == false {
+                    problems.append("\(here) is disabled; a product that is not offered cannot be suggested")
+                }
+            }
+        }
+        return problems
     }
 
     /// A rule's message is Apple's UUID, its locales BCP 47-like tags (`en`, `en-US`), its offer

@@ -61,19 +61,20 @@ public struct RetentionMessageStore: Sendable {
     /// Keeps `shown` unless its request was answered before; returns what the request was first
     /// answered, so Apple's retry of a request shows the same message and is counted once.
     public func record(_ shown: RetentionShown) async throws -> (recorded: RetentionShown, isNew: Bool) {
-        let (message, offer): (String?, String?) =
+        let (message, offer, alternate): (String?, String?, String?) =
             switch shown.answer {
-            case .message(let message): (message, nil)
-            case .promotionalOffer(let message, let offer): (message, offer)
-            case .none: (nil, nil)
+            case .message(let message): (message, nil, nil)
+            case .promotionalOffer(let message, let offer): (message, offer, nil)
+            case .alternateProduct(let message, let product): (message, nil, product)
+            case .none: (nil, nil, nil)
             }
         let inserted = try await pool.query(
             """
             INSERT INTO retention_message_answer (request_identifier, environment, original_transaction_id, user_id, product_id,
-                user_locale, answer, message_identifier, offer_identifier, signed_at, answered_at)
+                user_locale, answer, message_identifier, offer_identifier, alternate_product_id, signed_at, answered_at)
             VALUES (\(shown.requestIdentifier)::uuid, \(shown.environment), \(shown.originalTransactionID), \(shown.userID),
-                \(shown.productID), \(shown.userLocale), \(shown.answer.kind), \(message)::uuid, \(offer), \(shown.signedAt),
-                \(shown.answeredAt))
+                \(shown.productID), \(shown.userLocale), \(shown.answer.kind), \(message)::uuid, \(offer), \(alternate),
+                \(shown.signedAt), \(shown.answeredAt))
             ON CONFLICT (request_identifier) DO NOTHING
             RETURNING request_identifier
             """)
@@ -89,7 +90,8 @@ public struct RetentionMessageStore: Sendable {
         try await pool.query(
             """
             SELECT request_identifier::text AS request_identifier, environment, original_transaction_id, user_id, product_id,
-                   user_locale, answer, message_identifier::text AS message_identifier, offer_identifier, signed_at, answered_at
+                   user_locale, answer, message_identifier::text AS message_identifier, offer_identifier, alternate_product_id,
+                   signed_at, answered_at
               FROM retention_message_answer WHERE request_identifier = \(requestIdentifier)::uuid
             """
         ).first.map(Self.shown)
@@ -100,7 +102,8 @@ public struct RetentionMessageStore: Sendable {
         try await pool.query(
             """
             SELECT request_identifier::text AS request_identifier, environment, original_transaction_id, user_id, product_id,
-                   user_locale, answer, message_identifier::text AS message_identifier, offer_identifier, signed_at, answered_at
+                   user_locale, answer, message_identifier::text AS message_identifier, offer_identifier, alternate_product_id,
+                   signed_at, answered_at
               FROM retention_message_answer
              WHERE environment = \(environment) AND original_transaction_id = \(originalTransactionID)
              ORDER BY answered_at DESC LIMIT \(limit)
@@ -111,9 +114,12 @@ public struct RetentionMessageStore: Sendable {
     private static func shown(_ row: PostgresRow) throws -> RetentionShown {
         let message: String? = try row.decode("message_identifier")
         let offer: String? = try row.decode("offer_identifier")
+        let alternate: String? = try row.decode("alternate_product_id")
         let answer: RetentionAnswer =
             if let message, let offer {
                 .promotionalOffer(messageIdentifier: message, offerIdentifier: offer)
+            } else if let message, let alternate {
+                .alternateProduct(messageIdentifier: message, productId: alternate)
             } else if let message {
                 .message(messageIdentifier: message)
             } else {

@@ -47,6 +47,8 @@ public final class MockAppStoreServerAPI: Sendable {
         public var authorized: Bool
         /// Why the token was refused, when it was.
         public var authorizationProblem: String?
+        /// The request's Content-Type, when it had one.
+        public var contentType: String? = nil
     }
 
     /// What the mock accepts in tokens.
@@ -82,6 +84,23 @@ public final class MockAppStoreServerAPI: Sendable {
         var massExtensions: [String: MassExtension] = [:]
         var massExtensionRequests: [MassExtendRenewalDateRequest] = []
         var finished: [String] = []
+        var messages: [String: RetentionMessage] = [:]
+        var images: [String: RetentionImage] = [:]
+        /// Default messages by "productId/locale".
+        var defaultMessages: [String: String] = [:]
+    }
+
+    /// An uploaded retention message and Apple's review of it (PENDING until a test decides).
+    private struct RetentionMessage {
+        var body: UploadMessageRequestBody
+        var state: RetentionReviewState
+    }
+
+    /// An uploaded retention image, its size and Apple's review of it.
+    private struct RetentionImage {
+        var png: [UInt8]
+        var size: String
+        var state: RetentionReviewState
     }
 
     /// A mass extension as Apple works through it: complete after `pollsLeft` status reads.
@@ -132,6 +151,15 @@ public final class MockAppStoreServerAPI: Sendable {
         router.post("/inApps/v1/transactions/{id}/finish") { [self] in await serve($0) { try self.finish($0) } }
         router.get("/inApps/v2/refund/lookup/{id}") { [self] in await serve($0) { try self.refunds($0) } }
         router.put("/inApps/v1/transactions/{id}/appAccountToken") { [self] in await serve($0) { try self.appAccountToken($0) } }
+        router.put("/inApps/v1/messaging/message/{id}") { [self] in await serve($0) { try self.uploadMessage($0) } }
+        router.get("/inApps/v1/messaging/message/list") { [self] in await serve($0) { try self.messageList($0) } }
+        router.delete("/inApps/v1/messaging/message/{id}") { [self] in await serve($0) { try self.deleteMessage($0) } }
+        router.put("/inApps/v1/messaging/image/{id}") { [self] in await serve($0) { try self.uploadImage($0) } }
+        router.get("/inApps/v1/messaging/image/list") { [self] in await serve($0) { try self.imageList($0) } }
+        router.delete("/inApps/v1/messaging/image/{id}") { [self] in await serve($0) { try self.deleteImage($0) } }
+        router.put("/inApps/v1/messaging/default/{productId}/{locale}") { [self] in await serve($0) { try self.configureDefault($0) } }
+        router.get("/inApps/v1/messaging/default/{productId}/{locale}") { [self] in await serve($0) { try self.getDefault($0) } }
+        router.delete("/inApps/v1/messaging/default/{productId}/{locale}") { [self] in await serve($0) { try self.deleteDefault($0) } }
         let server = HTTPServer(
             configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threadPoolSize: 2, shutdownGracePeriod: .milliseconds(200)),
             router: router, logger: Logger(label: "mock.appstore", level: .warning))
@@ -179,6 +207,29 @@ public final class MockAppStoreServerAPI: Sendable {
     /// The transactions Finish Transaction marked finished, in order.
     public var finishedTransactions: [String] { state.withLock { $0.finished } }
 
+    /// Apple's review of an uploaded message (as App Review would decide it).
+    public func review(message identifier: UUID, _ state: RetentionReviewState) {
+        self.state.withLock { $0.messages[identifier.uuidString.lowercased()]?.state = state }
+    }
+
+    /// Apple's review of an uploaded image.
+    public func review(image identifier: UUID, _ state: RetentionReviewState) {
+        self.state.withLock { $0.images[identifier.uuidString.lowercased()]?.state = state }
+    }
+
+    /// The message uploaded under `identifier`, nil when there is none.
+    public func uploadedMessage(_ identifier: UUID) -> UploadMessageRequestBody? {
+        state.withLock { $0.messages[identifier.uuidString.lowercased()]?.body }
+    }
+
+    /// The PNG bytes uploaded under `identifier`, nil when there are none.
+    public func uploadedImage(_ identifier: UUID) -> [UInt8]? { state.withLock { $0.images[identifier.uuidString.lowercased()]?.png } }
+
+    /// The default message configured for a product and locale.
+    public func defaultMessage(productId: String, locale: String) -> String? {
+        state.withLock { $0.defaultMessages["\(productId)/\(locale)"] }
+    }
+
     // MARK: Request handling
 
     private struct Failure: Error {
@@ -199,7 +250,7 @@ public final class MockAppStoreServerAPI: Sendable {
             state.requests.append(
                 RecordedRequest(
                     method: request.method, path: request.path, query: request.head.query, body: request.body, token: token,
-                    authorized: problem == nil, authorizationProblem: problem))
+                    authorized: problem == nil, authorizationProblem: problem, contentType: request.header("content-type")))
             guard let index = state.faults.firstIndex(where: { $0.pathPrefix.map(request.path.hasPrefix) ?? true }) else { return nil }
             return state.faults.remove(at: index)
         }
@@ -528,5 +579,160 @@ public final class MockAppStoreServerAPI: Sendable {
                 status: 400, errorCode: 4_000_187, message: "Invalid request. The transaction ID provided is not an original transaction ID.")
         case .notFound: throw Failure(status: 404, errorCode: 4_040_005, message: "Original transaction id not found.")
         }
+    }
+
+    // MARK: Retention Messaging API
+
+    private static let badRequest = Failure(status: 400, errorCode: 4_000_000, message: "Bad request.")
+
+    /// A path identifier Apple takes as a UUID, lowercased as the mock keys it.
+    private func uuidParameter(_ request: HTTPRequest, _ name: String = "id") throws -> String {
+        guard let id = UUID(uuidString: parameter(request, name)) else { throw Self.badRequest }
+        return id.uuidString.lowercased()
+    }
+
+    /// Apple's checks of UploadMessageRequestBody: the documented lengths, at most five bullet
+    /// points, a header above an image only with an image; an identifier is used once.
+    private func uploadMessage(_ request: HTTPRequest) throws -> HTTPResponse {
+        let id = try uuidParameter(request)
+        guard let body = try? AppStoreJSON.decoder().decode(UploadMessageRequestBody.self, from: Data(request.body)) else {
+            throw Self.badRequest
+        }
+        typealias Limits = UploadMessageRequestBody
+        guard body.header.count <= Limits.maxHeaderLength else {
+            throw Failure(status: 400, errorCode: 4_000_162, message: "Header text is too long.")
+        }
+        guard body.body.count <= Limits.maxBodyLength else {
+            throw Failure(status: 400, errorCode: 4_000_163, message: "Body text is too long.")
+        }
+        let bullets = body.bulletPoints ?? []
+        guard bullets.count <= Limits.maxBulletPoints else {
+            throw Failure(status: 400, errorCode: 4_000_218, message: "Too many bullet points.")
+        }
+        guard bullets.allSatisfy({ $0.text.count <= Limits.maxBulletPointTextLength }) else {
+            throw Failure(status: 400, errorCode: 4_000_219, message: "Bullet point text is too long.")
+        }
+        let altTexts = (body.image.map { [$0.altText] } ?? []) + bullets.map(\.altText)
+        guard altTexts.allSatisfy({ $0.count <= Limits.maxAltTextLength }) else {
+            throw Failure(status: 400, errorCode: 4_000_175, message: "Alt text is too long.")
+        }
+        guard body.headerPosition != .aboveImage || body.image != nil else {
+            throw Failure(status: 400, errorCode: 4_000_224, message: "A header above an image requires an image.")
+        }
+        let added = state.withLock { state -> Bool in
+            guard state.messages[id] == nil else { return false }
+            state.messages[id] = RetentionMessage(body: body, state: .pending)
+            return true
+        }
+        guard added else { throw Failure(status: 409, errorCode: 4_090_001, message: "Message already exists.") }
+        return HTTPResponse(status: 200)
+    }
+
+    private func messageList(_ request: HTTPRequest) throws -> HTTPResponse {
+        let items = state.withLock { $0.messages }.sorted { $0.key < $1.key }.map {
+            GetMessageListResponseItem(messageIdentifier: $0.key, messageState: $0.value.state)
+        }
+        return Self.json(GetMessageListResponse(messageIdentifiers: items))
+    }
+
+    private func deleteMessage(_ request: HTTPRequest) throws -> HTTPResponse {
+        let id = try uuidParameter(request)
+        guard state.withLock({ $0.messages.removeValue(forKey: id) }) != nil else {
+            throw Failure(status: 404, errorCode: 4_040_015, message: "Message not found.")
+        }
+        return HTTPResponse(status: 200)
+    }
+
+    /// Apple takes a PNG as the body; `imageSize`, when sent, is FULL_SIZE or BULLET_POINT.
+    private func uploadImage(_ request: HTTPRequest) throws -> HTTPResponse {
+        let id = try uuidParameter(request)
+        let size = request.query("imageSize") ?? RetentionImageSize.fullSize.rawValue
+        guard RetentionImageSize(rawValue: size) != nil else {
+            throw Failure(status: 400, errorCode: 4_000_216, message: "Invalid image size.")
+        }
+        guard request.body.starts(with: Self.pngSignature) else {
+            throw Failure(status: 400, errorCode: 4_000_161, message: "Invalid image.")
+        }
+        let added = state.withLock { state -> Bool in
+            guard state.images[id] == nil else { return false }
+            state.images[id] = RetentionImage(png: request.body, size: size, state: .pending)
+            return true
+        }
+        guard added else { throw Failure(status: 409, errorCode: 4_090_000, message: "Image already exists.") }
+        return HTTPResponse(status: 200)
+    }
+
+    static let pngSignature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+
+    private func imageList(_ request: HTTPRequest) throws -> HTTPResponse {
+        let items = state.withLock { $0.images }.sorted { $0.key < $1.key }.map {
+            GetImageListResponseItem(imageIdentifier: $0.key, imageState: $0.value.state, imageSize: $0.value.size)
+        }
+        return Self.json(GetImageListResponse(imageIdentifiers: items))
+    }
+
+    private func deleteImage(_ request: HTTPRequest) throws -> HTTPResponse {
+        let id = try uuidParameter(request)
+        enum Outcome { case deleted, notFound, inUse }
+        let outcome = state.withLock { state -> Outcome in
+            guard state.images[id] != nil else { return .notFound }
+            let used = state.messages.values.contains { message in
+                message.body.image?.imageIdentifier == id || (message.body.bulletPoints ?? []).contains { $0.imageIdentifier == id }
+            }
+            if used { return .inUse }
+            state.images[id] = nil
+            return .deleted
+        }
+        switch outcome {
+        case .deleted: return HTTPResponse(status: 200)
+        case .notFound: throw Failure(status: 404, errorCode: 4_040_014, message: "Image not found.")
+        case .inUse: throw Failure(status: 403, errorCode: 4_030_019, message: "Image is in use.")
+        }
+    }
+
+    /// The product and locale of a default-message path; Apple refuses a locale it does not know.
+    private func defaultKey(_ request: HTTPRequest) throws -> String {
+        let locale = parameter(request, "locale")
+        guard locale.wholeMatch(of: /[a-z]{2,3}(-[A-Za-z0-9]{2,8})*/) != nil else {
+            throw Failure(status: 400, errorCode: 4_000_164, message: "Invalid locale.")
+        }
+        return "\(parameter(request, "productId"))/\(locale)"
+    }
+
+    /// Only an approved message (with an approved image, when it has one) can be a default.
+    private func configureDefault(_ request: HTTPRequest) throws -> HTTPResponse {
+        let key = try defaultKey(request)
+        guard let body = try? AppStoreJSON.decoder().decode(DefaultConfiguration.self, from: Data(request.body)),
+            let id = body.messageIdentifier.flatMap(UUID.init(uuidString:))?.uuidString.lowercased()
+        else { throw Self.badRequest }
+        let refusal = state.withLock { state -> Failure? in
+            guard let message = state.messages[id] else {
+                return Failure(status: 404, errorCode: 4_040_015, message: "Message not found.")
+            }
+            guard message.state == .approved else {
+                return Failure(status: 403, errorCode: 4_030_017, message: "Message not approved.")
+            }
+            if let image = message.body.image, state.images[image.imageIdentifier]?.state != .approved {
+                return Failure(status: 403, errorCode: 4_030_018, message: "Image not approved.")
+            }
+            state.defaultMessages[key] = id
+            return nil
+        }
+        if let refusal { throw refusal }
+        return HTTPResponse(status: 200)
+    }
+
+    private static let noDefault = Failure(status: 404, errorCode: 4_040_020, message: "Default message not found.")
+
+    private func getDefault(_ request: HTTPRequest) throws -> HTTPResponse {
+        let key = try defaultKey(request)
+        guard let id = state.withLock({ $0.defaultMessages[key] }) else { throw Self.noDefault }
+        return Self.json(DefaultConfiguration(rawMessageIdentifier: id))
+    }
+
+    private func deleteDefault(_ request: HTTPRequest) throws -> HTTPResponse {
+        let key = try defaultKey(request)
+        guard state.withLock({ $0.defaultMessages.removeValue(forKey: key) }) != nil else { throw Self.noDefault }
+        return HTTPResponse(status: 200)
     }
 }

@@ -22,20 +22,26 @@ struct RetentionRouteTests {
     static let german = "5e0b6a7c-1d2e-4f30-8a41-000000000001"
     static let anyLocale = "5e0b6a7c-1d2e-4f30-8a41-000000000002"
     static let withOffer = "5e0b6a7c-1d2e-4f30-8a41-000000000003"
+    static let switchPlan = "5e0b6a7c-1d2e-4f30-8a41-000000000004"
+    static let yearly = "com.example.pro.yearly"
     static let on = ["RETENTION_MESSAGING_ENABLED": "true"]
 
-    /// The demo catalogue's pro plan with a German message, an offer for subscribers in Britain,
-    /// and a message for everyone else.
+    /// The demo catalogue's pro plan with a switch to the yearly plan (billed monthly over a
+    /// 12-month commitment) for French speakers, a German message, an offer for subscribers in
+    /// Britain, and a message for everyone else.
     static func applyRetentionCatalogue(_ app: IngressTestApp) async throws {
         let file = try CatalogueFile.load(path: ServiceProcess.packageRoot.appendingPathComponent("deploy/local/catalog.json").path)
         var products = file.products
         let index = try #require(products.firstIndex { $0.productID == product })
         products[index].offers = [CatalogueOffer(offerIdentifier: "loyal20", audience: .subscribed)]
         products[index].retentionMessages = [
+            RetentionRule(messageIdentifier: switchPlan, locales: ["fr"], alternateProductId: yearly),
             RetentionRule(messageIdentifier: german, locales: ["de"]),
             RetentionRule(messageIdentifier: withOffer, locales: ["en-GB"], offerIdentifier: "loyal20"),
             RetentionRule(messageIdentifier: anyLocale),
         ]
+        let yearlyIndex = try #require(products.firstIndex { $0.productID == yearly })
+        products[yearlyIndex].billingPlan = .monthly
         try await CatalogueStore(pool: app.pool).apply(
             CatalogueFile(appKey: file.appKey, products: products), operator: "test", reason: "retention")
     }
@@ -118,6 +124,37 @@ struct RetentionRouteTests {
             let strangers = try await RetentionMessageStore(pool: app.pool).answers(
                 originalTransactionID: "2000000000000999", environment: "Sandbox")
             #expect(strangers.count == 1 && strangers[0].userID == nil)
+        }
+    }
+
+    @Test func aSwitchToAnotherPlanOfTheGroupIsSuggestedUnlessTheSubscriberIsAlreadyHeadingThere() async throws {
+        try await IngressTestApp.with(extra: Self.on) { app in
+            try await Self.applyRetentionCatalogue(app)
+            try await app.rows.addSubscription(
+                user: "cara", product: Self.product, status: "ACTIVE", expiresAt: Date() + 86_400, originalTransactionID: "2000000000000511")
+            let answer = try await ask(app, try Self.signedRequest(app, transaction: "2000000000000511", locale: "fr-FR"))
+            #expect(answer.status == 200, "\(answer.text)")
+            let json = try answer.json()
+            #expect(json.keys.sorted() == ["alternateProduct"], "\(answer.text)")
+            let alternate = try #require(json["alternateProduct"] as? [String: Any])
+            #expect(alternate["messageIdentifier"] as? String == Self.switchPlan)
+            #expect(alternate["productId"] as? String == Self.yearly)
+            #expect(alternate["billingPlanType"] as? String == "MONTHLY", "the yearly plan is billed monthly over its commitment")
+            let record = try await RetentionMessageStore(pool: app.pool).answers(
+                originalTransactionID: "2000000000000511", environment: "Sandbox")
+            #expect(record.map(\.answer) == [.alternateProduct(messageIdentifier: Self.switchPlan, productId: Self.yearly)])
+            #expect(record.map(\.userID) == ["cara"])
+            let kind: String = try await app.pool.query(
+                "SELECT answer || ':' || alternate_product_id AS kind FROM retention_message_answer WHERE original_transaction_id = '2000000000000511'"
+            ).single().decode("kind")
+            #expect(kind == "ALTERNATE_PRODUCT:\(Self.yearly)")
+
+            // Already switching to the yearly plan at the next renewal: the next fitting rule.
+            try await app.rows.addSubscription(
+                user: "dan", product: Self.product, status: "ACTIVE", expiresAt: Date() + 86_400, pendingProduct: Self.yearly,
+                originalTransactionID: "2000000000000512")
+            let switching = try await ask(app, try Self.signedRequest(app, transaction: "2000000000000512", locale: "fr-FR"))
+            #expect(try Self.message(switching) == Self.anyLocale, "\(switching.text)")
         }
     }
 

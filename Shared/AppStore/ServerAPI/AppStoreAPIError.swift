@@ -34,9 +34,27 @@ public struct AppStoreAPIErrorCode: RawRepresentable, Hashable, Sendable, Custom
     /// Set App Account Token and Send Consumption Information refuse a family-shared transaction.
     public static let familyTransactionNotSupported = Self(rawValue: 4_000_185)
     public static let transactionIdIsNotOriginalTransactionId = Self(rawValue: 4_000_187)
+    /// Retention Messaging: a refused upload (not a PNG, text or alt text too long, a locale Apple
+    /// does not know, bullet points beyond five or too long, a header above a missing image).
+    public static let invalidImage = Self(rawValue: 4_000_161)
+    public static let headerTooLong = Self(rawValue: 4_000_162)
+    public static let bodyTooLong = Self(rawValue: 4_000_163)
+    public static let invalidLocale = Self(rawValue: 4_000_164)
+    public static let altTextTooLong = Self(rawValue: 4_000_175)
+    public static let badRequestImageSize = Self(rawValue: 4_000_216)
+    public static let tooManyBulletPoints = Self(rawValue: 4_000_218)
+    public static let bulletPointTextTooLong = Self(rawValue: 4_000_219)
+    public static let aboveImageRequiresAnImage = Self(rawValue: 4_000_224)
     public static let subscriptionExtensionIneligible = Self(rawValue: 4_030_004)
     public static let subscriptionMaxExtension = Self(rawValue: 4_030_005)
     public static let familySharedSubscriptionExtensionIneligible = Self(rawValue: 4_030_007)
+    /// Retention Messaging: the app's 2,000 images or its messages are used up; a default must be
+    /// an approved message (and image); an image a message uses cannot be deleted.
+    public static let maximumNumberOfImagesReached = Self(rawValue: 4_030_014)
+    public static let maximumNumberOfMessagesReached = Self(rawValue: 4_030_016)
+    public static let messageNotApproved = Self(rawValue: 4_030_017)
+    public static let imageNotApproved = Self(rawValue: 4_030_018)
+    public static let imageInUse = Self(rawValue: 4_030_019)
     public static let accountNotFound = Self(rawValue: 4_040_001)
     public static let accountNotFoundRetryable = Self(rawValue: 4_040_002)
     public static let appNotFound = Self(rawValue: 4_040_003)
@@ -49,6 +67,12 @@ public struct AppStoreAPIErrorCode: RawRepresentable, Hashable, Sendable, Custom
     public static let transactionIdNotFound = Self(rawValue: 4_040_010)
     /// Get App Transaction Info: the customer has no app transaction for this app.
     public static let appTransactionDoesNotExist = Self(rawValue: 4_040_019)
+    /// Retention Messaging: no such image, message or default message; an identifier in use.
+    public static let imageNotFound = Self(rawValue: 4_040_014)
+    public static let messageNotFound = Self(rawValue: 4_040_015)
+    public static let defaultMessageNotFound = Self(rawValue: 4_040_020)
+    public static let imageAlreadyExists = Self(rawValue: 4_090_000)
+    public static let messageAlreadyExists = Self(rawValue: 4_090_001)
     public static let rateLimitExceeded = Self(rawValue: 4_290_000)
     public static let generalInternal = Self(rawValue: 5_000_000)
     public static let generalInternalRetryable = Self(rawValue: 5_000_001)

@@ -170,6 +170,73 @@ public final class AppStoreServerAPIClient: Sendable {
             environment: configuration.environment)
     }
 
+    // MARK: Retention Messaging API (https://developer.apple.com/documentation/retentionmessaging)
+
+    /// Upload Message: the text (and optional image, bullet points) of a retention message under
+    /// our UUID; Apple reviews it before it can be shown (`messageState`).
+    public func uploadMessage(messageIdentifier: UUID, _ message: UploadMessageRequestBody) async throws(AppStoreAPIError) {
+        _ = try await send(
+            Request(method: "PUT", path: "/inApps/v1/messaging/message/\(Self.segment(messageIdentifier))", body: try json(message)),
+            environment: configuration.environment)
+    }
+
+    /// Get Message List: every uploaded message with its approval state.
+    public func getMessageList() async throws(AppStoreAPIError) -> GetMessageListResponse {
+        try await decode(Request(method: "GET", path: "/inApps/v1/messaging/message/list"))
+    }
+
+    /// Delete Message (not idempotent: Apple answers 4040015 for a message it does not have).
+    public func deleteMessage(messageIdentifier: UUID) async throws(AppStoreAPIError) {
+        _ = try await send(
+            Request(method: "DELETE", path: "/inApps/v1/messaging/message/\(Self.segment(messageIdentifier))"),
+            environment: configuration.environment)
+    }
+
+    /// Upload Image: a PNG without transparency, sent as it is (`image/png`), for a message
+    /// (`FULL_SIZE`) or a bullet point (`BULLET_POINT`).
+    public func uploadImage(imageIdentifier: UUID, png: Data, imageSize: RetentionImageSize? = nil) async throws(AppStoreAPIError) {
+        let query = imageSize.map { [URLQueryItem(name: "imageSize", value: $0.rawValue)] } ?? []
+        _ = try await send(
+            Request(
+                method: "PUT", path: "/inApps/v1/messaging/image/\(Self.segment(imageIdentifier))", query: query, body: png,
+                contentType: "image/png"),
+            environment: configuration.environment)
+    }
+
+    /// Get Image List: every uploaded image with its approval state and size.
+    public func getImageList() async throws(AppStoreAPIError) -> GetImageListResponse {
+        try await decode(Request(method: "GET", path: "/inApps/v1/messaging/image/list"))
+    }
+
+    /// Delete Image (Apple refuses one a message still uses: 4030019).
+    public func deleteImage(imageIdentifier: UUID) async throws(AppStoreAPIError) {
+        _ = try await send(
+            Request(method: "DELETE", path: "/inApps/v1/messaging/image/\(Self.segment(imageIdentifier))"),
+            environment: configuration.environment)
+    }
+
+    /// Configure Default Message: the approved message Apple shows for a product and locale when
+    /// our endpoint gives no usable answer.
+    public func configureDefaultMessage(productId: String, locale: String, messageIdentifier: UUID) async throws(AppStoreAPIError) {
+        _ = try await send(
+            Request(
+                method: "PUT", path: "/inApps/v1/messaging/default/\(try segment(productId))/\(try segment(locale))",
+                body: try json(DefaultConfiguration(messageIdentifier: messageIdentifier))),
+            environment: configuration.environment)
+    }
+
+    /// Get Default Message of a product and locale (4040020 when none is configured).
+    public func getDefaultMessage(productId: String, locale: String) async throws(AppStoreAPIError) -> DefaultConfiguration {
+        try await decode(Request(method: "GET", path: "/inApps/v1/messaging/default/\(try segment(productId))/\(try segment(locale))"))
+    }
+
+    /// Delete Default Message of a product and locale.
+    public func deleteDefaultMessage(productId: String, locale: String) async throws(AppStoreAPIError) {
+        _ = try await send(
+            Request(method: "DELETE", path: "/inApps/v1/messaging/default/\(try segment(productId))/\(try segment(locale))"),
+            environment: configuration.environment)
+    }
+
     // MARK: Machinery
 
     private struct Request {
@@ -177,7 +244,11 @@ public final class AppStoreServerAPIClient: Sendable {
         var path: String
         var query: [URLQueryItem] = []
         var body: Data?
+        var contentType = "application/json"
     }
+
+    /// Apple's message and image identifiers, as we write them everywhere: lowercase.
+    private static func segment(_ identifier: UUID) -> String { identifier.uuidString.lowercased() }
 
     /// Identifiers go into the path unescaped, so only characters that need no escaping pass.
     private func segment(_ identifier: String) throws(AppStoreAPIError) -> String {
@@ -242,7 +313,7 @@ public final class AppStoreServerAPIClient: Sendable {
             urlRequest.timeoutInterval = URLSessionExchange.wholeSeconds(configuration.timeouts.read)
             urlRequest.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
             urlRequest.setValue("application/json", forHTTPHeaderField: "Accept")
-            if request.body != nil { urlRequest.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+            if request.body != nil { urlRequest.setValue(request.contentType, forHTTPHeaderField: "Content-Type") }
             let remaining = deadline - clock.now
             requests += 1
             let failure: AppStoreAPIError

@@ -89,14 +89,14 @@ struct RetentionRoutes: Sendable {
         } else if let owner {
             let chains = OfferRoutes.chains(
                 try await subscriptions.subscriptions(userID: owner.userID), inGroupOf: product, products: products)
-            subject = .known(standing: GroupStanding(statuses: chains.map { $0.status(at: now) }))
+            subject = .known(chains: chains.map { ($0.activeProductID, $0.pendingProductID, $0.status(at: now)) })
         } else {
             subject = .unknown
         }
         let chosen = RetentionRules.answer(product: product, userLocale: userLocale, subject: subject, canSignOffers: signer != nil)
         guard subject != .consentRescinded else {
             Self.count("consent_rescinded")
-            return try response(chosen, productID: productID, transactionID: originalTransactionID, now: now)
+            return try response(chosen, productID: productID, transactionID: originalTransactionID, products: products, now: now)
         }
         let (recorded, _) = try await answers.record(
             RetentionShown(
@@ -104,12 +104,15 @@ struct RetentionRoutes: Sendable {
                 userID: owner?.userID, productID: productID, userLocale: userLocale, answer: chosen, signedAt: signedDate,
                 answeredAt: now))
         Self.count(recorded.answer.kind.lowercased())
-        return try response(recorded.answer, productID: productID, transactionID: originalTransactionID, now: now)
+        return try response(recorded.answer, productID: productID, transactionID: originalTransactionID, products: products, now: now)
     }
 
     /// Apple's RealtimeResponseBody: `message`, `promotionalOffer` (its signature V2 made now for
-    /// the subscriber's transaction), or nothing chosen (`{}`), which shows the default message.
-    private func response(_ answer: RetentionAnswer, productID: String, transactionID: String, now: Date) throws -> HTTPResponse {
+    /// the subscriber's transaction), `alternateProduct`, or nothing chosen (`{}`), which shows
+    /// the default message.
+    private func response(
+        _ answer: RetentionAnswer, productID: String, transactionID: String, products: [CatalogueProduct], now: Date
+    ) throws -> HTTPResponse {
         switch answer {
         case .message(let messageIdentifier):
             return .json(RealtimeResponse(message: .init(messageIdentifier: messageIdentifier)))
@@ -122,6 +125,15 @@ struct RetentionRoutes: Sendable {
             return .json(
                 RealtimeResponse(
                     promotionalOffer: .init(messageIdentifier: messageIdentifier, promotionalOfferSignatureV2: signature)))
+        case .alternateProduct(let messageIdentifier, let alternate):
+            // The catalogue bills each product one way: MONTHLY names the 12-month commitment
+            // billed monthly; left out, Apple offers the product billed up front.
+            let plan = products.first { $0.productID == alternate }?.billingPlan
+            return .json(
+                RealtimeResponse(
+                    alternateProduct: .init(
+                        messageIdentifier: messageIdentifier, productId: alternate,
+                        billingPlanType: plan == .monthly ? BillingPlan.monthly.rawValue : nil)))
         case .none:
             return .json(RealtimeResponse())
         }
@@ -136,7 +148,13 @@ struct RetentionRoutes: Sendable {
             let messageIdentifier: String
             let promotionalOfferSignatureV2: String
         }
+        struct AlternateProduct: Encodable {
+            let messageIdentifier: String
+            let productId: String
+            var billingPlanType: String?
+        }
         var message: Message?
         var promotionalOffer: PromotionalOffer?
+        var alternateProduct: AlternateProduct?
     }
 }
