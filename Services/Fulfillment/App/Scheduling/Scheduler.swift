@@ -21,7 +21,8 @@ final class Scheduler: Service {
     private let renewal: LeaseRenewal
     /// What needs the App Store Server API.
     private typealias AppleWork = (
-        requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter, imports: SubscriptionImporter
+        requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter, imports: SubscriptionImporter,
+        finisher: TransactionFinisher
     )
     /// Nil when the App Store Server API is not configured.
     private let apple: AppleWork?
@@ -61,7 +62,8 @@ final class Scheduler: Service {
                     imports: ImportStore(pool: events.pool),
                     bindings: ChainBindingStore(pool: events.pool, topic: configuration.pipeline.eventTopic), events: events,
                     publisher: publisher, cipher: cipher, verifier: verifier, clients: clients,
-                    bundleID: configuration.appStore.bundleId, logger: logger)
+                    bundleID: configuration.appStore.bundleId, logger: logger),
+                TransactionFinisher(tasks: TaskStore(pool: events.pool), clients: clients, owner: configuration.workerID, logger: logger)
             )
         }
         let served = configuration.schedulers.appStoreAPI?.environment
@@ -189,6 +191,8 @@ final class Scheduler: Service {
                 result = try await apple.tokens.run(task, originalTransactionID: original)
             case .importHistory(let importID):
                 result = try await apple.imports.run(task, importID: importID)
+            case .finishTransaction(let transactionID):
+                result = try await apple.finisher.run(task, transactionID: transactionID)
             case .recovery(let start, let end, let token, let onlyFailures):
                 result = try await apple.recovery.run(task, start: start, end: end, onlyFailures: onlyFailures, from: token) {
                     next, progress in
@@ -199,13 +203,13 @@ final class Scheduler: Service {
             try await tasks.complete(task, owner: owner, result: result)
             outcome("done")
         } catch let failure as ProcessingFailure {
-            await record(failure, for: task, log: log)
+            await record(failure, for: task, apple, log: log)
         } catch {
-            await record(.retryable(code: "RETRYABLE_DATABASE", message: "\(error)"), for: task, log: log)
+            await record(.retryable(code: "RETRYABLE_DATABASE", message: "\(error)"), for: task, apple, log: log)
         }
     }
 
-    private func record(_ failure: ProcessingFailure, for task: ClaimedTask, log: Logger) async {
+    private func record(_ failure: ProcessingFailure, for task: ClaimedTask, _ apple: AppleWork, log: Logger) async {
         var code = ""
         var message = ""
         var delay: Duration?
@@ -223,6 +227,9 @@ final class Scheduler: Service {
             try await tasks.fail(task, owner: owner, code: code, message: message, retryAt: delay)
         } catch {
             log.warning("task outcome not recorded; its lease runs out", ["error": .string("\(error)")])
+        }
+        if case .finishTransaction = task.work {
+            await apple.finisher.recorded(task, code: code, message: message, givenUp: delay == nil)
         }
         outcome(delay == nil ? "failed" : "retry")
         log.warning(delay == nil ? "task failed" : "task will be retried", ["error.code": .string(code)])
