@@ -52,6 +52,23 @@ struct FinishTransactionTests {
             try await pair.count(
                 "SELECT count(*) FROM fulfillment_task WHERE kind = 'FINISH_TRANSACTION' AND status = 'DONE' AND attempts = 1") == 2)
 
+        // A consumable (a credit pack, ONE_TIME_CHARGE) is delivered and finished the same way.
+        let pack = "com.example.pack500"
+        try await pair.pool.query(
+            """
+            INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration, credits_amount,
+                                         kind, permanent_credits)
+            VALUES (\(IngressHarness.bundleID), \(pack), '', 'pack500', 1, 'P1M', 0, 'CONSUMABLE', 500)
+            """)
+        let packID = Self.id()
+        var charge = pair.transaction(packID, product: pack, purchase: Date() - 60, token: token)
+        charge.expiresDate = nil
+        charge.type = .consumable
+        charge.subscriptionGroupIdentifier = nil
+        try harness.mock.addTransaction(charge)
+        #expect(try await pair.outcome(of: try await pair.notify(.oneTimeCharge, transaction: charge)) == .succeeded)
+        #expect(try await eventually(timeout: 30) { harness.mock.finishedTransactions == [id, renewalID, packID] })
+
         // A transaction Apple does not know (404): recorded on the task, asked once.
         let unknownID = Self.id()
         let unknown = pair.transaction(unknownID, purchase: Date() - 60, token: try await pair.user("carol"))
@@ -78,7 +95,7 @@ struct FinishTransactionTests {
                 SELECT count(*) FROM audit_log
                  WHERE action = 'FINISH_TRANSACTION_FAILED' AND after->>'transaction_id' = \(refusedID)
                 """) == 1)
-        #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="finished"}"#, reaching: 2) == 2)
+        #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="finished"}"#, reaching: 3) == 3)
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="not_found"}"#, reaching: 1) == 1)
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="failed"}"#, reaching: 1) == 1)
         // The fulfilment itself never waited on Apple's answers: both purchases are delivered.
