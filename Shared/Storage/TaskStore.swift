@@ -250,6 +250,21 @@ public struct TaskStore: Sendable {
             """)
     }
 
+    /// Deletes up to `limit` Finish Transaction tasks that ended DONE more than `days` days ago
+    /// (one row per delivered transaction would grow without end); FAILED ones stay for an
+    /// operator. Returns how many were deleted.
+    public func deleteFinishedTransactions(olderThanDays days: Int, limit: Int = 10_000) async throws -> Int {
+        try await pool.query(
+            """
+            DELETE FROM fulfillment_task
+             WHERE id IN (SELECT id FROM fulfillment_task
+                           WHERE kind = \(sql: TaskKind.finishTransaction.literal) AND status = \(sql: TaskStatus.done.literal)
+                             AND completed_at < now() - make_interval(days => \(days)::int)
+                           ORDER BY completed_at LIMIT \(limit))
+            """
+        ).affectedRows
+    }
+
     /// Records that a Finish Transaction was given up (Apple refused it for good), for the
     /// operator who looks into it: the task as stored, under the worker's name.
     public func auditFinishGivenUp(_ id: Int64, owner: String, reason: String) async throws {

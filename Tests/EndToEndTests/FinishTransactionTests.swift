@@ -2,6 +2,7 @@ import AppStore
 import AppStoreTestSupport
 import Foundation
 import Postgres
+import Storage
 import TestSupport
 import Testing
 
@@ -98,6 +99,16 @@ struct FinishTransactionTests {
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="finished"}"#, reaching: 3) == 3)
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="not_found"}"#, reaching: 1) == 1)
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="failed"}"#, reaching: 1) == 1)
+        // Finished tasks are deleted after their keeping time; the FAILED one stays for an operator.
+        try await pair.pool.query(
+            """
+            UPDATE fulfillment_task SET completed_at = now() - interval '31 days'
+             WHERE kind = 'FINISH_TRANSACTION' AND transaction_id = ANY(\(PostgresArray([id, refusedID]))::text[])
+            """)
+        #expect(try await TaskStore(pool: pair.pool).deleteFinishedTransactions(olderThanDays: 30) == 1)
+        #expect(try await pair.value(Self.task(id), as: String.self) == nil)
+        #expect(try await pair.value(Self.task(refusedID), as: String.self) == "FAILED")
+        #expect(try await pair.value(Self.task(renewalID), as: String.self) == "DONE")
         // The fulfilment itself never waited on Apple's answers: both purchases are delivered.
         #expect(try await pair.balance("carol") == 1000)
         #expect(try await pair.balance("dave") == 1000)

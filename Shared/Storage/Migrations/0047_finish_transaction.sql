@@ -10,3 +10,7 @@ ALTER TABLE fulfillment_task ADD CONSTRAINT fulfillment_task_finish
 -- Once per transaction, whatever the status: a redelivered or replayed fact asks for nothing more.
 CREATE UNIQUE INDEX fulfillment_task_finish_once ON fulfillment_task (environment, transaction_id)
     WHERE kind = 'FINISH_TRANSACTION';
+-- One row per delivered transaction would grow without end: finished ones are deleted after
+-- APPLE_FINISH_TRANSACTIONS_KEEP_DAYS, oldest first.
+CREATE INDEX fulfillment_task_finish_done_idx ON fulfillment_task (completed_at)
+    WHERE kind = 'FINISH_TRANSACTION' AND status = 'DONE';

@@ -81,6 +81,7 @@ final class Scheduler: Service {
         var nextScan = ContinuousClock.now
         var nextFailedDeliveries = ContinuousClock.now
         var nextLapsedScan = ContinuousClock.now
+        var nextFinishedPurge = ContinuousClock.now
         while !stop.isFired {
             if let age = configuration.orderExpiry { await expireOrders(olderThan: age) }
             if let apple {
@@ -97,6 +98,10 @@ final class Scheduler: Service {
                     // Apple's answer takes a moment to apply: never ask again sooner than any re-query.
                     await flagLapsedChains(cooldown: max(interval, configuration.requeryCooldown))
                     nextLapsedScan = ContinuousClock.now + interval
+                }
+                if ContinuousClock.now >= nextFinishedPurge {
+                    await deleteFinishedTransactions()
+                    nextFinishedPurge = ContinuousClock.now + .seconds(3600)
                 }
                 await runDueTasks(apple)
             }
@@ -164,6 +169,23 @@ final class Scheduler: Service {
             for chain in chains { logger.warning("chain lapsed without a word from Apple, re-query requested", ["appstore.chain": .string(chain)]) }
         } catch {
             logger.warning("lapsed chains not scanned", ["error": .string("\(error)")])
+        }
+    }
+
+    /// In batches, until a batch is not full; two workers at once delete different rows or none.
+    private func deleteFinishedTransactions() async {
+        do {
+            var deleted = 0
+            var batch = 0
+            let limit = 10_000
+            repeat {
+                batch = try await tasks.deleteFinishedTransactions(
+                    olderThanDays: configuration.finishedTransactionsKeepDays, limit: limit)
+                deleted += batch
+            } while batch == limit && !stop.isFired
+            if deleted > 0 { logger.info("finished Finish Transaction tasks deleted", ["tasks.deleted": .int(Int64(deleted))]) }
+        } catch {
+            logger.warning("finished Finish Transaction tasks not deleted", ["error": .string("\(error)")])
         }
     }
 

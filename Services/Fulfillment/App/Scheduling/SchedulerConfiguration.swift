@@ -53,6 +53,9 @@ public struct SchedulerConfiguration: Sendable {
     /// (`APPLE_FINISH_TRANSACTIONS`, default false): for apps whose server, not StoreKit's
     /// `Transaction.finish()`, completes delivery. Needs the App Store Server API key.
     public var finishTransactions: Bool
+    /// Days a finished Finish Transaction task is kept before it is deleted
+    /// (`APPLE_FINISH_TRANSACTIONS_KEEP_DAYS`, 1–3650). Default 30.
+    public var finishedTransactionsKeepDays: Int
 
     public init(reader: ConfigurationReader) {
         let keySettings = ["APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH"]
@@ -80,6 +83,7 @@ public struct SchedulerConfiguration: Sendable {
         clockInterval = clock == 0 ? nil : .milliseconds(clock)
         clockBatchSize = reader.int("SUBSCRIPTION_CLOCK_BATCH_SIZE", default: 500, range: 1...1000)
         finishTransactions = reader.bool("APPLE_FINISH_TRANSACTIONS", default: false)
+        finishedTransactionsKeepDays = reader.int("APPLE_FINISH_TRANSACTIONS_KEEP_DAYS", default: 30, range: 1...3650)
         if finishTransactions, appStoreAPI == nil {
             // Refused rather than queued: tasks nobody can run would pile up unseen.
             reader.report(
