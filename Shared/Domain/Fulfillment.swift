@@ -170,6 +170,9 @@ public struct FulfillmentInput: Sendable {
     /// The users whose stored transactions (same environment) carry the fact's `appTransactionId`,
     /// the Apple Account it was bought with; read only for a fact that nothing else attributes.
     public var appTransactionUsers: [UserRecord]
+    /// The fact's `appTransactionId` came from Apple's Get App Transaction Info, not from the
+    /// signed transaction (signed before iOS 18.4): attributed by it, the method says so.
+    public var appTransactionLookedUp = false
     /// A Sandbox deployment is an isolated test tenant: everyone counts as a test user there.
     public var everyoneIsTestUser: Bool
     public var now: Date
@@ -225,6 +228,12 @@ public enum AttributionMethod: String, Sendable, Hashable, Codable {
     case familyMember = "family_member"
     /// The one user whose earlier purchases carry the same Apple Account (`appTransactionId`).
     case appTransaction = "app_transaction"
+    /// The same, with the Apple Account asked of Apple (Get App Transaction Info) for a transaction
+    /// signed without it.
+    case appTransactionLookup = "app_transaction_lookup"
+
+    /// The methods that rest on the Apple Account alone, audited with the event.
+    public var byAppleAccount: Bool { self == .appTransaction || self == .appTransactionLookup }
 }
 
 /// The fate of an event.
@@ -339,6 +348,16 @@ public struct FulfillmentPlan: Sendable, Hashable {
     /// store keeps one per key, so planning them again adds nothing.
     public var events: [OutboundEvent] = []
 
+    /// The transaction this apply delivers (a purchase, renewal or consumable that grants, fulfils
+    /// an order or moves its subscription, attributed and not revoked), which Finish Transaction
+    /// reports to Apple; nil when the apply delivers nothing.
+    public var deliveredTransaction: TransactionFact? {
+        guard verdict == .applied, user != nil, let fact = storeTransaction, fact.revocationDate == nil,
+            !grants.isEmpty || order != nil || subscription != nil
+        else { return nil }
+        return fact
+    }
+
     /// True for a pure duplicate: every fact stored, every order and grant written before.
     public var writesNothing: Bool {
         storeTransaction == nil && storeRenewal == nil && order == nil && subscription == nil && grants.isEmpty
@@ -448,7 +467,8 @@ public enum FulfillmentPlanner {
     /// such users (one Apple Account paying for two business accounts) are never chosen between.
     static func appTransactionOwner(_ input: FulfillmentInput) -> Attribution? {
         guard input.transaction != nil, input.tokenUser == nil, input.appTransactionUsers.count == 1 else { return nil }
-        return Attribution(user: input.appTransactionUsers[0], method: .appTransaction)
+        return Attribution(
+            user: input.appTransactionUsers[0], method: input.appTransactionLookedUp ? .appTransactionLookup : .appTransaction)
     }
 
     /// The plan of a fact no one is attributed: kept as UNMATCHED_ACCOUNT, saying why when its

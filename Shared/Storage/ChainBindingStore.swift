@@ -476,6 +476,13 @@ public struct ChainBindingStore: Sendable {
         ).map { UserRecord(userID: try $0.decode("user_id"), isTestUser: try $0.decode("is_test_user")) }
     }
 
+    /// Whether anything here already gives the chain to a user (see `claimants`).
+    public func isClaimed(environment: String, originalTransactionID: String) async throws -> Bool {
+        try await pool.withConnection { db in
+            !(try await Self.claimants(environment, originalTransactionID, on: db)).isEmpty
+        }
+    }
+
     /// Every user something already gives the chain to: its subscription row, its binding, its
     /// stored transactions, and the tokens on its facts waiting as unmatched.
     static func claimants(_ environment: String, _ originalTransactionID: String, on db: PostgresConnection) async throws

@@ -12,6 +12,8 @@ public enum TaskKind: String, Sendable, StoredStatus {
     case setAppAccountToken = "SET_APP_ACCOUNT_TOKEN"
     /// Get Transaction History for a user's import of their existing purchases.
     case importHistory = "IMPORT"
+    /// Finish Transaction for a transaction the worker delivered (`APPLE_FINISH_TRANSACTIONS`).
+    case finishTransaction = "FINISH_TRANSACTION"
 
     /// The value as an SQL literal, for predicates the partial indexes must match.
     public var literal: StaticString {
@@ -20,6 +22,7 @@ public enum TaskKind: String, Sendable, StoredStatus {
         case .recovery: "'RECOVERY'"
         case .setAppAccountToken: "'SET_APP_ACCOUNT_TOKEN'"
         case .importHistory: "'IMPORT'"
+        case .finishTransaction: "'FINISH_TRANSACTION'"
         }
     }
 }
@@ -52,6 +55,8 @@ public struct ClaimedTask: Sendable {
         case setAppAccountToken(originalTransactionID: String)
         /// A user's import (`subscription_import`).
         case importHistory(importID: Int64)
+        /// Tell Apple the transaction is delivered (Finish Transaction).
+        case finishTransaction(transactionID: String)
     }
     public var id: Int64
     /// `Production` or `Sandbox`.
@@ -76,7 +81,8 @@ public struct TaskResult: Codable, Sendable, Equatable {
     public var pages = 0
     /// The events written or found, to follow them.
     public var eventIDs: [Int64] = []
-    /// What Apple answered a Set App Account Token (`SET`, `FAMILY_NOT_SUPPORTED`).
+    /// What Apple answered a Set App Account Token (`SET`, `FAMILY_NOT_SUPPORTED`) or a Finish
+    /// Transaction (`FINISHED`, `TRANSACTION_NOT_FOUND`).
     public var outcome: String?
 
     public init() {}
@@ -227,6 +233,46 @@ public struct TaskStore: Sendable {
             """)
     }
 
+    /// Asks a worker to call Finish Transaction for each of these delivered transactions, inside
+    /// the transaction that delivers them; a transaction asked for before (in any status: done,
+    /// failed, pending) is not asked for again.
+    public static func requestFinishTransactions(
+        _ transactions: [(environment: String, transactionID: String)], requestedBy: String, on db: PostgresConnection
+    ) async throws {
+        guard !transactions.isEmpty else { return }
+        try await db.query(
+            """
+            INSERT INTO fulfillment_task (kind, environment, transaction_id, reason, requested_by)
+            SELECT \(sql: TaskKind.finishTransaction.literal), d.environment, d.transaction_id, 'delivered', \(requestedBy)
+              FROM unnest(\(PostgresArray(transactions.map(\.environment)))::text[],
+                          \(PostgresArray(transactions.map(\.transactionID)))::text[]) AS d(environment, transaction_id)
+            ON CONFLICT (environment, transaction_id) WHERE kind = \(sql: TaskKind.finishTransaction.literal) DO NOTHING
+            """)
+    }
+
+    /// Deletes up to `limit` Finish Transaction tasks that ended DONE more than `days` days ago
+    /// (one row per delivered transaction would grow without end); FAILED ones stay for an
+    /// operator. Returns how many were deleted.
+    public func deleteFinishedTransactions(olderThanDays days: Int, limit: Int = 10_000) async throws -> Int {
+        try await pool.query(
+            """
+            DELETE FROM fulfillment_task
+             WHERE id IN (SELECT id FROM fulfillment_task
+                           WHERE kind = \(sql: TaskKind.finishTransaction.literal) AND status = \(sql: TaskStatus.done.literal)
+                             AND completed_at < now() - make_interval(days => \(days)::int)
+                           ORDER BY completed_at LIMIT \(limit))
+            """
+        ).affectedRows
+    }
+
+    /// Records that a Finish Transaction was given up (Apple refused it for good), for the
+    /// operator who looks into it: the task as stored, under the worker's name.
+    public func auditFinishGivenUp(_ id: Int64, owner: String, reason: String) async throws {
+        try await pool.transaction { db in
+            try await audit(id, action: "FINISH_TRANSACTION_FAILED", operator: owner, reason: reason, on: db)
+        }
+    }
+
     /// The deduplication key of a chain's pending re-query (the scan below builds the same in SQL).
     static func requeryKey(environment: String, originalTransactionID: String) -> String {
         "\(TaskKind.requery.rawValue)/\(environment)/\(originalTransactionID)"
@@ -359,7 +405,8 @@ public struct TaskStore: Sendable {
                                   AND (lease_expires_at IS NULL OR lease_expires_at < now())
                                 ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
                 RETURNING t.id, t.kind, t.environment, t.original_transaction_id, t.range_start, t.range_end,
-                          t.pagination_token, t.only_failures, t.import_id, t.attempts, t.result::text AS result
+                          t.pagination_token, t.only_failures, t.import_id, t.transaction_id, t.attempts,
+                          t.result::text AS result
                 """
             ).first
         else { return nil }
@@ -371,6 +418,8 @@ public struct TaskStore: Sendable {
             work = .setAppAccountToken(originalTransactionID: try row.decode("original_transaction_id"))
         case .importHistory:
             work = .importHistory(importID: try row.decode("import_id"))
+        case .finishTransaction:
+            work = .finishTransaction(transactionID: try row.decode("transaction_id"))
         case .recovery:
             work = .recovery(
                 start: try row.decode("range_start"), end: try row.decode("range_end"),

@@ -269,6 +269,29 @@ struct MemoryStore {
         #expect(FulfillmentPlanner.plan(input).verdict == .refused(code: "SANDBOX_REFUSED", reason: "Sandbox facts only touch test users"))
     }
 
+    /// An Apple Account Apple named (Get App Transaction Info) attributes by the same rule, under
+    /// its own method; what an apply delivers is what Finish Transaction reports: a purchase or a
+    /// renewal attributed and granted, never a revoked one nor an unmatched one.
+    @Test func aLookedUpAppleAccountAttributesAndDeliveriesAreTheGrantedTransactions() {
+        let store = store()
+        let bob = store.users["bob"]!
+        var input = store.input(initialBuy, tx("6100", purchase: t0, original: "6100", token: nil), now: t0 + 60)
+        #expect(FulfillmentPlanner.plan(input).deliveredTransaction == nil, "unmatched: nothing delivered")
+        input.appTransactionUsers = [bob]
+        input.appTransactionLookedUp = true
+        let looked = FulfillmentPlanner.plan(input)
+        #expect(looked.user == bob && looked.attribution == .appTransactionLookup)
+        #expect(looked.deliveredTransaction?.transactionID == "6100")
+        #expect(AttributionMethod.appTransactionLookup.byAppleAccount && !AttributionMethod.token.byAppleAccount)
+
+        var refunded = tx("6101", purchase: t0, original: "6101")
+        refunded.revocationDate = t0 + day
+        let revoked = FulfillmentPlanner.plan(
+            store.input(.notification(type: "REFUND", subtype: nil), refunded, now: t0 + day))
+        #expect(revoked.deliveredTransaction == nil)
+        #expect(FulfillmentPlanner.plan(store.input(initialBuy, tx("6102", purchase: t0), now: t0)).deliveredTransaction != nil)
+    }
+
     @Test func sandboxFactsOnlyTouchTestUsersOnAProductionDeployment() {
         let store = store()
         var input = store.input(initialBuy, tx("1000", purchase: t0), now: t0)

@@ -183,6 +183,72 @@ struct AttributionTests {
         try await harness.checkInvariants()
     }
 
+    /// A token-less purchase signed without `appTransactionId` (before iOS 18.4): the worker asks
+    /// Apple's mock (Get App Transaction Info), stores the Apple Account it names, and attributes by
+    /// the same one-candidate rule, audited and counted as `app_transaction_lookup`. Two candidates,
+    /// or Apple failing, leave the purchase unmatched as before; the apply never fails for it.
+    @Test func aPurchaseSignedWithoutItsAppleAccountIsAttributedByAskingApple() async throws {
+        let harness = try await SchedulerHarness.start()
+        defer { harness.stop() }
+        let pair = harness.pair
+        let day: TimeInterval = 86_400
+        let alicesAccount = Self.id()
+        let sharedAccount = Self.id()
+        for (user, account) in [("alice", alicesAccount), ("bob", sharedAccount), ("carol", sharedAccount)] {
+            let token = try await pair.user(user)
+            var earlier = pair.transaction(Self.id(), purchase: Date() - 40 * day, token: token)
+            earlier.appTransactionId = account
+            #expect(try await pair.outcome(of: try await pair.notify(.subscribed, .initialBuy, transaction: earlier)) == .succeeded)
+        }
+        /// Apple knows the purchase's Apple Account; the transaction it signed then does not say it.
+        func purchase(account: String?) throws -> JWSTransactionDecodedPayload {
+            var known = pair.transaction(Self.id(), purchase: Date() - 60, token: nil)
+            known.appTransactionId = account
+            try harness.mock.addTransaction(known)
+            known.appTransactionId = nil
+            return known
+        }
+
+        let alices = try purchase(account: alicesAccount)
+        let id = try #require(alices.transactionId)
+        #expect(try await pair.outcome(of: try await pair.notify(.subscribed, .initialBuy, transaction: alices)) == .succeeded)
+        #expect(try await pair.value("SELECT user_id FROM user_subscription WHERE original_transaction_id = \(id)", as: String.self) == "alice")
+        #expect(
+            try await pair.value("SELECT app_transaction_id FROM apple_transaction WHERE transaction_id = \(id)", as: String.self)
+                == alicesAccount)
+        #expect(
+            try await pair.count("SELECT count(*) FROM credit_grant WHERE original_transaction_id = \(id) AND user_id = 'alice'") == 1)
+        #expect(
+            try await pair.count(
+                """
+                SELECT count(*) FROM audit_log
+                 WHERE action = 'PURCHASE_ATTRIBUTED' AND after->>'transactionId' = \(id)
+                   AND after->>'method' = 'app_transaction_lookup' AND after->>'appTransactionId' = \(alicesAccount)
+                """) == 1)
+        #expect(try await pair.metric(#"subs_attributions_total{method="app_transaction_lookup"}"#, reaching: 1) == 1)
+        let lookups = harness.mock.requests.filter { $0.path.hasPrefix("/inApps/v1/transactions/appTransactions/") }
+        #expect(lookups.map(\.path) == ["/inApps/v1/transactions/appTransactions/\(id)"], "only the unclaimed token-less purchase")
+
+        // The Apple Account that paid for Bob and for Carol: nobody is guessed.
+        let theirs = try purchase(account: sharedAccount)
+        let ambiguous = try await pair.notify(.subscribed, .initialBuy, transaction: theirs)
+        #expect(try await pair.outcome(of: ambiguous) == .dead("UNMATCHED_ACCOUNT"))
+        let why = try await pair.value("SELECT error_message FROM inbound_event WHERE notification_uuid = \(ambiguous)", as: String.self)
+        #expect(why?.contains("bought for 2 users: not guessed") == true, "\(why ?? "")")
+
+        // Apple fails (every try of the lookup's one call): unmatched as before, never guessed.
+        let failing = try purchase(account: alicesAccount)
+        let path = "/inApps/v1/transactions/appTransactions/\(failing.transactionId!)"
+        harness.mock.enqueue(.init(status: 503, pathPrefix: path), .init(status: 503, pathPrefix: path))
+        let failed = try await pair.notify(.subscribed, .initialBuy, transaction: failing)
+        #expect(try await pair.outcome(of: failed) == .dead("UNMATCHED_ACCOUNT"))
+        #expect(try await pair.subscription(failing.transactionId!) == nil)
+        #expect(try await pair.metric(#"subs_app_transaction_lookups_total{outcome="apple_error"}"#, reaching: 1) == 1)
+        #expect(try await pair.metric(#"subs_attributions_total{method="app_transaction_lookup"}"#) == 1)
+        #expect(try await pair.count("SELECT count(*) FROM credit_grant WHERE original_transaction_id = \(failing.transactionId!)") == 0)
+        try await pair.checkInvariants()
+    }
+
     @Test func setAppAccountTokenOnAFamilyChainKeepsApplesRefusal() async throws {
         let harness = try await SchedulerHarness.start()
         defer { harness.stop() }

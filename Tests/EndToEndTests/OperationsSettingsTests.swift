@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Kafka
 import Pipeline
@@ -62,6 +63,25 @@ import Webhooks
     ])
     func aBadValueIsOneProblemNamingItsVariable(name: String, value: String) {
         #expect(Self.problems([name: value]) == [name])
+    }
+
+    /// Finish Transaction is off by default, and on only with the App Store Server API key to call it with.
+    @Test func finishTransactionsNeedTheAPIKey() throws {
+        #expect(!FulfillmentConfiguration(reader: ConfigurationReader(environment: Self.base)).schedulers.finishTransactions)
+        let reader = ConfigurationReader(environment: Self.base.merging(["APPLE_FINISH_TRANSACTIONS": "true"]) { $1 })
+        _ = FulfillmentConfiguration(reader: reader)
+        let refusal = try #require(reader.problems.first { $0.name == "APPLE_FINISH_TRANSACTIONS" })
+        #expect(refusal.description.contains("APPLE_IAP_KEY_ID"), "\(refusal)")
+        let keyPath = FileManager.default.temporaryDirectory.appendingPathComponent("finish-key-\(UUID().uuidString).p8")
+        try Data(P256PrivateKey.generate().pemPKCS8().utf8).write(to: keyPath)
+        defer { try? FileManager.default.removeItem(at: keyPath) }
+        let keyed = ConfigurationReader(
+            environment: Self.base.merging([
+                "APPLE_FINISH_TRANSACTIONS": "true", "APPLE_IAP_ISSUER_ID": "issuer", "APPLE_IAP_KEY_ID": "KEY0000001",
+                "APPLE_IAP_PRIVATE_KEY_PATH": keyPath.path, "APPLE_IAP_BUNDLE_ID": "com.example.app", "APPLE_IAP_ENV": "Sandbox",
+            ]) { $1 })
+        #expect(FulfillmentConfiguration(reader: keyed).schedulers.finishTransactions)
+        #expect(!keyed.problems.contains { $0.name == "APPLE_FINISH_TRANSACTIONS" })
     }
 
     /// Forwarding: one target for both environments, or Sandbox's apart; a URL that can never be

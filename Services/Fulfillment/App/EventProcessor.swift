@@ -25,6 +25,9 @@ public struct EventProcessor: Sendable {
     let clock: any WallClock
     /// Answers CONSUMPTION_REQUEST before the event completes (set by the application).
     var consumption: ConsumptionResponder?
+    /// Asks Apple for the Apple Account of a token-less transaction signed without one (set by
+    /// the application when the App Store Server API is configured).
+    var appTransactionLookup: AppTransactionLookup?
     /// Extends the lease of the event while it is worked on (set by the application).
     var renewal: LeaseRenewal?
     /// Publishes the outbound events a commit wrote (set by the application when they are on).
@@ -43,7 +46,8 @@ public struct EventProcessor: Sendable {
             leases: leases, appKey: configuration.appStore.bundleId,
             everyoneIsTestUser: configuration.appStore.environment != .production, topic: configuration.pipeline.eventTopic,
             creditLimits: configuration.credits.limits, crashPoint: configuration.crashPoint,
-            outboundEvents: configuration.pipeline.outboundEventsEnabled)
+            outboundEvents: configuration.pipeline.outboundEventsEnabled,
+            finishTransactions: configuration.schedulers.finishTransactions)
         reader = EventReader(cipher: cipher, verifier: verifier)
         batches = FulfillmentBatches(
             leases: leases, store: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
@@ -77,8 +81,9 @@ public struct EventProcessor: Sendable {
         var log = logger.with(["event.id": .int(event.id), "event.kind": .string(event.kind.rawValue)])
         if let trace = event.traceID { log = log.with(["trace.id": .string(trace)]) }
         do {
-            let verified = try await reader.read(event)
+            var verified = try await reader.read(event)
             log = log.with(Self.metadata(verified))
+            if let appTransactionLookup { verified = await appTransactionLookup.complete(verified, log: log) }
             if verified.source.action == .consumptionRequest, let consumption {
                 try await consumption.answer(event, verified, now: clock.now())
             }

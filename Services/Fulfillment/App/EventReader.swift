@@ -28,8 +28,10 @@ struct TransactionRecord: Sendable {
     var payloadHash: String
     /// The token as signed, even when it is not a UUID (then it maps to no user: UNMATCHED).
     var appAccountTokenUUID: UUID?
-    /// The Apple Account's id for this app, when Apple signed one.
+    /// The Apple Account's id for this app, when Apple signed one (or Get App Transaction Info named it).
     var appTransactionID: String?
+    /// `appTransactionID` came from Get App Transaction Info, not from the signed transaction.
+    var appTransactionLookedUp = false
 }
 
 /// Opens the sealed payloads and verifies what the worker relies on.

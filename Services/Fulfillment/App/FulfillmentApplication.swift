@@ -60,6 +60,11 @@ public struct FulfillmentApplication: Sendable {
             AppStoreAPIClients(configuration: $0, logger: logger)
         }
         processor.consumption = ConsumptionResponder(store: ConsumptionStore(pool: pool), clients: clients, logger: logger)
+        if let api = configuration.schedulers.appStoreAPI {
+            processor.appTransactionLookup = AppTransactionLookup(
+                clients: AppStoreAPIClients(configuration: AppTransactionLookup.limits(api), logger: logger), verifier: verifier,
+                bindings: ChainBindingStore(pool: pool, topic: configuration.pipeline.eventTopic))
+        }
         renewal = LeaseRenewal(events: store, owner: configuration.workerID, lease: configuration.lease, logger: logger)
         processor.renewal = renewal
         let relay = OutboundRelay(

@@ -162,6 +162,7 @@ extension FulfillmentStore {
                 submittedOrder: loaded.submittedOrder, openOrders: loaded.openOrders ?? [], grants: loaded.grants ?? [],
                 chainGrants: loaded.chainGrants ?? [:], everyoneIsTestUser: everyoneIsTestUser, now: pending.now)
             // Only for a fact nothing else attributes (rare), so the hot path keeps its one query.
+            input.appTransactionLookedUp = pending.verified.transaction?.appTransactionLookedUp ?? false
             if let account = pending.verified.transaction?.appTransactionID, let fact = input.transaction,
                 input.tokenUser == nil, input.subscription == nil, input.binding == nil
             {

@@ -20,14 +20,16 @@ extension FulfillmentStore {
             try await chains.bindFamilyMember(member, environment: chain.environment, originalTransactionID: chain.original, on: db)
         }
         // The weakest evidence the rules accept is audited, under the worker's name, with the event.
-        for (pending, plan) in batch where plan.attribution == .appTransaction {
-            guard let user = plan.user, let fact = pending.verified.transaction else { continue }
+        for (pending, plan) in batch {
+            guard let method = plan.attribution, method.byAppleAccount, let user = plan.user,
+                let fact = pending.verified.transaction
+            else { continue }
             try await AuditLog(pool: pool).record(
                 on: db, operator: owner, action: "PURCHASE_ATTRIBUTED",
-                reason: "method=\(AttributionMethod.appTransaction.rawValue): the one user this Apple Account bought for",
+                reason: "method=\(method.rawValue): the one user this Apple Account bought for",
                 before: nil,
                 after: AppTransactionAttribution(
-                    method: AttributionMethod.appTransaction.rawValue, userId: user.userID,
+                    method: method.rawValue, userId: user.userID,
                     environment: fact.fact.environment, transactionId: fact.fact.transactionID,
                     originalTransactionId: fact.fact.originalTransactionID, appTransactionId: fact.appTransactionID,
                     eventId: pending.event.id))
@@ -55,6 +57,11 @@ extension FulfillmentStore {
         guard try completed.single().decode("completed", as: Int.self) == batch.count else {
             // Cannot happen under the row locks taken at the start; rolled back and retried if it does.
             throw ProcessingFailure.retryable(code: "FULFILLMENT_FAILED", message: "a leased event row was not completed")
+        }
+        if finishTransactions {
+            // Queued with the delivery, called after the commit: Apple's answer never holds the apply.
+            let delivered = batch.compactMap(\.plan.deliveredTransaction).map { ($0.environment, $0.transactionID) }
+            try await TaskStore.requestFinishTransactions(delivered, requestedBy: owner, on: db)
         }
         let grants = batch.map { entry in
             let fact = entry.pending.verified.transaction?.fact
@@ -198,7 +205,7 @@ struct CreditMoves {
     }
 }
 
-/// The audit row of a purchase attributed by its Apple Account (`AttributionMethod.appTransaction`).
+/// The audit row of a purchase attributed by its Apple Account (`AttributionMethod.byAppleAccount`).
 struct AppTransactionAttribution: Encodable, Sendable {
     var method: String
     var userId: String

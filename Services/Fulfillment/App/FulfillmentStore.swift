@@ -64,6 +64,8 @@ struct FulfillmentStore: Sendable {
     let chains: ChainBindingStore
     /// Whether the plans' outbound events are written (`OUTBOUND_EVENTS_ENABLED`).
     let outboundEvents: Bool
+    /// Whether delivered transactions are queued for Finish Transaction (`APPLE_FINISH_TRANSACTIONS`).
+    let finishTransactions: Bool
 
     /// Reads the JSON documents of the queries (dates are milliseconds, like Apple's) with the
     /// strict parser the verifier uses: Foundation's JSONDecoder was a tenth of a worker's CPU.
@@ -73,9 +75,11 @@ struct FulfillmentStore: Sendable {
 
     init(
         leases: EventStore, appKey: String, everyoneIsTestUser: Bool, topic: String,
-        creditLimits: CreditLimits = CreditLimits(), crashPoint: CrashPoint? = nil, outboundEvents: Bool = true
+        creditLimits: CreditLimits = CreditLimits(), crashPoint: CrashPoint? = nil, outboundEvents: Bool = true,
+        finishTransactions: Bool = false
     ) {
         self.leases = leases
+        self.finishTransactions = finishTransactions
         self.outboundEvents = outboundEvents
         self.creditLimits = creditLimits
         ledger = CreditLedger(pool: leases.pool)

@@ -13,9 +13,7 @@ struct AppAccountTokenSetter: Sendable {
     let logger: Logger
 
     func run(_ task: ClaimedTask, originalTransactionID: String) async throws(ProcessingFailure) -> TaskResult {
-        guard let client = clients.client(for: task.environment) else {
-            throw .permanent(code: "ENVIRONMENT_NOT_SERVED", message: "this deployment does not serve \(task.environment)")
-        }
+        let client = try clients.client(serving: task)
         let bound: (userID: String, token: UUID)?
         do {
             bound = try await bindings.tokenToSet(environment: task.environment, originalTransactionID: originalTransactionID)

@@ -26,9 +26,7 @@ struct ChainRequery: Sendable {
     let logger: Logger
 
     func run(_ task: ClaimedTask, originalTransactionID: String) async throws(ProcessingFailure) -> TaskResult {
-        guard let client = clients.client(for: task.environment) else {
-            throw .permanent(code: "ENVIRONMENT_NOT_SERVED", message: "this deployment does not serve \(task.environment)")
-        }
+        let client = try clients.client(serving: task)
         await pacer.wait(for: task.environment)
         let answer: StatusResponse
         do {

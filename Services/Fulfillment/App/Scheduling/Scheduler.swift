@@ -21,7 +21,8 @@ final class Scheduler: Service {
     private let renewal: LeaseRenewal
     /// What needs the App Store Server API.
     private typealias AppleWork = (
-        requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter, imports: SubscriptionImporter
+        requery: ChainRequery, recovery: NotificationRecovery, tokens: AppAccountTokenSetter, imports: SubscriptionImporter,
+        finisher: TransactionFinisher
     )
     /// Nil when the App Store Server API is not configured.
     private let apple: AppleWork?
@@ -61,7 +62,8 @@ final class Scheduler: Service {
                     imports: ImportStore(pool: events.pool),
                     bindings: ChainBindingStore(pool: events.pool, topic: configuration.pipeline.eventTopic), events: events,
                     publisher: publisher, cipher: cipher, verifier: verifier, clients: clients,
-                    bundleID: configuration.appStore.bundleId, logger: logger)
+                    bundleID: configuration.appStore.bundleId, logger: logger),
+                TransactionFinisher(tasks: TaskStore(pool: events.pool), clients: clients, owner: configuration.workerID, logger: logger)
             )
         }
         let served = configuration.schedulers.appStoreAPI?.environment
@@ -79,6 +81,7 @@ final class Scheduler: Service {
         var nextScan = ContinuousClock.now
         var nextFailedDeliveries = ContinuousClock.now
         var nextLapsedScan = ContinuousClock.now
+        var nextFinishedPurge = ContinuousClock.now
         while !stop.isFired {
             if let age = configuration.orderExpiry { await expireOrders(olderThan: age) }
             if let apple {
@@ -95,6 +98,10 @@ final class Scheduler: Service {
                     // Apple's answer takes a moment to apply: never ask again sooner than any re-query.
                     await flagLapsedChains(cooldown: max(interval, configuration.requeryCooldown))
                     nextLapsedScan = ContinuousClock.now + interval
+                }
+                if ContinuousClock.now >= nextFinishedPurge {
+                    await deleteFinishedTransactions()
+                    nextFinishedPurge = ContinuousClock.now + .seconds(3600)
                 }
                 await runDueTasks(apple)
             }
@@ -165,6 +172,23 @@ final class Scheduler: Service {
         }
     }
 
+    /// In batches, until a batch is not full; two workers at once delete different rows or none.
+    private func deleteFinishedTransactions() async {
+        do {
+            var deleted = 0
+            var batch = 0
+            let limit = 10_000
+            repeat {
+                batch = try await tasks.deleteFinishedTransactions(
+                    olderThanDays: configuration.finishedTransactionsKeepDays, limit: limit)
+                deleted += batch
+            } while batch == limit && !stop.isFired
+            if deleted > 0 { logger.info("finished Finish Transaction tasks deleted", ["tasks.deleted": .int(Int64(deleted))]) }
+        } catch {
+            logger.warning("finished Finish Transaction tasks not deleted", ["error": .string("\(error)")])
+        }
+    }
+
     /// Runs due tasks until none is left or the worker stops.
     private func runDueTasks(_ apple: AppleWork) async {
         while !stop.isFired {
@@ -189,6 +213,8 @@ final class Scheduler: Service {
                 result = try await apple.tokens.run(task, originalTransactionID: original)
             case .importHistory(let importID):
                 result = try await apple.imports.run(task, importID: importID)
+            case .finishTransaction(let transactionID):
+                result = try await apple.finisher.run(task, transactionID: transactionID)
             case .recovery(let start, let end, let token, let onlyFailures):
                 result = try await apple.recovery.run(task, start: start, end: end, onlyFailures: onlyFailures, from: token) {
                     next, progress in
@@ -199,13 +225,13 @@ final class Scheduler: Service {
             try await tasks.complete(task, owner: owner, result: result)
             outcome("done")
         } catch let failure as ProcessingFailure {
-            await record(failure, for: task, log: log)
+            await record(failure, for: task, apple, log: log)
         } catch {
-            await record(.retryable(code: "RETRYABLE_DATABASE", message: "\(error)"), for: task, log: log)
+            await record(.retryable(code: "RETRYABLE_DATABASE", message: "\(error)"), for: task, apple, log: log)
         }
     }
 
-    private func record(_ failure: ProcessingFailure, for task: ClaimedTask, log: Logger) async {
+    private func record(_ failure: ProcessingFailure, for task: ClaimedTask, _ apple: AppleWork, log: Logger) async {
         var code = ""
         var message = ""
         var delay: Duration?
@@ -223,6 +249,9 @@ final class Scheduler: Service {
             try await tasks.fail(task, owner: owner, code: code, message: message, retryAt: delay)
         } catch {
             log.warning("task outcome not recorded; its lease runs out", ["error": .string("\(error)")])
+        }
+        if case .finishTransaction = task.work {
+            await apple.finisher.recorded(task, code: code, message: message, givenUp: delay == nil)
         }
         outcome(delay == nil ? "failed" : "retry")
         log.warning(delay == nil ? "task failed" : "task will be retried", ["error.code": .string(code)])

@@ -1,6 +1,7 @@
 import AppStore
 import Foundation
 import ServiceRuntime
+import Storage
 
 /// What the worker does besides applying events, and how it reaches Apple for it.
 public struct SchedulerConfiguration: Sendable {
@@ -48,6 +49,13 @@ public struct SchedulerConfiguration: Sendable {
     /// row holds its chain's advisory lock until commit, and PostgreSQL's lock table is shared
     /// (2 runners × 2,000 rows ran out of it with the default `max_locks_per_transaction`).
     public var clockBatchSize: Int
+    /// Whether each transaction the worker delivers is reported to Apple with Finish Transaction
+    /// (`APPLE_FINISH_TRANSACTIONS`, default false): for apps whose server, not StoreKit's
+    /// `Transaction.finish()`, completes delivery. Needs the App Store Server API key.
+    public var finishTransactions: Bool
+    /// Days a finished Finish Transaction task is kept before it is deleted
+    /// (`APPLE_FINISH_TRANSACTIONS_KEEP_DAYS`, 1–3650). Default 30.
+    public var finishedTransactionsKeepDays: Int
 
     public init(reader: ConfigurationReader) {
         let keySettings = ["APPLE_IAP_ISSUER_ID", "APPLE_IAP_KEY_ID", "APPLE_IAP_PRIVATE_KEY_PATH"]
@@ -74,6 +82,15 @@ public struct SchedulerConfiguration: Sendable {
         let clock = reader.int("SUBSCRIPTION_CLOCK_INTERVAL_MS", default: 1000, range: 0...60_000)
         clockInterval = clock == 0 ? nil : .milliseconds(clock)
         clockBatchSize = reader.int("SUBSCRIPTION_CLOCK_BATCH_SIZE", default: 500, range: 1...1000)
+        finishTransactions = reader.bool("APPLE_FINISH_TRANSACTIONS", default: false)
+        finishedTransactionsKeepDays = reader.int("APPLE_FINISH_TRANSACTIONS_KEEP_DAYS", default: 30, range: 1...3650)
+        if finishTransactions, appStoreAPI == nil {
+            // Refused rather than queued: tasks nobody can run would pile up unseen.
+            reader.report(
+                "APPLE_FINISH_TRANSACTIONS", "true",
+                "false, or the App Store Server API key (APPLE_IAP_ISSUER_ID, APPLE_IAP_KEY_ID, APPLE_IAP_PRIVATE_KEY_PATH) to call Finish Transaction with"
+            )
+        }
     }
 }
 
@@ -94,6 +111,15 @@ struct AppStoreAPIClients: Sendable {
         production =
             configuration.environment == .production
             ? AppStoreServerAPIClient(configuration: configuration, logger: logger) : nil
+    }
+
+    /// The client for a task's environment; a task of an environment this deployment does not
+    /// serve fails for good (no later attempt would find a client).
+    func client(serving task: ClaimedTask) throws(ProcessingFailure) -> AppStoreServerAPIClient {
+        guard let client = client(for: task.environment) else {
+            throw .permanent(code: "ENVIRONMENT_NOT_SERVED", message: "this deployment does not serve \(task.environment)")
+        }
+        return client
     }
 
     /// The client for facts of `environment` (Apple's spelling), nil when this deployment does not serve it.
