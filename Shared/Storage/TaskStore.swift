@@ -391,7 +391,8 @@ public struct TaskStore: Sendable {
         return try rows.map { try $0.decode("chain") }
     }
 
-    /// Takes the oldest due task nobody holds, or nil. The task gives up its deduplication key:
+    /// Takes the oldest due task nobody holds, Finish Transaction tasks only when no other is due
+    /// (a peak of deliveries queues one each), or nil. The task gives up its deduplication key:
     /// what is asked from now on may be past what it covers, so it becomes a task of its own.
     public func claim(owner: String, lease: Duration) async throws -> ClaimedTask? {
         guard
@@ -400,10 +401,16 @@ public struct TaskStore: Sendable {
                 UPDATE fulfillment_task t
                    SET lease_owner = \(owner), lease_expires_at = now() + make_interval(secs => \(lease.inSeconds)),
                        attempts = t.attempts + 1, dedup_key = NULL, updated_at = now()
-                 WHERE t.id = (SELECT id FROM fulfillment_task
-                                WHERE status = \(sql: TaskStatus.pending.literal) AND next_attempt_at <= now()
-                                  AND (lease_expires_at IS NULL OR lease_expires_at < now())
-                                ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                 WHERE t.id = coalesce(
+                           (SELECT id FROM fulfillment_task
+                             WHERE status = \(sql: TaskStatus.pending.literal) AND next_attempt_at <= now()
+                               AND kind <> \(sql: TaskKind.finishTransaction.literal)
+                               AND (lease_expires_at IS NULL OR lease_expires_at < now())
+                             ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED),
+                           (SELECT id FROM fulfillment_task
+                             WHERE status = \(sql: TaskStatus.pending.literal) AND next_attempt_at <= now()
+                               AND (lease_expires_at IS NULL OR lease_expires_at < now())
+                             ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED))
                 RETURNING t.id, t.kind, t.environment, t.original_transaction_id, t.range_start, t.range_end,
                           t.pagination_token, t.only_failures, t.import_id, t.transaction_id, t.attempts,
                           t.result::text AS result
