@@ -93,6 +93,14 @@ struct CommitmentPlanTests {
         #expect(afterCancellation.status == "ACTIVE" && !afterCancellation.autoRenewEnabled)
         #expect(afterCancellation.lastTransactionID == third.transactionId)
         #expect(afterCancellation.expiresAt == third.expiresDate)
+        // The cancellation carries no transaction: the stored charge's commitment keeps the plan
+        // awaiting its next charge (GRACE, not EXPIRED, if Apple's charge fails).
+        #expect(
+            try await harness.value(
+                """
+                SELECT commitment_ends_at = \(TestPayloads.wholeMilliseconds(start + 365 * Self.day))
+                  FROM user_subscription WHERE original_transaction_id = \(chain)
+                """, as: Bool.self) == true)
         #expect(
             try await harness.value(
                 """
