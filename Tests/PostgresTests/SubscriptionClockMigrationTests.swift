@@ -64,7 +64,8 @@ import Testing
     /// Migration 0048: a row whose current charge is inside a 12-month commitment gets the
     /// commitment's end and is due at once; the commitment's last charge, a plan billed up front
     /// and a revoked charge get nothing. The status rule then keeps a failed charge inside the
-    /// commitment in billing retry, though auto-renew is off.
+    /// commitment in billing retry, though auto-renew is off; the previous release's 7-argument form
+    /// still answers (with its own rule) during a rolling upgrade.
     @Test func commitmentRowsGetTheirCommitmentsEnd() async throws {
         try await Fixture.acrossMigration(
             48,
@@ -92,19 +93,25 @@ import Testing
                        ('Sandbox', 'r', 'u', 'p', 'REVOKED', false, now() + interval '1 day', 'r', now(), false);
                 """
         ) { pool in
-            var rows: [String: (committed: Bool, due: Bool, now: String)] = [:]
+            var rows: [String: (committed: Bool, due: Bool, now: String, previous: String)] = [:]
             for row in try await pool.query(
                 """
                 SELECT original_transaction_id AS o, commitment_ends_at IS NOT NULL AS committed, next_change_at IS NOT NULL AS due,
                        subscription_status_at(status, next_change_at, expires_at, grace_expires_at, in_billing_retry,
-                                              auto_renew_enabled, commitment_ends_at, now()) AS now_status
+                                              auto_renew_enabled, commitment_ends_at, now()) AS now_status,
+                       subscription_status_at(status, next_change_at, expires_at, grace_expires_at, in_billing_retry,
+                                              auto_renew_enabled, now()) AS previous_release
                   FROM user_subscription
                 """)
             {
-                rows[try row.decode("o")] = (try row.decode("committed"), try row.decode("due"), try row.decode("now_status"))
+                rows[try row.decode("o")] = (
+                    try row.decode("committed"), try row.decode("due"), try row.decode("now_status"),
+                    try row.decode("previous_release")
+                )
             }
             #expect(rows["m"].map { [$0.committed, $0.due] } == [true, true])
             #expect(rows["m"]?.now == "BILLING_RETRY", "inside the commitment: Apple's retries, not the end")
+            #expect(rows["m"]?.previous == "EXPIRED", "the previous release's form, unchanged")
             #expect(rows["l"].map { [$0.committed, $0.due] } == [false, false])
             #expect(rows["u"]?.committed == false)
             #expect(rows["r"]?.committed == false && rows["r"]?.now == "REVOKED")

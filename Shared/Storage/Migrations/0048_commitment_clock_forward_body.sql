@@ -6,8 +6,9 @@
 ALTER TABLE user_subscription ADD COLUMN commitment_ends_at timestamptz;
 
 -- The rule of migration 0032 with the commitment (SubscriptionTimeline.status(at:) in Swift,
--- tested against it). A new signature: every caller passes the commitment.
-DROP FUNCTION subscription_status_at(text, timestamptz, timestamptz, timestamptz, boolean, boolean, timestamptz);
+-- tested against it), under a new signature: this release's callers pass the commitment. The
+-- 7-argument form stays as it was for the previous release's pods during a rolling upgrade or
+-- after a rollback (deploy/UPGRADING.md, expand then contract); drop it a release later.
 CREATE FUNCTION subscription_status_at(
     p_status text, p_next timestamptz, p_expires timestamptz, p_grace timestamptz, p_retry boolean,
     p_auto_renew boolean, p_commitment_ends timestamptz, p_at timestamptz) RETURNS text
