@@ -114,6 +114,27 @@ public enum CommitmentRules {
         }
     }
 
+    /// The commitment's end when Apple still takes charges after `latest`'s period (nil: its period is
+    /// the commitment's last, or no commitment). Until then the period's end is not the plan's end,
+    /// whatever auto-renew says, so the chain awaits the next charge (`SubscriptionTimeline.renews`).
+    /// Needs no `now`: whether a period is followed by a committed charge is fixed by its facts.
+    public static func remainingChargesEnd(after latest: TransactionFact) -> Date? {
+        guard let commitment = latest.commitment, commitment.billingPlan == .monthly, let ends = commitment.expiresDate,
+            let expires = latest.expiresDate, expires < ends
+        else { return nil }
+        if let number = commitment.billingPeriodNumber, let total = commitment.totalBillingPeriods, number >= total {
+            return nil
+        }
+        return ends
+    }
+
+    /// Whether a charge is due after a period ending at `periodEnd` of a chain whose stored
+    /// commitment ends at `commitmentEndsAt`: Apple bills it whatever auto-renew says.
+    public static func chargeFollows(periodEnd: Date?, commitmentEndsAt: Date?) -> Bool {
+        guard let periodEnd, let commitmentEndsAt else { return false }
+        return periodEnd < commitmentEndsAt
+    }
+
     /// Whether a transaction is one month's charge of a commitment plan: it pays (and grants) one
     /// month, never the product's whole year month by month.
     public static func isMonthlyCharge(_ transaction: TransactionFact) -> Bool {

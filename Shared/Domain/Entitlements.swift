@@ -16,10 +16,12 @@ public struct EntitlementChain: Sendable, Hashable {
     public var autoRenewEnabled: Bool
     public var expiresAt: Date?
     public var graceExpiresAt: Date?
+    /// See `SubscriptionState.commitmentEndsAt`.
+    public var commitmentEndsAt: Date?
 
     public init(
         environment: String, originalTransactionID: String, productID: String, status: SubscriptionStatus,
-        autoRenewEnabled: Bool, expiresAt: Date?, graceExpiresAt: Date?
+        autoRenewEnabled: Bool, expiresAt: Date?, graceExpiresAt: Date?, commitmentEndsAt: Date? = nil
     ) {
         self.environment = environment
         self.originalTransactionID = originalTransactionID
@@ -28,6 +30,15 @@ public struct EntitlementChain: Sendable, Hashable {
         self.autoRenewEnabled = autoRenewEnabled
         self.expiresAt = expiresAt
         self.graceExpiresAt = graceExpiresAt
+        self.commitmentEndsAt = commitmentEndsAt
+    }
+
+    /// Whether another period follows while the chain serves: auto-renew on, or a commitment's
+    /// charges remain (a cancellation inside the commitment takes effect at its end).
+    public var willRenew: Bool {
+        let renews =
+            autoRenewEnabled || CommitmentRules.chargeFollows(periodEnd: expiresAt, commitmentEndsAt: commitmentEndsAt)
+        return renews && status.hasService
     }
 }
 
@@ -259,7 +270,7 @@ public enum Entitlements {
                 return EntitlementItem(
                     entitlement: name, active: chain.status.hasService || inForce != nil, source: .apple, status: chain.status,
                     productID: chain.productID, originalTransactionID: chain.originalTransactionID, environment: chain.environment,
-                    expiresAt: chain.expiresAt, willRenew: chain.autoRenewEnabled && chain.status.hasService,
+                    expiresAt: chain.expiresAt, willRenew: chain.willRenew,
                     gracePeriodExpiresAt: chain.graceExpiresAt, promotionalExpiresAt: inForce?.expiresAt)
             }
             // No chain with service: the grant in force, else the one that ended last.

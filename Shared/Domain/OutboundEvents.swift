@@ -114,7 +114,7 @@ public enum SubscriptionEvents {
                             "entitlement": .string(entitlement), "productId": .string(new.activeProductID),
                             "originalTransactionId": .string(new.originalTransactionID),
                             "status": .string(new.status.rawValue), "expiresAt": OutboundValue(new.expiresAt),
-                            "willRenew": .bool(new.autoRenewEnabled && new.status != .revoked),
+                            "willRenew": .bool(new.timeline.renews && new.status != .revoked),
                             "gracePeriodExpiresAt": OutboundValue(new.graceExpiresAt),
                         ]))
             }

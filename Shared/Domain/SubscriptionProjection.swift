@@ -31,12 +31,15 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
     public var inBillingRetry: Bool
     /// The next moment `status` changes by the clock alone (nil: only a fact changes it).
     public var nextChangeAt: Date?
+    /// The end of the monthly-billed commitment when charges of it remain after the current period
+    /// (`CommitmentRules.remainingChargesEnd`): until then auto-renew off does not end the plan.
+    public var commitmentEndsAt: Date?
 
     public init(
         originalTransactionID: String, environment: String, activeProductID: String, pendingProductID: String?,
         status: SubscriptionStatus, autoRenewEnabled: Bool, expiresAt: Date?, graceExpiresAt: Date?,
         lastTransactionID: String, lastSignedDate: Date, isFamilyShared: Bool, inBillingRetry: Bool = false,
-        nextChangeAt: Date? = nil
+        nextChangeAt: Date? = nil, commitmentEndsAt: Date? = nil
     ) {
         self.originalTransactionID = originalTransactionID
         self.environment = environment
@@ -51,13 +54,17 @@ public struct SubscriptionState: Sendable, Hashable, Codable {
         self.isFamilyShared = isFamilyShared
         self.inBillingRetry = inBillingRetry
         self.nextChangeAt = nextChangeAt
+        self.commitmentEndsAt = commitmentEndsAt
     }
+
+    /// Whether another period is expected while the chain serves: what `willRenew` reports.
+    public var willRenew: Bool { timeline.renews && status.hasService }
 
     /// The facts of the row that decide its status at any instant.
     public var timeline: SubscriptionTimeline {
         SubscriptionTimeline(
             revoked: status == .revoked, expiresAt: expiresAt, graceExpiresAt: graceExpiresAt, inBillingRetry: inBillingRetry,
-            autoRenewEnabled: autoRenewEnabled)
+            autoRenewEnabled: autoRenewEnabled, commitmentEndsAt: commitmentEndsAt)
     }
 
     /// The row as it stands at `now`: its status then and the next moment it changes.
@@ -81,27 +88,40 @@ public struct SubscriptionTimeline: Sendable, Hashable {
     public var graceExpiresAt: Date?
     public var inBillingRetry: Bool
     public var autoRenewEnabled: Bool
+    /// See `SubscriptionState.commitmentEndsAt`.
+    public var commitmentEndsAt: Date?
 
     /// How long after the period's end Apple keeps retrying a failed renewal (60 days); the chain
     /// is EXPIRED after it without a word from Apple.
     public static let billingRetryWindow: TimeInterval = 60 * 86_400
 
-    public init(revoked: Bool, expiresAt: Date?, graceExpiresAt: Date?, inBillingRetry: Bool, autoRenewEnabled: Bool) {
+    public init(
+        revoked: Bool, expiresAt: Date?, graceExpiresAt: Date?, inBillingRetry: Bool, autoRenewEnabled: Bool,
+        commitmentEndsAt: Date? = nil
+    ) {
         self.revoked = revoked
         self.expiresAt = expiresAt
         self.graceExpiresAt = graceExpiresAt
         self.inBillingRetry = inBillingRetry
         self.autoRenewEnabled = autoRenewEnabled
+        self.commitmentEndsAt = commitmentEndsAt
     }
 
-    /// The status at `now`. The SQL function `subscription_status_at` (migration 0032) is the same
+    /// Whether the period's end awaits another charge: auto-renew is on, or a commitment's charges
+    /// remain (Apple takes them though the subscriber turned auto-renew off; the plan ends with
+    /// the commitment).
+    public var renews: Bool {
+        autoRenewEnabled || CommitmentRules.chargeFollows(periodEnd: expiresAt, commitmentEndsAt: commitmentEndsAt)
+    }
+
+    /// The status at `now`. The SQL function `subscription_status_at` (migrations 0032, 0048) is the same
     /// rule, tested against this one.
     public func status(at now: Date) -> SubscriptionStatus {
         if revoked { return .revoked }
         // A non-expiring product: entitled until revoked.
         guard let expiresAt, expiresAt <= now else { return .active }
-        // Auto-renew off: nothing is retried, the period's end is the end.
-        guard autoRenewEnabled else { return .expired }
+        // Nothing renews: nothing is retried, the period's end is the end.
+        guard renews else { return .expired }
         if let graceExpiresAt, graceExpiresAt > now { return .grace }
         if inBillingRetry, now < expiresAt + Self.billingRetryWindow { return .billingRetry }
         return .expired
@@ -135,14 +155,17 @@ public enum SubscriptionProjection {
         // Renewal info signed before the current period began speaks of an earlier period.
         let aboutThisPeriod = renewal.map { $0.signedDate >= current.purchaseDate } ?? false
         let autoRenew = renewal?.autoRenewEnabled ?? !revoked
+        let commitmentEnd = revoked ? nil : CommitmentRules.remainingChargesEnd(after: current)
+        let renews = autoRenew || commitmentEnd != nil
         // Apple may give the grace date before the period ends (it tries the renewal early): kept
         // from then on, so the grace starts at the expiry without another fact.
         let grace = renewal?.gracePeriodExpiresDate.flatMap { grace in
-            !revoked && autoRenew && grace > (expiresAt ?? .distantFuture) ? grace : nil
+            !revoked && renews && grace > (expiresAt ?? .distantFuture) ? grace : nil
         }
         let inRetry = !revoked && aboutThisPeriod && renewal?.isInBillingRetryPeriod == true
         let timeline = SubscriptionTimeline(
-            revoked: revoked, expiresAt: expiresAt, graceExpiresAt: grace, inBillingRetry: inRetry, autoRenewEnabled: autoRenew)
+            revoked: revoked, expiresAt: expiresAt, graceExpiresAt: grace, inBillingRetry: inRetry, autoRenewEnabled: autoRenew,
+            commitmentEndsAt: commitmentEnd)
         let status = timeline.status(at: now)
         let pending = renewal?.autoRenewProductID.flatMap { $0 == current.productID ? nil : $0 }
         let lastSigned = ([current.signedDate] + (renewal.map { [$0.signedDate] } ?? [])).max()!
@@ -151,7 +174,7 @@ public enum SubscriptionProjection {
             activeProductID: current.productID, pendingProductID: revoked ? nil : pending,
             status: status, autoRenewEnabled: autoRenew, expiresAt: expiresAt, graceExpiresAt: grace,
             lastTransactionID: current.transactionID, lastSignedDate: lastSigned, isFamilyShared: current.isFamilyShared,
-            inBillingRetry: inRetry, nextChangeAt: timeline.nextChange(after: now))
+            inBillingRetry: inRetry, nextChangeAt: timeline.nextChange(after: now), commitmentEndsAt: commitmentEnd)
     }
 
     /// The transaction that defines the current period: the latest purchase that was not

@@ -35,7 +35,8 @@ extension ChainBindingStore {
             )
             SELECT s.environment, s.original_transaction_id, s.user_id, s.active_product_id, s.pending_product_id, s.status,
                    s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.last_transaction_id, s.last_signed_date,
-                   s.is_family_shared, s.in_billing_retry, s.next_change_at, \(fragment: Self.entitlementsOfProduct) AS entitlements
+                   s.is_family_shared, s.in_billing_retry, s.next_change_at, s.commitment_ends_at,
+                   \(fragment: Self.entitlementsOfProduct) AS entitlements
               FROM due JOIN user_subscription s ON s.id = due.id
              WHERE pg_try_advisory_xact_lock(hashtextextended(s.environment || '/' || s.original_transaction_id, 0))
             """
@@ -48,7 +49,7 @@ extension ChainBindingStore {
                     expiresAt: try row.decode("expires_at"), graceExpiresAt: try row.decode("grace_expires_at"),
                     lastTransactionID: try row.decode("last_transaction_id"), lastSignedDate: try row.decode("last_signed_date"),
                     isFamilyShared: try row.decode("is_family_shared"), inBillingRetry: try row.decode("in_billing_retry"),
-                    nextChangeAt: try row.decode("next_change_at")),
+                    nextChangeAt: try row.decode("next_change_at"), commitmentEndsAt: try row.decode("commitment_ends_at")),
                 userID: try row.decode("user_id"),
                 entitlements: (try row.decode("entitlements", as: String?.self))?.split(separator: "\u{1F}").map(String.init) ?? [])
         }

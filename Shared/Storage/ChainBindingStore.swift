@@ -397,6 +397,7 @@ public struct ChainBindingStore: Sendable {
                 .init("is_family_shared", "boolean[]", s.map(\.state.isFamilyShared)),
                 .init("in_billing_retry", "boolean[]", s.map(\.state.inBillingRetry)),
                 .init("next_change_at", "timestamptz[]", s.map(\.state.nextChangeAt)),
+                .init("commitment_ends_at", "timestamptz[]", s.map(\.state.commitmentEndsAt)),
             ],
             conflict: .update(
                 target: "(environment, original_transaction_id)",

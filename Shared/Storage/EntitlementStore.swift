@@ -49,7 +49,7 @@ public struct EntitlementStore: Sendable {
                     environment: subscription.environment, originalTransactionID: subscription.originalTransactionID,
                     productID: subscription.activeProductID, status: subscription.status(at: now),
                     autoRenewEnabled: subscription.autoRenewEnabled, expiresAt: subscription.expiresAt,
-                    graceExpiresAt: subscription.graceExpiresAt))
+                    graceExpiresAt: subscription.graceExpiresAt, commitmentEndsAt: subscription.commitmentEndsAt))
         }
         let grants = try await Self.grants(userID: userID, on: db)
         let rescinded = try await db.query("SELECT consent_rescinded_at FROM app_user WHERE user_id = \(userID)").first?

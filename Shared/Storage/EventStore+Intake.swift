@@ -10,7 +10,7 @@ extension EventStore {
     /// The columns of a notification row, in the order of every insert below.
     private static let notificationColumns: StaticString = """
         id, received_at, kind, notification_uuid, notification_type, subtype, environment, signed_date, transaction_id,
-        original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id, payload_hash
+        original_transaction_id, routing_key, signed_payload, payload_key_id, trace_id, payload_hash, request_body
         """
 
     /// Stores a notification and its outbox row in one transaction. A duplicate UUID writes nothing.
@@ -41,7 +41,7 @@ extension EventStore {
             SELECT id, received_at, \(EventKind.notification.rawValue), \(event.notificationUUID), \(event.notificationType),
                    \(event.subtype), \(event.environment), \(event.signedDate), \(event.transactionID),
                    \(event.originalTransactionID), \(event.routingKey), \(event.sealedPayload), \(event.payloadKeyID),
-                   \(event.traceID), \(event.payloadHash)
+                   \(event.traceID), \(event.payloadHash), \(event.sealedRequestBody)
               FROM key
             RETURNING id
             """)
@@ -78,10 +78,11 @@ extension EventStore {
                     \(PostgresArray(events.map(\.signedDate)))::timestamptz[], \(PostgresArray(events.map(\.transactionID)))::text[],
                     \(PostgresArray(events.map(\.originalTransactionID)))::text[], \(PostgresArray(events.map(\.routingKey)))::text[],
                     \(PostgresArray(events.map(\.sealedPayload)))::bytea[], \(PostgresArray(events.map(\.payloadKeyID)))::text[],
-                    \(PostgresArray(events.map(\.traceID)))::text[], \(PostgresArray(events.map(\.payloadHash)))::text[]
+                    \(PostgresArray(events.map(\.traceID)))::text[], \(PostgresArray(events.map(\.payloadHash)))::text[],
+                    \(PostgresArray(events.map(\.sealedRequestBody)))::bytea[]
                 ) WITH ORDINALITY AS i(notification_uuid, notification_type, subtype, environment, signed_date,
                                        transaction_id, original_transaction_id, routing_key, signed_payload,
-                                       payload_key_id, trace_id, payload_hash, position)
+                                       payload_key_id, trace_id, payload_hash, request_body, position)
             ), key AS (
                 INSERT INTO inbound_event_key (received_at, notification_uuid, environment, transaction_id, original_transaction_id)
                 SELECT now(), notification_uuid, environment, transaction_id, original_transaction_id FROM input ORDER BY position
@@ -92,7 +93,7 @@ extension EventStore {
                 INSERT INTO inbound_event (\(sql: Self.notificationColumns))
                 SELECT k.id, k.received_at, \(EventKind.notification.rawValue), i.notification_uuid, i.notification_type,
                        i.subtype, i.environment, i.signed_date, i.transaction_id, i.original_transaction_id, i.routing_key,
-                       i.signed_payload, i.payload_key_id, i.trace_id, i.payload_hash
+                       i.signed_payload, i.payload_key_id, i.trace_id, i.payload_hash, i.request_body
                   FROM key k
                   JOIN (SELECT DISTINCT ON (notification_uuid) * FROM input ORDER BY notification_uuid, position) AS i
                        USING (notification_uuid)

@@ -87,7 +87,7 @@ extension EventStore {
                      WHERE received_at < \(cutoff) AND redacted_at IS NULL AND process_status = \(sql: EventStatus.succeeded.literal)
                      ORDER BY received_at LIMIT \(batchSize) FOR UPDATE SKIP LOCKED
                 ), redacted AS (
-                    UPDATE inbound_event e SET signed_payload = NULL, payload_key_id = NULL, redacted_at = now()
+                    UPDATE inbound_event e SET signed_payload = NULL, payload_key_id = NULL, request_body = NULL, redacted_at = now()
                       FROM batch b WHERE e.id = b.id AND e.received_at = b.received_at
                     RETURNING e.id
                 )

@@ -20,6 +20,9 @@ public struct NewNotificationEvent: Sendable {
     /// Hex SHA-256 of the signed content (the JWS signing input): tells a re-delivery from another
     /// notification reusing the UUID.
     public var payloadHash: String?
+    /// Apple's exact request body, sealed like the payload (same key id), kept only for a
+    /// notification that is forwarded and whose body is not the compact rebuild of its payload.
+    public var sealedRequestBody: [UInt8]?
 
     public init(
         notificationUUID: String, notificationType: String, subtype: String? = nil, environment: String,

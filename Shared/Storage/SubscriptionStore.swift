@@ -25,13 +25,15 @@ public struct UserSubscription: Sendable, Equatable {
     public var inBillingRetry: Bool = false
     /// The next moment the status changes by the clock alone.
     public var nextChangeAt: Date?
+    /// See `SubscriptionState.commitmentEndsAt`.
+    public var commitmentEndsAt: Date?
 
     /// The status at `now`: the stored one until its next change, `SubscriptionTimeline`'s rule
     /// after it (the clock job stores it within seconds; readers do not wait for it).
     public func status(at now: Date) -> SubscriptionStatus {
         SubscriptionTimeline(
             revoked: storedStatus == .revoked, expiresAt: expiresAt, graceExpiresAt: graceExpiresAt,
-            inBillingRetry: inBillingRetry, autoRenewEnabled: autoRenewEnabled
+            inBillingRetry: inBillingRetry, autoRenewEnabled: autoRenewEnabled, commitmentEndsAt: commitmentEndsAt
         ).status(at: now, stored: storedStatus, nextChangeAt: nextChangeAt)
     }
 }
@@ -42,7 +44,7 @@ extension UserSubscription {
     static let columns: StaticString = """
         s.environment, s.original_transaction_id, s.subscription_group_id, s.active_product_id, s.pending_product_id,
         s.status, s.auto_renew_enabled, s.expires_at, s.grace_expires_at, s.is_family_shared, s.in_billing_retry,
-        s.next_change_at
+        s.next_change_at, s.commitment_ends_at
         """
 
     /// A chain from a row holding `columns`; the renewal info's fields are left to readers that join it.
@@ -53,7 +55,8 @@ extension UserSubscription {
             pendingProductID: try row.decode("pending_product_id"), storedStatus: try row.decodeValue("status"),
             autoRenewEnabled: try row.decode("auto_renew_enabled"), expiresAt: try row.decode("expires_at"),
             graceExpiresAt: try row.decode("grace_expires_at"), isFamilyShared: try row.decode("is_family_shared"),
-            inBillingRetry: try row.decode("in_billing_retry"), nextChangeAt: try row.decode("next_change_at"))
+            inBillingRetry: try row.decode("in_billing_retry"), nextChangeAt: try row.decode("next_change_at"),
+            commitmentEndsAt: try row.decode("commitment_ends_at"))
     }
 }
 
@@ -140,10 +143,10 @@ public struct SubscriptionStore: Sendable {
             chainOwner: try row.decode("chain_owner", as: String?.self))
     }
 
-    /// The status of the `user_subscription` row `s` at the statement's instant (migration 0032).
+    /// The status of the `user_subscription` row `s` at the statement's instant (migrations 0032, 0048).
     public static let statusNow: PostgresQuery = """
         subscription_status_at(s.status, s.next_change_at, s.expires_at, s.grace_expires_at, s.in_billing_retry,
-                               s.auto_renew_enabled, now())
+                               s.auto_renew_enabled, s.commitment_ends_at, now())
         """
 
     private static func value<T: RawRepresentable>(_ raw: String, _ column: String) throws -> T where T.RawValue == String {

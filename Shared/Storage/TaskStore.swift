@@ -351,7 +351,8 @@ public struct TaskStore: Sendable {
     }
 
     /// Flags for a re-query the chains Apple went silent on, more than `after` past a moment
-    /// their status changed by the clock: past their expiry with auto-renew on and no renewal,
+    /// their status changed by the clock: past their expiry with auto-renew on (or a commitment's
+    /// charges remaining, which Apple takes whatever auto-renew says) and no renewal,
     /// expiry or billing-retry fact since (a missed DID_RENEW or EXPIRED); past their expiry with
     /// auto-renew off and no renewal info signed since (a missed EXPIRED); in billing retry past
     /// the grace period's end or the end of Apple's 60 days of retries with no word since (a missed
@@ -369,15 +370,17 @@ public struct TaskStore: Sendable {
               FROM user_subscription s
               LEFT JOIN apple_renewal_info r
                 ON r.environment = s.environment AND r.original_transaction_id = s.original_transaction_id
-              CROSS JOIN LATERAL (SELECT now() - make_interval(secs => \(after.inSeconds)) AS lapsed) m
+              CROSS JOIN LATERAL (SELECT now() - make_interval(secs => \(after.inSeconds)) AS lapsed,
+                                         s.auto_renew_enabled OR coalesce(s.expires_at < s.commitment_ends_at, false)
+                                             AS renews) m
              WHERE s.expires_at < m.lapsed AND s.frozen_reason IS NULL
                AND s.environment = ANY(\(PostgresArray(environments))::text[])
                AND s.status <> 'REVOKED'
                AND (r.original_transaction_id IS NULL
-                    OR s.auto_renew_enabled AND r.signed_date < s.expires_at AND NOT r.is_in_billing_retry
+                    OR m.renews AND r.signed_date < s.expires_at AND NOT r.is_in_billing_retry
                        AND r.expiration_intent IS NULL
-                    OR NOT s.auto_renew_enabled AND r.signed_date < s.expires_at
-                    OR s.auto_renew_enabled AND r.is_in_billing_retry
+                    OR NOT m.renews AND r.signed_date < s.expires_at
+                    OR m.renews AND r.is_in_billing_retry
                        AND (r.grace_period_expires_at < m.lapsed AND r.signed_date < r.grace_period_expires_at
                             OR s.expires_at + interval '1440 hours' < m.lapsed
                                AND r.signed_date < s.expires_at + interval '1440 hours'))

@@ -12,6 +12,9 @@ extension WebhookStore {
         public var environment: String
         public var sealedPayload: [UInt8]
         public var payloadKeyID: String
+        /// Apple's exact request body, sealed under `payloadKeyID`, when it was kept (not the
+        /// compact rebuild of the payload); nil: the rebuild is Apple's body.
+        public var sealedRequestBody: [UInt8]?
     }
 
     /// Makes the APPLE_FORWARD endpoints what the configuration says: each target inserted or
@@ -65,7 +68,7 @@ extension WebhookStore {
         guard !eventIDs.isEmpty else { return [] }
         return try await pool.query(
             """
-            SELECT id, notification_uuid, notification_type, environment, signed_payload, payload_key_id
+            SELECT id, notification_uuid, notification_type, environment, signed_payload, payload_key_id, request_body
               FROM inbound_event
              WHERE id = ANY (\(PostgresArray(eventIDs))::bigint[]) AND kind = 'notification'
                AND signed_payload IS NOT NULL AND payload_key_id IS NOT NULL
@@ -74,7 +77,8 @@ extension WebhookStore {
             SealedNotification(
                 eventID: try row.decode("id"), notificationUUID: try row.decode("notification_uuid"),
                 type: try row.decode("notification_type"), environment: try row.decode("environment"),
-                sealedPayload: try row.decode("signed_payload"), payloadKeyID: try row.decode("payload_key_id"))
+                sealedPayload: try row.decode("signed_payload"), payloadKeyID: try row.decode("payload_key_id"),
+                sealedRequestBody: try row.decode("request_body"))
         }
     }
 }

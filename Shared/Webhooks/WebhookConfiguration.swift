@@ -69,6 +69,12 @@ public struct WebhookConfiguration: Sendable {
         }
     }
 
+    /// Whether notifications of `environment` are forwarded (the ingress then keeps a body that is
+    /// not the compact rebuild of its payload, so the target receives Apple's exact bytes).
+    public func forwards(environment: String) -> Bool {
+        forwardTargets.contains { $0.environments?.contains(environment) ?? true }
+    }
+
     /// The forwarding targets: (endpoint id, URL, environments; nil for every environment).
     /// Apple allows one URL per environment; Xcode's and StoreKit testing's follow Sandbox's.
     public var forwardTargets: [(id: String, url: String, environments: [String]?)] {

@@ -14,6 +14,8 @@ struct ChainGenerator {
         let products = ["com.example.starter.monthly", "com.example.pro.monthly", "com.example.pro.yearly"]
         var transactions: [TransactionFact] = []
         var periodStart = start
+        // Some chains are monthly charges of a commitment that outlasts them (a cancellation inside it keeps the plan).
+        let committed = next(3) == 0
         for i in 0..<(1 + next(5)) {
             let product = products[next(products.count)]
             let expires = periodStart.addingTimeInterval(30 * 86_400)
@@ -22,6 +24,11 @@ struct ChainGenerator {
                 productID: product, purchaseDate: periodStart, expiresDate: expires,
                 transactionReason: i == 0 ? "PURCHASE" : "RENEWAL", signedDate: periodStart.addingTimeInterval(1))
             if next(6) == 0 { tx.isUpgraded = true }
+            if committed {
+                tx.commitment = TransactionCommitment(
+                    billingPlan: .monthly, billingPeriodNumber: i + 1, totalBillingPeriods: 12,
+                    expiresDate: start.addingTimeInterval(360 * 86_400))
+            }
             transactions.append(tx)
             if next(5) == 0 {  // a refund re-signs the same transaction later
                 var refunded = tx

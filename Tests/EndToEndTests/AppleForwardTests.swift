@@ -9,7 +9,8 @@ import Testing
 import Webhooks
 
 /// Forwarding of Apple's notifications through the real ingress and worker processes to a local
-/// receiver: each verified notification arrives with the request body Apple sent, byte for byte;
+/// receiver: each verified notification arrives with the request body Apple sent, byte for byte
+/// (whitespace and extra members included);
 /// Sandbox's go to `APPLE_NOTIFICATION_FORWARD_SANDBOX_URL` and Production's to
 /// `APPLE_NOTIFICATION_FORWARD_URL`; a receiver answering 500 is retried, then the forward is
 /// DEAD (counted, and listed by `subsctl webhooks deliveries`); an unverified request is never
@@ -33,11 +34,12 @@ import Webhooks
         let store = WebhookStore(pool: harness.pool)
         let path = "/api/v1/iap/apple/notifications/sandbox"
 
-        // Sandbox: posted as raw bytes, so the comparison is with exactly what was sent.
+        // Sandbox: posted as raw bytes, so the comparison is with exactly what was sent; not the
+        // compact form (other whitespace, an extra member), so the ingress keeps it for the forward.
         let sandboxUUID = UUID()
         let jws = try harness.signer.signNotification(
             type: .test, bundleId: IngressHarness.bundleID, environment: .sandbox, notificationUUID: sandboxUUID)
-        let body = #"{"signedPayload":""# + jws + #""}"#
+        let body = "{\n  \"signedPayload\" : \"" + jws + "\",\n  \"extra\": [1, 2.50]\n}\n"
         let posted = try await harness.client.request(
             "POST", path, headers: ["Content-Type": "application/json"], body: Data(body.utf8))
         #expect(posted.status == 200, "\(posted.text)")

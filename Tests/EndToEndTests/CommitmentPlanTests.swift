@@ -1,7 +1,10 @@
 import AppStore
 import AppStoreTestSupport
+import Domain
 import Foundation
+import FulfillmentApp
 import Postgres
+import Storage
 import TestSupport
 import Testing
 
@@ -93,6 +96,14 @@ struct CommitmentPlanTests {
         #expect(afterCancellation.status == "ACTIVE" && !afterCancellation.autoRenewEnabled)
         #expect(afterCancellation.lastTransactionID == third.transactionId)
         #expect(afterCancellation.expiresAt == third.expiresDate)
+        // The cancellation carries no transaction: the stored charge's commitment keeps the plan
+        // awaiting its next charge (GRACE, not EXPIRED, if Apple's charge fails).
+        #expect(
+            try await harness.value(
+                """
+                SELECT commitment_ends_at = \(TestPayloads.wholeMilliseconds(start + 365 * Self.day))
+                  FROM user_subscription WHERE original_transaction_id = \(chain)
+                """, as: Bool.self) == true)
         #expect(
             try await harness.value(
                 """
@@ -126,5 +137,61 @@ struct CommitmentPlanTests {
                 == "\(chain):false,\(second.transactionId!):true,\(third.transactionId!):false")
         #expect(try await harness.subscription(chain)?.status == "ACTIVE", "the later charge's month is still paid")
         try await harness.checkInvariants()
+    }
+
+    /// Cancelled in month 3, then Apple's charge for month 4 fails (DID_FAIL_TO_RENEW with a grace
+    /// period, auto-renew still off), all as signed notifications through the worker. Reads and the
+    /// clock job at later instants: GRACE at the month's end with the entitlement active and
+    /// renewing, BILLING_RETRY after Apple's grace, never EXPIRED at the month's end.
+    @Test func aFailedChargeAfterACancellationInsideTheCommitmentIsGraceThenRetry() async throws {
+        let harness = try await WorkerHarness.start()
+        defer { harness.stop() }
+        try await harness.pool.query(
+            """
+            INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration,
+                                         credits_amount, billing_plan_type)
+            VALUES (\(IngressHarness.bundleID), \(Self.product), 'commitment.group', 'pro', 1, 'P1Y', 3000, 'MONTHLY')
+            """)
+        let token = try await harness.user("dana")
+        let now = Date()
+        let start = now - 70 * Self.day
+        let chain = Self.id()
+        let first = Self.charge(harness, chain: chain, number: 1, start: start, token: token, signed: now - 5 * Self.hour)
+        let subscribed = try await harness.notify(
+            .subscribed, .initialBuy, transaction: first,
+            renewal: Self.renewal(harness, chain: chain, start: start, cancelled: false, signed: now - 5 * Self.hour))
+        #expect(try await harness.outcome(of: subscribed) == .succeeded)
+        for number in [2, 3] {
+            let charge = Self.charge(harness, chain: chain, number: number, start: start, token: token, signed: now - 4 * Self.hour)
+            #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: charge)) == .succeeded)
+        }
+        let third = Self.charge(harness, chain: chain, number: 3, start: start, token: token, signed: now - 4 * Self.hour)
+        let monthEnd = try #require(third.expiresDate)
+        let cancelled = Self.renewal(harness, chain: chain, start: start, cancelled: true, signed: now - 3 * Self.hour)
+        #expect(
+            try await harness.outcome(of: try await harness.notify(.didChangeRenewalStatus, .autoRenewDisabled, renewal: cancelled))
+                == .succeeded)
+        // Apple tried month 4's charge early and failed; the subscriber's switch is still off.
+        var failed = Self.renewal(harness, chain: chain, start: start, cancelled: true, signed: now - 2 * Self.hour)
+        failed.isInBillingRetryPeriod = true
+        failed.gracePeriodExpiresDate = TestPayloads.wholeMilliseconds(monthEnd + 16 * Self.day)
+        #expect(try await harness.outcome(of: try await harness.notify(.didFailToRenew, .gracePeriod, renewal: failed)) == .succeeded)
+        let stored = try #require(try await harness.subscription(chain))
+        #expect(stored.status == "ACTIVE" && !stored.autoRenewEnabled, "month 3 is paid")
+        // The first charge alone (its month long over) expired the chain once; none may follow.
+        let expired = "SELECT count(*)::int FROM outbound_event WHERE type = 'entitlement.expired'"
+        let expiredBefore = try await harness.count(PostgresQuery(unsafeSQL: expired))
+
+        let subscriptions = SubscriptionStore(pool: harness.pool)
+        let inGrace = monthEnd + Self.hour
+        #expect(try await subscriptions.subscriptions(userID: "dana").first?.status(at: inGrace) == .grace)
+        let items = try await EntitlementStore(pool: harness.pool).entitlements(userID: "dana", now: inGrace)
+        #expect(items.first?.active == true && items.first?.willRenew == true, "\(items)")
+        #expect(try await SubscriptionClock(pool: harness.pool).advance(now: inGrace) == 1)
+        #expect(try await harness.subscription(chain)?.status == "GRACE")
+        let inRetry = monthEnd + 17 * Self.day
+        #expect(try await SubscriptionClock(pool: harness.pool).advance(now: inRetry) == 1)
+        #expect(try await harness.subscription(chain)?.status == "BILLING_RETRY")
+        #expect(try await harness.count(PostgresQuery(unsafeSQL: expired)) == expiredBefore, "never expired at the month's end")
     }
 }

@@ -16,7 +16,7 @@ import Testing
     static let period: TimeInterval = 20
 
     /// `subscription_status_at` answers what `SubscriptionTimeline.status(at:stored:nextChangeAt:)`
-    /// answers, over a grid of stored statuses, moments and facts.
+    /// answers, over a grid of stored statuses, moments and facts (a commitment's end among them).
     @Test func theSQLRuleIsTheSwiftRule() async throws {
         try await withTestDatabase("clock") { database in
             let at = Date(timeIntervalSince1970: 1_767_225_600)
@@ -28,13 +28,16 @@ import Testing
                         for grace in moments {
                             for retry in [false, true] {
                                 for autoRenew in [false, true] {
-                                    cases.append(
-                                        (
-                                            stored, next,
-                                            SubscriptionTimeline(
-                                                revoked: stored == .revoked, expiresAt: expires, graceExpiresAt: grace,
-                                                inBillingRetry: retry, autoRenewEnabled: autoRenew)
-                                        ))
+                                    for commitmentEnd in [nil, at - 86_400, at + 86_400] {
+                                        cases.append(
+                                            (
+                                                stored, next,
+                                                SubscriptionTimeline(
+                                                    revoked: stored == .revoked, expiresAt: expires, graceExpiresAt: grace,
+                                                    inBillingRetry: retry, autoRenewEnabled: autoRenew,
+                                                    commitmentEndsAt: commitmentEnd)
+                                            ))
+                                    }
                                 }
                             }
                         }
@@ -43,13 +46,15 @@ import Testing
             }
             let rows = try await database.pool.query(
                 """
-                SELECT subscription_status_at(c.status, c.next, c.expires, c.grace, c.retry, c.auto_renew, \(at)) AS status
+                SELECT subscription_status_at(c.status, c.next, c.expires, c.grace, c.retry, c.auto_renew, c.commitment_ends,
+                                              \(at)) AS status
                   FROM unnest(\(PostgresArray(cases.map(\.stored.rawValue)))::text[], \(PostgresArray(cases.map(\.next)))::timestamptz[],
                               \(PostgresArray(cases.map(\.timeline.expiresAt)))::timestamptz[],
                               \(PostgresArray(cases.map(\.timeline.graceExpiresAt)))::timestamptz[],
                               \(PostgresArray(cases.map(\.timeline.inBillingRetry)))::boolean[],
-                              \(PostgresArray(cases.map(\.timeline.autoRenewEnabled)))::boolean[])
-                       WITH ORDINALITY AS c(status, next, expires, grace, retry, auto_renew, n)
+                              \(PostgresArray(cases.map(\.timeline.autoRenewEnabled)))::boolean[],
+                              \(PostgresArray(cases.map(\.timeline.commitmentEndsAt)))::timestamptz[])
+                       WITH ORDINALITY AS c(status, next, expires, grace, retry, auto_renew, commitment_ends, n)
                  ORDER BY c.n
                 """)
             #expect(rows.count == cases.count)
@@ -109,6 +114,72 @@ import Testing
             #expect(try await Self.storedStatus(database.pool, "7200") == "EXPIRED")
             #expect(try await database.count("SELECT count(*) FROM outbound_event WHERE type = 'entitlement.expired'") == 1)
             #expect(try await database.count("SELECT count(*) FROM user_subscription WHERE next_change_at IS NOT NULL") == 0)
+        }
+    }
+
+    /// A monthly charge of a 12-month commitment whose subscriber turned auto-renew off in that
+    /// month, and Apple's next charge failing: the clock is moved (reads and the job at later
+    /// instants) past the month's end, the grace period and Apple's 60 days of retries. At the
+    /// month's end the plan is in GRACE, not EXPIRED, its entitlement active and renewing; then
+    /// BILLING_RETRY; EXPIRED only when Apple's retries end. The commitment's last month with
+    /// auto-renew off ends at the commitment's end, by the clock alone.
+    @Test func aCancellationInsideTheCommitmentFollowsTheCommitmentAsTheClockMoves() async throws {
+        try await withTestDatabase("clock") { database in
+            let pool = database.pool
+            let day: TimeInterval = 86_400
+            let now = Date()
+            try await pool.query(
+                """
+                INSERT INTO payment_product (app_key, product_id, subscription_group_id, plan_code, plan_level, duration,
+                                             credits_amount, billing_plan_type)
+                VALUES ('com.example.subscriptions', 'plan', 'group', 'pro', 1, 'P1Y', 10, 'MONTHLY')
+                """)
+            // Charge 3 of 12, paid ten days ago, its month ending in 20 days; the commitment ends in 290.
+            let commitmentEnd = now + 290 * day
+            let third = try await Self.seedCommitment(
+                pool, user: "cora", original: "7300", charge: 3, purchase: now - 10 * day, expires: now + 20 * day,
+                commitmentEnd: commitmentEnd, failureGrace: now + 36 * day)
+            #expect(third.status == .active && !third.autoRenewEnabled && third.commitmentEndsAt == commitmentEnd)
+            #expect(
+                try await database.count(
+                    "SELECT count(*) FROM user_subscription WHERE original_transaction_id = '7300' AND commitment_ends_at IS NOT NULL") == 1)
+            let monthEnd = try #require(third.expiresAt)
+            let subscriptions = SubscriptionStore(pool: pool)
+            let entitlements = EntitlementStore(pool: pool)
+            let clock = SubscriptionClock(pool: pool)
+
+            // The month's end: awaiting the next charge, which failed: grace, still entitled.
+            let inGrace = monthEnd + 3600
+            #expect(try await subscriptions.subscriptions(userID: "cora").first?.status(at: inGrace) == .grace, "reads before the job")
+            let items = try await entitlements.entitlements(userID: "cora", now: inGrace)
+            #expect(items.map(\.entitlement) == ["pro"])
+            #expect(items.first?.active == true && items.first?.willRenew == true, "the commitment continues")
+            #expect(try await clock.advance(now: inGrace) == 1)
+            #expect(try await Self.storedStatus(pool, "7300") == "GRACE")
+
+            // Past Apple's grace: billing retry; past its 60 days of retries: expired.
+            let inRetry = now + 37 * day
+            #expect(try await subscriptions.subscriptions(userID: "cora").first?.status(at: inRetry) == .billingRetry)
+            #expect(try await clock.advance(now: inRetry) == 1)
+            #expect(try await Self.storedStatus(pool, "7300") == "BILLING_RETRY")
+            #expect(try await database.count("SELECT count(*) FROM outbound_event WHERE type = 'entitlement.expired'") == 0)
+            let retriesOver = monthEnd + SubscriptionTimeline.billingRetryWindow + 3600
+            #expect(try await clock.advance(now: retriesOver) == 1)
+            #expect(try await Self.storedStatus(pool, "7300") == "EXPIRED")
+            #expect(try await database.count("SELECT count(*) FROM outbound_event WHERE type = 'entitlement.expired'") == 1)
+
+            // The last charge, auto-renew still off: the plan ends with the commitment.
+            let last = try await Self.seedCommitment(
+                pool, user: "dora", original: "7400", charge: 12, purchase: now - 25 * day, expires: now + 5 * day,
+                commitmentEnd: now + 5 * day, failureGrace: nil)
+            #expect(last.commitmentEndsAt == nil && !last.willRenew)
+            #expect(try await clock.advance(now: now + 5 * day - 3600) == 0, "nothing due before the end")
+            #expect(try await entitlements.entitlements(userID: "dora", now: now + 4 * day).first?.willRenew == false)
+            #expect(try await clock.advance(now: now + 5 * day + 1) == 1)
+            #expect(try await Self.storedStatus(pool, "7400") == "EXPIRED")
+            #expect(
+                try await database.count(
+                    "SELECT count(*) FROM user_subscription WHERE original_transaction_id = '7400' AND next_change_at IS NULL") == 1)
         }
     }
 
@@ -222,6 +293,33 @@ import Testing
                 autoRenewEnabled: autoRenew, isInBillingRetryPeriod: failure, signedDate: now))
         let state = try #require(SubscriptionProjection.project(facts, now: now))
         #expect(state.status == .active)
+        try await pool.query(ChainBindingStore.storeProjections([.init(state: state, user: user, group: "group")]))
+        return state
+    }
+
+    /// Charge `charge` of a twelve-month commitment ending at `commitmentEnd`, its subscriber having
+    /// turned auto-renew off during it (and Apple's next charge failing when `failureGrace` is
+    /// given), stored as the worker stores its projection.
+    static func seedCommitment(
+        _ pool: PostgresPool, user: String, original: String, charge: Int, purchase: Date, expires: Date, commitmentEnd: Date,
+        failureGrace: Date?
+    ) async throws -> SubscriptionState {
+        try await pool.query("INSERT INTO app_user (user_id) VALUES (\(user))")
+        var facts = ChainFacts()
+        facts.record(
+            TransactionFact(
+                environment: "Sandbox", transactionID: original + "-\(charge)", originalTransactionID: original, productID: "plan",
+                purchaseDate: purchase, expiresDate: expires, transactionReason: "RENEWAL", signedDate: purchase,
+                commitment: TransactionCommitment(
+                    billingPlan: .monthly, billingPeriodNumber: charge, totalBillingPeriods: 12, expiresDate: commitmentEnd,
+                    price: 119_880)))
+        facts.record(
+            RenewalFact(
+                environment: "Sandbox", originalTransactionID: original, productID: "plan", autoRenewProductID: "plan",
+                autoRenewEnabled: false, isInBillingRetryPeriod: failureGrace != nil, gracePeriodExpiresDate: failureGrace,
+                signedDate: purchase + 3600,
+                commitment: RenewalCommitment(billingPlan: .monthly, autoRenewProductID: "plan", autoRenewEnabled: false)))
+        let state = try #require(SubscriptionProjection.project(facts, now: purchase + 7200))
         try await pool.query(ChainBindingStore.storeProjections([.init(state: state, user: user, group: "group")]))
         return state
     }

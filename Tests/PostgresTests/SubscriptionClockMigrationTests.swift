@@ -42,7 +42,7 @@ import Testing
                 SELECT original_transaction_id AS o, in_billing_retry, grace_expires_at IS NOT NULL AS grace,
                        next_change_at IS NOT NULL AS due,
                        subscription_status_at(status, next_change_at, expires_at, grace_expires_at, in_billing_retry,
-                                              auto_renew_enabled, now()) AS now_status
+                                              auto_renew_enabled, commitment_ends_at, now()) AS now_status
                   FROM user_subscription
                 """)
             {
@@ -58,6 +58,63 @@ import Testing
             #expect(rows["d"]?.retry == false, "a failure older than the current period")
             #expect(rows["d"]?.now == "EXPIRED")
             #expect(rows["e"]?.now == "ACTIVE")
+        }
+    }
+
+    /// Migration 0048: a row whose current charge is inside a 12-month commitment gets the
+    /// commitment's end and is due at once; the commitment's last charge, a plan billed up front
+    /// and a revoked charge get nothing. The status rule then keeps a failed charge inside the
+    /// commitment in billing retry, though auto-renew is off; the previous release's 7-argument form
+    /// still answers (with its own rule) during a rolling upgrade.
+    @Test func commitmentRowsGetTheirCommitmentsEnd() async throws {
+        try await Fixture.acrossMigration(
+            48,
+            seed: """
+                INSERT INTO app_user (user_id) VALUES ('u');
+                -- m: charge 3 of 12, ended an hour ago, auto-renew off, Apple retrying. l: charge 12
+                -- of 12. u: billed up front. r: charge 3 of 12, refunded.
+                INSERT INTO apple_transaction (environment, transaction_id, original_transaction_id, user_id, product_id,
+                                               purchase_date, expires_date, ownership_type, signed_date, payload_hash,
+                                               billing_plan_type, commitment_billing_period, commitment_total_periods,
+                                               commitment_expires_date, revocation_date)
+                VALUES ('Sandbox', 'm', 'm', 'u', 'p', now() - interval '30 days', now() - interval '1 hour', 'PURCHASED', now() - interval '30 days', 'h',
+                        'MONTHLY', 3, 12, now() + interval '270 days', NULL),
+                       ('Sandbox', 'l', 'l', 'u', 'p', now() - interval '30 days', now() + interval '1 day', 'PURCHASED', now() - interval '30 days', 'h',
+                        'MONTHLY', 12, 12, now() + interval '1 day', NULL),
+                       ('Sandbox', 'u', 'u', 'u', 'p', now() - interval '30 days', now() + interval '300 days', 'PURCHASED', now() - interval '30 days', 'h',
+                        'BILLED_UPFRONT', NULL, NULL, NULL, NULL),
+                       ('Sandbox', 'r', 'r', 'u', 'p', now() - interval '30 days', now() + interval '1 day', 'PURCHASED', now() - interval '30 days', 'h',
+                        'MONTHLY', 3, 12, now() + interval '270 days', now() - interval '1 day');
+                INSERT INTO user_subscription (environment, original_transaction_id, user_id, active_product_id, status,
+                                               auto_renew_enabled, expires_at, last_transaction_id, last_signed_date, in_billing_retry)
+                VALUES ('Sandbox', 'm', 'u', 'p', 'ACTIVE', false, now() - interval '1 hour', 'm', now(), true),
+                       ('Sandbox', 'l', 'u', 'p', 'ACTIVE', false, now() + interval '1 day', 'l', now(), false),
+                       ('Sandbox', 'u', 'u', 'p', 'ACTIVE', false, now() + interval '300 days', 'u', now(), false),
+                       ('Sandbox', 'r', 'u', 'p', 'REVOKED', false, now() + interval '1 day', 'r', now(), false);
+                """
+        ) { pool in
+            var rows: [String: (committed: Bool, due: Bool, now: String, previous: String)] = [:]
+            for row in try await pool.query(
+                """
+                SELECT original_transaction_id AS o, commitment_ends_at IS NOT NULL AS committed, next_change_at IS NOT NULL AS due,
+                       subscription_status_at(status, next_change_at, expires_at, grace_expires_at, in_billing_retry,
+                                              auto_renew_enabled, commitment_ends_at, now()) AS now_status,
+                       subscription_status_at(status, next_change_at, expires_at, grace_expires_at, in_billing_retry,
+                                              auto_renew_enabled, now()) AS previous_release
+                  FROM user_subscription
+                """)
+            {
+                rows[try row.decode("o")] = (
+                    try row.decode("committed"), try row.decode("due"), try row.decode("now_status"),
+                    try row.decode("previous_release")
+                )
+            }
+            #expect(rows["m"].map { [$0.committed, $0.due] } == [true, true])
+            #expect(rows["m"]?.now == "BILLING_RETRY", "inside the commitment: Apple's retries, not the end")
+            #expect(rows["m"]?.previous == "EXPIRED", "the previous release's form, unchanged")
+            #expect(rows["l"].map { [$0.committed, $0.due] } == [false, false])
+            #expect(rows["u"]?.committed == false)
+            #expect(rows["r"]?.committed == false && rows["r"]?.now == "REVOKED")
         }
     }
 }

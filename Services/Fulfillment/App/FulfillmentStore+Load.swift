@@ -24,7 +24,14 @@ extension FulfillmentStore {
             'isUpgraded', t.is_upgraded, 'ownershipType', t.ownership_type, 'offerType', t.offer_type,
             'offerDiscountType', t.offer_discount_type, 'offerPeriod', t.offer_period,
             'transactionReason', t.transaction_reason,
-            'appAccountToken', t.app_account_token, 'signedDate', (extract(epoch FROM t.signed_date) * 1000)::bigint)
+            'appAccountToken', t.app_account_token, 'signedDate', (extract(epoch FROM t.signed_date) * 1000)::bigint,
+            -- The commitment decides when a stored charge's period is the plan's end; a billing plan
+            -- type Apple adds later is stored as signed but left out (its rules are not known here).
+            'commitment', CASE WHEN t.billing_plan_type IN ('MONTHLY', 'BILLED_UPFRONT') THEN json_build_object(
+                'billingPlan', t.billing_plan_type, 'billingPeriodNumber', t.commitment_billing_period,
+                'totalBillingPeriods', t.commitment_total_periods,
+                'expiresDate', (extract(epoch FROM t.commitment_expires_date) * 1000)::bigint,
+                'price', t.commitment_price_milliunits) END)
         """
     static let renewalJSON: StaticString = """
         json_build_object(
@@ -46,7 +53,8 @@ extension FulfillmentStore {
             'graceExpiresAt', (extract(epoch FROM s.grace_expires_at) * 1000)::bigint,
             'lastTransactionID', s.last_transaction_id,
             'lastSignedDate', (extract(epoch FROM s.last_signed_date) * 1000)::bigint, 'isFamilyShared', s.is_family_shared,
-            'inBillingRetry', s.in_billing_retry, 'nextChangeAt', (extract(epoch FROM s.next_change_at) * 1000)::bigint)
+            'inBillingRetry', s.in_billing_retry, 'nextChangeAt', (extract(epoch FROM s.next_change_at) * 1000)::bigint,
+            'commitmentEndsAt', (extract(epoch FROM s.commitment_ends_at) * 1000)::bigint)
         """
 
     static let orderJSON: StaticString = """

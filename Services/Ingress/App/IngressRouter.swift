@@ -1,5 +1,6 @@
 import AppStore
 import HTTPServer
+import Webhooks
 
 /// The ingress's routes on `context`, with their middleware; nothing is started (tests call
 /// the router directly, with a database and no broker).
@@ -14,10 +15,11 @@ func buildRouter(_ context: IngressContext) throws -> Router<IngressRequestConte
     router.add(middleware: DatabaseErrors())
     HealthRoutes(readiness: context.readiness).register(in: &router)
     try OpenAPIRoutes().register(in: &router)
+    let webhooks = context.configuration.webhooks
     router.group(NotificationRoutes.prefix) {
         NotificationRoutes(
             verifier: context.verifier, intake: context.intake, cipher: context.cipher, limits: context.notificationLimits,
-            refusals: context.refusals, logger: context.logger
+            refusals: context.refusals, logger: context.logger, forwards: { webhooks.forwards(environment: $0) }
         ).register(in: &$0)
     }
     let retention = context.retentionRoutes

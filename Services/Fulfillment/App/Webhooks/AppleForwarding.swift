@@ -45,14 +45,10 @@ public final class AppleForwarding: Service, Sendable {
             var events: [WebhookStore.IncomingEvent] = []
             for notification in try await store.notificationsToForward(eventIDs) {
                 do {
-                    let jws = String(
-                        decoding: try cipher.open(
-                            notification.sealedPayload, keyID: notification.payloadKeyID, context: notification.notificationUUID),
-                        as: UTF8.self)
                     events.append(
                         WebhookStore.IncomingEvent(
                             id: notification.notificationUUID, type: notification.type, environment: notification.environment,
-                            payload: Self.body(signedPayload: jws)))
+                            payload: try notification.requestBody(cipher: cipher)))
                 } catch {
                     unopened.increment()
                     logger.warning(
@@ -73,17 +69,6 @@ public final class AppleForwarding: Service, Sendable {
             else { return }
             try await batcher.enqueue(envelope.eventID)
         }
-    }
-
-    /// The request body Apple sends: `{"signedPayload":"…"}`, compact. A compact JWS is base64url
-    /// and dots, so it needs no escaping and the bytes are those Apple sent.
-    static func body(signedPayload: String) -> [UInt8] {
-        let plain = signedPayload.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
-        guard plain else {
-            // Never a verified token; encoded as JSON rather than sent broken.
-            return Array((try? JSONEncoder().encode(["signedPayload": signedPayload])) ?? Data())
-        }
-        return Array(#"{"signedPayload":""#.utf8) + Array(signedPayload.utf8) + Array(#""}"#.utf8)
     }
 
     public func run() async throws {

@@ -25,6 +25,9 @@ struct NotificationRoutes: Sendable {
     let limits: NotificationLimits
     let refusals: ThrottledLog
     let logger: Logger
+    /// Whether an environment's notifications are forwarded (`WebhookConfiguration.forwards`):
+    /// only then is Apple's request body worth keeping.
+    var forwards: @Sendable (String) -> Bool = { _ in false }
     private let received = MetricsRegistry.shared.counter(
         "subs_notifications_received_total", help: "Notification requests that passed verification")
 
@@ -88,7 +91,8 @@ struct NotificationRoutes: Sendable {
             event = try NewNotificationEvent.sealing(
                 signedPayload: body.signedPayload, notificationUUID: uuid, type: type, subtype: payload.rawSubtype,
                 environment: environment, signedDate: payload.signedDate,
-                signedTransactionInfo: payload.data?.signedTransactionInfo, cipher: cipher, traceID: request.traceID)
+                signedTransactionInfo: payload.data?.signedTransactionInfo, cipher: cipher, traceID: request.traceID,
+                requestBody: forwards(environment) ? request.body : nil)
         } catch {
             throw APIError.serviceUnavailable("could not seal the payload")
         }
