@@ -400,15 +400,7 @@ struct NotificationEffectTests {
         #expect(event["removed"] as? [String] == ["CONSUMPTION_DATA_CONSENT"])
         #expect(event["notificationUUID"] as? String == uuid)
         // As the relay publishes it, against the envelope and the type's JSON Schema.
-        let published = try #require(
-            try await harness.value(
-                """
-                SELECT json_build_object('id', id, 'type', type, 'userId', user_id, 'sequence', sequence,
-                                         'environment', environment, 'data', data,
-                                         'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text
-                  FROM outbound_event WHERE seq > \(seq)
-                """, as: String.self))
-        #expect(try OutboundEventsTests.validate([published]) == [])
+        #expect(try await Self.published(harness, "account.consent_rescinded")["appTransactionId"] as? String == account)
         #expect(
             try await harness.value(
                 "SELECT user_id FROM outbound_event WHERE seq > \(seq)", as: String.self) == "alice")
