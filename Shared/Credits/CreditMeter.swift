@@ -160,7 +160,8 @@ public struct CreditMeter: Sendable {
     /// The largest `units` one call may have.
     public static let maximumUnits: Int64 = 1_000_000_000
 
-    /// Charges a call: one statement, its own transaction. A concurrent first use of the same key
+    /// Charges a call: one statement, its own transaction, after a read of whether the user's
+    /// consent was rescinded (`rescinded`, one more round trip). A concurrent first use of the same key
     /// loses the race on the unique key (the whole statement rolls back) and is answered from the
     /// winner's stored answer.
     public func use(_ request: UsageRequest, now: Date) async throws -> UsageOutcome {
@@ -200,6 +201,7 @@ public struct CreditMeter: Sendable {
     /// `UsageError` results. When the statement fails on the server (a deadlock, a key a concurrent
     /// call stored first), nothing of it stays and each call is charged alone, in order, so no
     /// caller gets an error it would not get alone; trouble reaching the database is every call's.
+    /// Calls of users whose consent was rescinded are refused first (`rescinded`, one read per batch).
     public func use(batch calls: [(request: UsageRequest, now: Date)]) async -> [Result<UsageOutcome, any Error>] {
         if calls.count == 1 { return [await Self.result { try await use(calls[0].request, now: calls[0].now) }] }
         do {

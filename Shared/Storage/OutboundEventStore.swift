@@ -12,7 +12,10 @@ public struct OutboundEventStore: Sendable {
     /// Appends `events` on the caller's transaction; an event whose key is stored already is left
     /// out (each event once), and so is an event announcing access (`ConsentRescission.announcesAccess`)
     /// to a user whose consent was rescinded at or before it: every writer (the worker, the clock,
-    /// an operator's grant) then tells what the read API says. Each user's events get the next numbers of that user's sequence, in
+    /// an operator's grant) then tells what the read API says. The user's row is read as the
+    /// statement starts, unlocked (locking the users of a batch would order writers that never
+    /// wait on each other today): an event whose statement started before the rescission committed
+    /// is still written, and may be numbered after the rescission's own event. Each user's events get the next numbers of that user's sequence, in
     /// the order given; the user's counter row stays locked until the caller commits, so numbers
     /// follow commit order. Returns how many events were new.
     @discardableResult
