@@ -39,6 +39,9 @@ struct ConsentRestoreRouteTests {
         try await AdminTestApp.with { admin in
             try await Self.rescindedUser(admin)
             #expect(try await Self.activeEntitlements(admin, "u1").isEmpty)
+            let overview = try await admin.get("/admin/v1/users/u1/entitlements").json()
+            #expect((overview["summary"] as? String)?.hasPrefix("no entitlement (consent rescinded on ") == true, "\(overview)")
+            #expect(overview["consentRescindedAt"] is String)
             let path = "/admin/v1/users/u1/consent/restore"
             let body = ["reason": "parent confirmed consent, ticket 4411"]
 
@@ -61,6 +64,8 @@ struct ConsentRestoreRouteTests {
             #expect(answer["entitlements"] as? [String] == ["pro"])
             #expect(answer["rescindedAt"] is String && answer["restoredAt"] is String)
             #expect(try await Self.activeEntitlements(admin, "u1") == ["pro"])
+            let restoredOverview = try await admin.get("/admin/v1/users/u1/entitlements").json()
+            #expect(restoredOverview["summary"] as? String == "pro until 2037-01-05, renews" && restoredOverview["consentRescindedAt"] == nil)
             #expect(try await admin.audits("CONSENT_RESTORED").map(\.operator) == ["alice"])
             let states = try #require(
                 try await admin.app.pool.query(
