@@ -118,6 +118,9 @@ public enum UsageError: Error, Sendable, Hashable {
     case idempotencyConflict
     /// units × rate is beyond what one call may cost.
     case costTooLarge
+    /// A parent withdrew consent for the user (RESCIND_CONSENT): spending credits is using the app,
+    /// so none is spent until an operator restores the consent (CONSENT_RESCINDED).
+    case consentRescinded
 }
 
 /// Exact decimal text of micro-credits.
@@ -157,7 +160,8 @@ public struct CreditMeter: Sendable {
     /// The largest `units` one call may have.
     public static let maximumUnits: Int64 = 1_000_000_000
 
-    /// Charges a call: one statement, its own transaction. A concurrent first use of the same key
+    /// Charges a call: one statement, its own transaction, after a read of whether the user's
+    /// consent was rescinded (`rescinded`, one more round trip). A concurrent first use of the same key
     /// loses the race on the unique key (the whole statement rolls back) and is answered from the
     /// winner's stored answer.
     public func use(_ request: UsageRequest, now: Date) async throws -> UsageOutcome {
@@ -165,7 +169,10 @@ public struct CreditMeter: Sendable {
         while true {
             attempt += 1
             do {
-                return try await pool.withConnection { db in try await use(request, now: now, on: db) }
+                return try await pool.withConnection { db in
+                    guard try await Self.rescinded([(request, now)], on: db).isEmpty else { throw UsageError.consentRescinded }
+                    return try await use(request, now: now, on: db)
+                }
             } catch PostgresError.uniqueViolation(constraint: "credit_usage_event_key", _) where attempt < 3 {
                 continue
             }
@@ -194,10 +201,20 @@ public struct CreditMeter: Sendable {
     /// `UsageError` results. When the statement fails on the server (a deadlock, a key a concurrent
     /// call stored first), nothing of it stays and each call is charged alone, in order, so no
     /// caller gets an error it would not get alone; trouble reaching the database is every call's.
+    /// Calls of users whose consent was rescinded are refused first (`rescinded`, one read per batch).
     public func use(batch calls: [(request: UsageRequest, now: Date)]) async -> [Result<UsageOutcome, any Error>] {
         if calls.count == 1 { return [await Self.result { try await use(calls[0].request, now: calls[0].now) }] }
         do {
-            return try await pool.withConnection { db in try await use(batch: calls, on: db) }.map { $0.mapError { $0 } }
+            return try await pool.withConnection { db in
+                let refused = try await Self.rescinded(calls, on: db)
+                let charged = calls.indices.filter { !refused.contains($0) }
+                var outcomes = [Result<UsageOutcome, any Error>](repeating: .failure(UsageError.consentRescinded), count: calls.count)
+                guard !charged.isEmpty else { return outcomes }
+                for (index, outcome) in zip(charged, try await use(batch: charged.map { calls[$0] }, on: db)) {
+                    outcomes[index] = outcome.mapError { $0 }
+                }
+                return outcomes
+            }
         } catch let error as PostgresError where error.sqlState != nil {
             Self.batchFallbacks.increment()
             var outcomes: [Result<UsageOutcome, any Error>] = []
@@ -237,6 +254,23 @@ public struct CreditMeter: Sendable {
                 sqlState: "XX000", message: "credit_charge_usage_batch answered \(rows.count) rows for \(calls.count) calls", constraint: nil)
         }
         return try zip(calls, rows).map { try Self.outcome(of: $0.request, $1) }
+    }
+
+    /// The positions of the calls whose user's consent was rescinded at or before the call arrived
+    /// (`ConsentRescission`). A key stored before is not among them: a retry of a call charged
+    /// before the rescission gets its first answer, as any retry does. Read before the charge, not
+    /// under the user's lock: a call racing the rescission counts as made before it.
+    static func rescinded(_ calls: [(request: UsageRequest, now: Date)], on db: PostgresConnection) async throws -> Set<Int> {
+        let rows = try await db.query(
+            """
+            SELECT (x.ord - 1)::bigint AS position
+              FROM unnest(\(PostgresArray(calls.map(\.request.userID)))::text[], \(PostgresArray(calls.map(\.request.service)))::text[],
+                          \(PostgresArray(calls.map(\.request.idempotencyKey)))::text[], \(PostgresArray(calls.map(\.now)))::timestamptz[])
+                   WITH ORDINALITY AS x(u, s, k, n, ord)
+              JOIN app_user au ON au.user_id = x.u AND au.consent_rescinded_at <= x.n
+             WHERE NOT EXISTS (SELECT 1 FROM credit_usage_event e WHERE e.service = x.s AND e.idempotency_key = x.k)
+            """)
+        return Set(try rows.map { Int(try $0.decode("position", as: Int64.self)) })
     }
 
     /// A call's answer from its row of `credit_charge_usage`: the stored or new answer, or the refusal.
@@ -293,7 +327,8 @@ public struct CreditMeter: Sendable {
             """
             SELECT r.version, r.micro_credits_per_unit,
                    (SELECT string_agg(pool || ':' || balance, ',') FROM credit_account WHERE user_id = \(userID)) AS balances,
-                   credit_subscription_spendable(\(userID)) AS subscription_spendable
+                   credit_subscription_spendable(\(userID)) AS subscription_spendable,
+                   EXISTS (SELECT 1 FROM app_user WHERE user_id = \(userID) AND consent_rescinded_at <= \(now)) AS rescinded
               FROM (SELECT 1) AS one
               LEFT JOIN LATERAL (SELECT version, micro_credits_per_unit FROM credit_rate_version
                                   WHERE code = \(rateCode) AND effective_from <= \(now)
@@ -302,6 +337,7 @@ public struct CreditMeter: Sendable {
         guard let version = try row.decode("version", as: Int?.self),
             let perUnit = try row.decode("micro_credits_per_unit", as: Int64?.self)
         else { throw UsageError.unknownRate(rateCode) }
+        guard try !row.decode("rescinded", as: Bool.self) else { throw UsageError.consentRescinded }
         let cost = try Self.cost(units: units, perUnit: perUnit)
         let balances = Self.balances(try row.decode("balances", as: String?.self))
         return Affordability(

@@ -223,10 +223,17 @@ public struct EntitlementOverview: Sendable, Hashable, Codable {
     public var summary: String
     public var entitlements: [EntitlementItem]
     public var grants: [PromotionalGrantView]
+    /// When a parent's RESCIND_CONSENT turned every entitlement off (absent while the consent holds):
+    /// the reason the items read inactive whatever their chains and grants say.
+    public var consentRescindedAt: Date?
 
-    public init(userID: String, items: [EntitlementItem], grants: [PromotionalGrant], now: Date) {
+    public init(userID: String, items: [EntitlementItem], grants: [PromotionalGrant], consentRescindedAt: Date? = nil, now: Date) {
         userId = userID
         summary = Entitlements.summary(items)
+        if let consentRescindedAt, consentRescindedAt <= now {
+            self.consentRescindedAt = consentRescindedAt
+            summary += " (consent rescinded on \(Entitlements.day(consentRescindedAt)))"
+        }
         entitlements = items
         self.grants = grants.map { PromotionalGrantView($0, now: now) }
     }
@@ -378,7 +385,7 @@ public enum Entitlements {
         return end
     }
 
-    private static func day(_ date: Date) -> String {
+    static func day(_ date: Date) -> String {
         date.formatted(Date.ISO8601FormatStyle(timeZone: TimeZone(identifier: "UTC")!).year().month().day())
     }
 }

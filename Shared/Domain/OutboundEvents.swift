@@ -16,6 +16,7 @@ public enum OutboundEventType: String, Sendable, Hashable, Codable, CaseIterable
     case orderFulfilled = "order.fulfilled"
     case orderFailed = "order.failed"
     case accountConsentRescinded = "account.consent_rescinded"
+    case accountConsentRestored = "account.consent_restored"
     case accountConflict = "account.conflict"
 }
 

@@ -59,6 +59,8 @@ public struct SupportCase: Sendable, Codable {
         public var isTestUser: Bool
         public var createdAt: Date
         public var appAccountTokens: [String]
+        /// When a parent's withdrawn consent (RESCIND_CONSENT) turned the user's entitlements off; nil when in force.
+        public var consentRescindedAt: Date?
     }
     public struct Binding: Sendable, Codable {
         public var userId: String
@@ -398,7 +400,7 @@ public struct CaseStore: Sendable {
             guard let userID,
                 let row = try await db.query(
                     """
-                    SELECT u.user_id, u.is_test_user, u.created_at,
+                    SELECT u.user_id, u.is_test_user, u.created_at, u.consent_rescinded_at,
                            coalesce(array_to_string(array_agg(t.app_account_token::text) FILTER (WHERE t.user_id IS NOT NULL), ','), '') AS tokens
                       FROM app_user u LEFT JOIN user_account_token t ON t.user_id = u.user_id
                      WHERE u.user_id = \(userID) GROUP BY u.user_id
@@ -408,7 +410,8 @@ public struct CaseStore: Sendable {
             let tokens: String = try row.decode("tokens")
             return SupportCase.User(
                 userId: try row.decode("user_id"), isTestUser: try row.decode("is_test_user"),
-                createdAt: try row.decode("created_at"), appAccountTokens: tokens.split(separator: ",").map(String.init))
+                createdAt: try row.decode("created_at"), appAccountTokens: tokens.split(separator: ",").map(String.init),
+                consentRescindedAt: try row.decode("consent_rescinded_at"))
         }
 
         /// Every chain of the scope, with its subscription row and binding when it has them.

@@ -52,11 +52,15 @@ public struct EntitlementStore: Sendable {
                     graceExpiresAt: subscription.graceExpiresAt, commitmentEndsAt: subscription.commitmentEndsAt))
         }
         let grants = try await Self.grants(userID: userID, on: db)
-        let rescinded = try await db.query("SELECT consent_rescinded_at FROM app_user WHERE user_id = \(userID)").first?
-            .decode("consent_rescinded_at", as: Date?.self)
         return ConsentRescission.entitlements(
             Entitlements.items(chains: chains, grants: grants, entitlementsOf: { unlocks[$0] ?? [] }, now: now),
-            rescindedAt: rescinded ?? nil, now: now)
+            rescindedAt: try await consentRescindedAt(userID: userID, on: db), now: now)
+    }
+
+    /// When a parent's RESCIND_CONSENT turned the user's entitlements off; nil while the consent holds.
+    static func consentRescindedAt(userID: String, on db: PostgresConnection) async throws -> Date? {
+        try await db.query("SELECT consent_rescinded_at FROM app_user WHERE user_id = \(userID)").first?
+            .decode("consent_rescinded_at", as: Date?.self)
     }
 
     /// The user's entitlements and grants at `now`, for operators (one snapshot).
@@ -70,7 +74,8 @@ public struct EntitlementStore: Sendable {
     public static func overview(userID: String, now: Date, on db: PostgresConnection) async throws -> EntitlementOverview {
         EntitlementOverview(
             userID: userID, items: try await entitlements(userID: userID, now: now, on: db),
-            grants: try await grants(userID: userID, on: db), now: now)
+            grants: try await grants(userID: userID, on: db),
+            consentRescindedAt: try await consentRescindedAt(userID: userID, on: db), now: now)
     }
 
     /// Every promotional grant of the user, oldest first.

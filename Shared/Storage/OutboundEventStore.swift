@@ -10,7 +10,12 @@ public struct OutboundEventStore: Sendable {
     public init(pool: PostgresPool) { self.pool = pool }
 
     /// Appends `events` on the caller's transaction; an event whose key is stored already is left
-    /// out (each event once). Each user's events get the next numbers of that user's sequence, in
+    /// out (each event once), and so is an event announcing access (`ConsentRescission.announcesAccess`)
+    /// to a user whose consent was rescinded at or before it: every writer (the worker, the clock,
+    /// an operator's grant) then tells what the read API says. The user's row is read as the
+    /// statement starts, unlocked (locking the users of a batch would order writers that never
+    /// wait on each other today): an event whose statement started before the rescission committed
+    /// is still written, and may be numbered after the rescission's own event. Each user's events get the next numbers of that user's sequence, in
     /// the order given; the user's counter row stays locked until the caller commits, so numbers
     /// follow commit order. Returns how many events were new.
     @discardableResult
@@ -32,14 +37,17 @@ public struct OutboundEventStore: Sendable {
         encoder.outputFormatting = [.sortedKeys]
         // A dictionary of strings, integers and booleans always encodes.
         let data = events.map { String(decoding: try! encoder.encode($0.data), as: UTF8.self) }
+        let access = events.map(ConsentRescission.announcesAccess)
         return """
             outbound_incoming AS (
                 SELECT DISTINCT ON (x.k) x.k, x.t, x.u, x.e, x.o, x.d, x.ord
                   FROM unnest(\(PostgresArray(events.map(\.key)))::text[], \(PostgresArray(events.map(\.type.rawValue)))::text[],
                               \(PostgresArray(events.map(\.userID)))::text[], \(PostgresArray(events.map(\.environment)))::text[],
-                              \(PostgresArray(events.map(\.occurredAt)))::timestamptz[], \(PostgresArray(data))::text[])
-                       WITH ORDINALITY AS x(k, t, u, e, o, d, ord)
+                              \(PostgresArray(events.map(\.occurredAt)))::timestamptz[], \(PostgresArray(data))::text[],
+                              \(PostgresArray(access))::boolean[])
+                       WITH ORDINALITY AS x(k, t, u, e, o, d, a, ord)
                  WHERE NOT EXISTS (SELECT 1 FROM outbound_event oe WHERE oe.event_key = x.k)
+                   AND NOT (x.a AND EXISTS (SELECT 1 FROM app_user au WHERE au.user_id = x.u AND au.consent_rescinded_at <= x.o))
                  ORDER BY x.k, x.ord
             ), outbound_counted AS (
                 SELECT u, count(*) AS n FROM outbound_incoming GROUP BY u

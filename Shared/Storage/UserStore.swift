@@ -64,9 +64,10 @@ public struct UserStore: Sendable {
     /// rule): every user whose transactions that Account signed loses their entitlements and their
     /// consent-scoped data, each with an audit row and an `account.consent_rescinded` event (when
     /// `events`), in one transaction. A user rescinded before is left as is, so a redelivery adds
-    /// nothing. Returns the users newly rescinded.
+    /// nothing, and so does one Apple signed (`signedAt`) before an operator restored the user's
+    /// consent (`ConsentRescission.applies`). Returns the users newly rescinded.
     public func rescindConsent(
-        appTransactionID: String, environment: String, notificationUUID: String, events: Bool, now: Date
+        appTransactionID: String, environment: String, notificationUUID: String, signedAt: Date?, events: Bool, now: Date
     ) async throws -> [String] {
         try await pool.transaction { db in
             let users = try await ChainBindingStore.appTransactionUsers(
@@ -77,8 +78,9 @@ public struct UserStore: Sendable {
                 // Locked in id order, as every writer of several users does.
                 guard
                     let row = try await db.query(
-                        "SELECT consent_rescinded_at FROM app_user WHERE user_id = \(user) FOR UPDATE"
-                    ).first, try row.decode("consent_rescinded_at", as: Date?.self) == nil
+                        "SELECT consent_rescinded_at, consent_restored_at FROM app_user WHERE user_id = \(user) FOR UPDATE"
+                    ).first, try row.decode("consent_rescinded_at", as: Date?.self) == nil,
+                    ConsentRescission.applies(signedAt: signedAt, restoredAt: try row.decode("consent_restored_at"))
                 else { continue }
                 let active = try await EntitlementStore.entitlements(userID: user, now: now, on: db).filter(\.active)
                     .map(\.entitlement)
@@ -104,6 +106,80 @@ public struct UserStore: Sendable {
                 rescinded.append(user)
             }
             return rescinded
+        }
+    }
+
+    /// Why a consent was not restored; nothing was written.
+    public enum ConsentRestoreError: Error, Sendable, Equatable {
+        case unknownUser(String)
+        /// The user's consent was never rescinded, or was restored already.
+        case notRescinded(String)
+    }
+
+    /// A restored consent: when it had been rescinded, and the entitlements in force again; encoded
+    /// as the admin API and `subsctl consent restore --json` answer it.
+    public struct ConsentRestoration: Sendable, Equatable, Encodable {
+        public let userID: String
+        public let rescindedAt: Date
+        public let restoredAt: Date
+        public let entitlements: [String]
+
+        private enum CodingKeys: String, CodingKey {
+            case userID = "userId"
+            case rescindedAt, restoredAt, entitlements
+        }
+    }
+
+    /// A user's side of a restored consent as its audit row shows it (the time as the API writes
+    /// it; null once restored).
+    struct ConsentRestorationState: Encodable, Sendable {
+        let userId: String
+        let consentRescindedAt: Date?
+        /// The entitlements active: none before, as the chains and grants say after.
+        let activeEntitlements: [String]
+
+        private enum CodingKeys: String, CodingKey { case userId, consentRescindedAt, activeEntitlements }
+
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(userId, forKey: .userId)
+            try container.encode(consentRescindedAt.map(OutboundEvent.timestamp), forKey: .consentRescindedAt)
+            try container.encode(activeEntitlements, forKey: .activeEntitlements)
+        }
+    }
+
+    /// An operator's answer to a rescission that no longer holds (the parent granted consent
+    /// again, which Apple tells us nothing of, or the notification named the wrong account): the
+    /// user's entitlements read as their chains and grants say from `now`, with an audit row
+    /// (`CONSENT_RESTORED`) and an `account.consent_restored` event in one transaction. The
+    /// consumption-data consent the rescission removed stays removed: only the user can give it.
+    public func restoreConsent(
+        userID: String, environment: String, operator operatorName: String, reason: String, now: Date
+    ) async throws -> ConsentRestoration {
+        try await pool.transaction { db in
+            guard
+                let row = try await db.query(
+                    "SELECT consent_rescinded_at FROM app_user WHERE user_id = \(userID) FOR UPDATE"
+                ).first
+            else { throw ConsentRestoreError.unknownUser(userID) }
+            guard let rescindedAt = try row.decode("consent_rescinded_at", as: Date?.self) else {
+                throw ConsentRestoreError.notRescinded(userID)
+            }
+            try await db.query(
+                "UPDATE app_user SET consent_rescinded_at = NULL, consent_restored_at = \(now) WHERE user_id = \(userID)")
+            let active = try await EntitlementStore.entitlements(userID: userID, now: now, on: db).filter(\.active)
+                .map(\.entitlement)
+            try await AuditLog(pool: pool).record(
+                on: db, operator: operatorName, action: "CONSENT_RESTORED", reason: reason,
+                before: ConsentRestorationState(userId: userID, consentRescindedAt: rescindedAt, activeEntitlements: []),
+                after: ConsentRestorationState(userId: userID, consentRescindedAt: nil, activeEntitlements: active))
+            try await OutboundEventStore(pool: pool).append(
+                [
+                    ConsentRescission.restoredEvent(
+                        userID: userID, environment: environment, rescindedAt: rescindedAt, entitlements: active,
+                        operator: operatorName, reason: reason, now: now)
+                ], on: db)
+            return ConsentRestoration(userID: userID, rescindedAt: rescindedAt, restoredAt: now, entitlements: active)
         }
     }
 

@@ -3,6 +3,7 @@ import AppStoreTestSupport
 import Domain
 import Foundation
 import Postgres
+import Storage
 import TestSupport
 import Testing
 
@@ -399,15 +400,7 @@ struct NotificationEffectTests {
         #expect(event["removed"] as? [String] == ["CONSUMPTION_DATA_CONSENT"])
         #expect(event["notificationUUID"] as? String == uuid)
         // As the relay publishes it, against the envelope and the type's JSON Schema.
-        let published = try #require(
-            try await harness.value(
-                """
-                SELECT json_build_object('id', id, 'type', type, 'userId', user_id, 'sequence', sequence,
-                                         'environment', environment, 'data', data,
-                                         'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text
-                  FROM outbound_event WHERE seq > \(seq)
-                """, as: String.self))
-        #expect(try OutboundEventsTests.validate([published]) == [])
+        #expect(try await Self.published(harness, "account.consent_rescinded")["appTransactionId"] as? String == account)
         #expect(
             try await harness.value(
                 "SELECT user_id FROM outbound_event WHERE seq > \(seq)", as: String.self) == "alice")
@@ -425,6 +418,90 @@ struct NotificationEffectTests {
         #expect(try await harness.count("SELECT count(*) FROM audit_log WHERE action = 'CONSENT_RESCINDED'") == 1)
         #expect(
             try await harness.metric(#"subs_consent_rescinded_total{outcome="rescinded"}"#, reaching: 1) == 1)
+        try await harness.checkInvariants()
+    }
+
+    /// The newest event of `type` as the relay publishes it, checked against the envelope and the
+    /// type's JSON Schema; its `data`.
+    static func published(_ harness: WorkerHarness, _ type: String) async throws -> [String: Any] {
+        let published = try #require(
+            try await harness.value(
+                """
+                SELECT json_build_object('id', id, 'type', type, 'userId', user_id, 'sequence', sequence,
+                                         'environment', environment, 'data', data,
+                                         'occurredAt', to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text
+                  FROM outbound_event WHERE type = \(type) ORDER BY seq DESC LIMIT 1
+                """, as: String.self))
+        #expect(try OutboundEventsTests.validate([published]) == [])
+        let event = try #require(try JSONSerialization.jsonObject(with: Data(published.utf8)) as? [String: Any])
+        return try #require(event["data"] as? [String: Any])
+    }
+
+    /// After a rescission Apple's facts still apply (the renewal is paid, its credits booked) but
+    /// no event announces access the read API denies: no `entitlement.renewed`, no promotional
+    /// `entitlement.granted`. Restored, the account hears `account.consent_restored` naming what is
+    /// in force again; a later renewal is announced again; the rescission Apple signed before the
+    /// restore, replayed, withdraws nothing, while a new one does.
+    @Test func eventsAfterARescissionAndAfterItsRestore() async throws {
+        let harness = try await WorkerHarness.start()
+        defer { harness.stop() }
+        let now = Date()
+        let account = Self.id()
+        let token = try await harness.user("alice")
+        let chain = Self.id()
+        var purchase = harness.transaction(chain, purchase: now - 10 * Self.day, token: token, signed: now - 3 * Self.hour)
+        purchase.appTransactionId = account
+        #expect(try await harness.outcome(of: try await harness.notify(.subscribed, .initialBuy, transaction: purchase)) == .succeeded)
+        let rescission = try await Self.rescindConsent(harness, account: account)
+        #expect(try await harness.outcome(of: rescission) == .succeeded)
+        #expect(try await Self.activeEntitlements(harness, "alice").isEmpty)
+
+        // Apple renews the chain: applied and paid, not announced as access.
+        var seq = try await Self.lastEvent(harness)
+        var renewal = harness.transaction(
+            Self.id(), original: chain, purchase: now - Self.day, token: token, reason: .renewal, signed: now - 2 * Self.hour)
+        renewal.appTransactionId = account
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: renewal)) == .succeeded)
+        #expect(try await harness.subscription(chain)?.lastTransactionID == renewal.transactionId)
+        #expect(try await Self.events(harness, after: seq) == ["order.fulfilled", "credits.granted"])
+        // An operator's promotional grant: stored and audited, not announced either.
+        seq = try await Self.lastEvent(harness)
+        _ = try await EntitlementStore(pool: harness.pool).grant(
+            userID: "alice", entitlement: "beta", expiresAt: Date() + 7 * Self.day, environment: "Sandbox", operator: "carol",
+            reason: "apology", now: Date())
+        #expect(try await Self.events(harness, after: seq).isEmpty)
+        #expect(try await harness.count("SELECT count(*) FROM audit_log WHERE action = 'ENTITLEMENT_GRANTED'") == 1)
+        #expect(try await Self.activeEntitlements(harness, "alice").isEmpty)
+
+        // Restored: the entitlements read as the chain and the grant say, and the app is told so.
+        seq = try await Self.lastEvent(harness)
+        let restored = try await UserStore(pool: harness.pool).restoreConsent(
+            userID: "alice", environment: "Sandbox", operator: "carol", reason: "parent consented again", now: Date())
+        #expect(restored.entitlements == ["beta", WorkerHarness.starter].sorted())
+        #expect(try await Self.activeEntitlements(harness, "alice").sorted() == ["beta", WorkerHarness.starter].sorted())
+        #expect(try await Self.events(harness, after: seq) == ["account.consent_restored"])
+        let data = try await Self.published(harness, "account.consent_restored")
+        #expect(data["entitlements"] as? [String] == ["beta", WorkerHarness.starter].sorted())
+        #expect(data["operator"] as? String == "carol" && data["reason"] as? String == "parent consented again")
+        #expect(try await harness.count("SELECT count(*) FROM audit_log WHERE action = 'CONSENT_RESTORED'") == 1)
+
+        // The next renewal is announced again.
+        seq = try await Self.lastEvent(harness)
+        let next = harness.transaction(
+            Self.id(), original: chain, purchase: now - Self.hour, token: token, reason: .renewal, signed: now - Self.hour)
+        #expect(try await harness.outcome(of: try await harness.notify(.didRenew, transaction: next)) == .succeeded)
+        #expect(try await Self.events(harness, after: seq) == ["entitlement.renewed", "order.fulfilled", "credits.granted"])
+
+        // The rescission the operator answered, replayed, withdraws nothing; a new one does.
+        let users = UserStore(pool: harness.pool)
+        let replayed = try await users.rescindConsent(
+            appTransactionID: account, environment: "Sandbox", notificationUUID: rescission, signedAt: restored.restoredAt - 60,
+            events: true, now: Date())
+        #expect(replayed.isEmpty)
+        #expect(try await Self.activeEntitlements(harness, "alice").count == 2)
+        #expect(try await harness.outcome(of: try await Self.rescindConsent(harness, account: account)) == .succeeded)
+        #expect(try await Self.activeEntitlements(harness, "alice").isEmpty)
+        #expect(try await harness.count("SELECT count(*) FROM audit_log WHERE action = 'CONSENT_RESCINDED'") == 2)
         try await harness.checkInvariants()
     }
 }

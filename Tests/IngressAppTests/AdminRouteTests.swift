@@ -150,7 +150,7 @@ struct AdminRouteTests {
             let registered = Set(
                 admin.router.registeredRoutes.filter { $0.pattern.hasPrefix("/admin/v1/") }.map { "\($0.method) \($0.pattern)" })
             #expect(registered == documented)
-            #expect(registered.count == 23)
+            #expect(registered.count == 24)
         }
     }
 
@@ -171,7 +171,7 @@ struct AdminRouteTests {
                 ("/admin/v1/chains/1000/requery", ["reason": "r"]), ("/admin/v1/chains/1000/attribute", ["userId": "u", "reason": "r"]),
                 ("/admin/v1/chains/1000/unfreeze", ["ownerUserId": "u", "reason": "r"]),
                 ("/admin/v1/users/u/credits/adjustments", ["pool": "PERMANENT", "amount": 1, "number": "n", "reason": "r"]),
-                ("/admin/v1/users/u/test-user", ["enabled": true, "reason": "r"]),
+                ("/admin/v1/users/u/test-user", ["enabled": true, "reason": "r"]), ("/admin/v1/users/u/consent/restore", ["reason": "r"]),
                 ("/admin/v1/recoveries", ["from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z", "environment": "Sandbox", "reason": "r"]),
             ]
             for (path, body) in actions {

@@ -116,7 +116,7 @@ public struct EventProcessor: Sendable {
         }
         let users = try await UserStore(pool: leases.pool).rescindConsent(
             appTransactionID: account, environment: event.payload.environment, notificationUUID: uuid,
-            events: configuration.pipeline.outboundEventsEnabled, now: clock.now())
+            signedAt: verified.signedDate, events: configuration.pipeline.outboundEventsEnabled, now: clock.now())
         metrics.consentRescinded(users.isEmpty ? "unmatched" : "rescinded")
         if users.isEmpty {
             log.warning("consent rescinded for an Apple Account with no purchase here, or rescinded already")

@@ -12,6 +12,8 @@ struct VerifiedEvent: Sendable {
     var renewal: RenewalFact?
     /// The Apple Account a notification about the app names (RESCIND_CONSENT's signed app transaction).
     var appTransactionID: String?
+    /// When Apple signed the notification (a RESCIND_CONSENT older than an operator's restore is not applied).
+    var signedDate: Date?
 }
 
 /// A verified transaction: the fact the rules read, plus the columns stored beside it.
@@ -59,6 +61,7 @@ struct EventReader: Sendable {
             let outer = try decodeOuter(jws)
             let data = outer.data
             var verified = VerifiedEvent(source: .notification(type: type, subtype: subtype), transaction: nil, renewal: nil)
+            verified.signedDate = outer.signedDate
             if let token = outer.appData?.signedAppTransactionInfo {
                 verified.appTransactionID = try await appTransaction(token, environment: environment)
             }

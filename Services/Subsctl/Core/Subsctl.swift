@@ -49,7 +49,8 @@ public enum Subsctl {
         [
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
-            ConsentCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self, CreditsRunJobsCommand.self,
+            ConsentCommand.self, ConsentRestoreCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self,
+            CreditsRunJobsCommand.self,
             CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
             AppleTestNotificationCommand.self, AppleExtendCommand.self, AppleExtendAllCommand.self,
             AppleMessagesUploadCommand.self, AppleMessagesListCommand.self, AppleMessagesDeleteCommand.self,

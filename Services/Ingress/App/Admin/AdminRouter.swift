@@ -61,6 +61,12 @@ struct AdminRefusals: RouterMiddleware {
             HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
         case let refusal as EventReplayRefusal:
             HTTPError(status: refusal.code == .notFound ? 404 : 409, code: refusal.code.rawValue, message: refusal.message)
+        case UserStore.ConsentRestoreError.unknownUser(let user):
+            APIError.notFound("no user \(user): nothing restored")
+        case UserStore.ConsentRestoreError.notRescinded(let user):
+            HTTPError(
+                status: 409, code: "CONSENT_NOT_RESCINDED",
+                message: "user \(user)'s consent is not rescinded (never, or restored already); nothing changed")
         case let refusal as EntitlementGrantError:
             EntitlementAdminRoutes.httpError(for: refusal)
         case CreditAdjustmentError.unknownUser(let user):

@@ -56,6 +56,9 @@ struct AdminRoutes: Sendable {
         admin.post("users/{userId}/test-user") { request, context in
             try await setTestUser(request, operator: try context.requirePrincipal())
         }
+        admin.post("users/{userId}/consent/restore") { request, context in
+            try await restoreConsent(request, operator: try context.requirePrincipal())
+        }
         admin.post("recoveries") { request, context in try await recover(request, operator: try context.requirePrincipal()) }
     }
 
@@ -296,6 +299,14 @@ struct AdminRoutes: Sendable {
         let before = try await users.setTestUser(
             user, enabled: enabled, operator: principal.name, reason: try Self.reason(body.reason))
         return .json(TestUserAnswer(userId: user, isTestUser: enabled, wasTestUser: before))
+    }
+
+    func restoreConsent(_ request: HTTPRequest, operator principal: AdminPrincipal) async throws -> HTTPResponse {
+        let user = try Self.userID(request.pathParameter("userId"), field: "userId")
+        let reason = try Self.reason(try request.decodeJSON(ReasonBody.self).reason)
+        let restored = try await users.restoreConsent(
+            userID: user, environment: entitlements.environment, operator: principal.name, reason: reason, now: clock.now())
+        return .json(restored)
     }
 
     struct RecoveryBody: Decodable {

@@ -268,6 +268,9 @@ struct Console: Sendable {
         "test-user": Action(title: "Set the test-user flag", pathFields: ["userId"], bodyFields: ["enabled"]) {
             try await $0.setTestUser($1, operator: $2)
         },
+        "restore-consent": Action(title: "Restore the rescinded consent", pathFields: ["userId"], bodyFields: []) {
+            try await $0.restoreConsent($1, operator: $2)
+        },
         "adjust-credits": Action(title: "Adjust credits", pathFields: ["userId"], bodyFields: ["pool", "amount", "number"]) {
             try await $0.adjustCredits($1, operator: $2)
         },
@@ -432,7 +435,15 @@ struct CasePage {
         let tokens = user.appAccountTokens.map { "<code>\($0)</code>" as HTML }.joined(separator: ", ")
         return ConsoleHTML.section(
             "Who", id: "who",
-            "<p>User <strong id=\"user-id\">\(user.userId)</strong>\(user.isTestUser ? " (test user)" : "")<br>Account tokens: \(tokens)</p>")
+            "<p>User <strong id=\"user-id\">\(user.userId)</strong>\(user.isTestUser ? " (test user)" : "")<br>Account tokens: \(tokens)</p>"
+                + rescinded)
+    }
+
+    /// A withdrawn consent is why every entitlement reads off: said where support looks first.
+    private var rescinded: HTML {
+        guard let at = c.user?.consentRescindedAt else { return "" }
+        return
+            "<p class=\"error\" id=\"consent-rescinded\">Consent rescinded (RESCIND_CONSENT) at \(ConsoleHTML.time(at)): every entitlement reads inactive and no credit is spent.</p>"
     }
 
     var status: HTML {
@@ -566,6 +577,8 @@ struct CasePage {
             ConsoleHTML.actionForm(
                 "test-user", title: user.isTestUser ? "Clear the test-user flag" : "Flag as test user", csrf: csrf,
                 hidden: fields.merging(["enabled": user.isTestUser ? "false" : "true"]) { a, _ in a })
+                + (user.consentRescindedAt == nil
+                    ? "" : ConsoleHTML.actionForm("restore-consent", title: "Restore the consent", csrf: csrf, hidden: fields))
                 + ConsoleHTML.actionForm(
                     "adjust-credits", title: "Adjust credits", csrf: csrf, hidden: fields,
                     inputs: [

@@ -122,6 +122,11 @@ struct CreditsRoutes: Sendable {
             case .costTooLarge:
                 outcomes["refused"]?.increment()
                 throw APIError.invalidRequest("units × rate exceeds the largest cost of one call")
+            case .consentRescinded:
+                outcomes["refused"]?.increment()
+                throw HTTPError(
+                    status: 403, code: "CONSENT_RESCINDED",
+                    message: "a parent withdrew consent for this user (RESCIND_CONSENT): no credit is spent; nothing charged")
             }
         }
     }
