@@ -31,7 +31,10 @@ struct APIFixture {
     }
 
     func configuration(
-        environment: AppStoreEnvironment = .sandbox, production: URL? = nil, timeouts: AppStoreAPITimeouts = AppStoreAPITimeouts(),
+        environment: AppStoreEnvironment = .sandbox, production: URL? = nil,
+        // Patient: under a full run's load the in-process mock once took over 15 s to answer, and
+        // no test of these defaults is about timing (the timeout tests give their own).
+        timeouts: AppStoreAPITimeouts = AppStoreAPITimeouts(connect: .seconds(30), read: .seconds(60), total: .seconds(180)),
         maxAttempts: Int = 4
     ) -> AppStoreServerAPIConfiguration {
         AppStoreServerAPIConfiguration(
