@@ -541,3 +541,46 @@ extension TaskStore {
             expiresAt: try row.decode("expires_at", as: Date?.self), autoRenewEnabled: try row.decode("auto_renew_enabled"))
     }
 }
+
+/// One row of the task queue as `subsctl tasks` lists it.
+public struct TaskSummary: Sendable, Encodable {
+    public var id: Int64
+    public var kind: String
+    public var environment: String
+    /// What the task is about: the chain, the transaction, the import or the history range.
+    public var subject: String
+    public var status: String
+    public var attempts: Int
+    public var nextAttemptAt: Date?
+    public var errorCode: String?
+    public var errorMessage: String?
+    public var requestedBy: String
+    public var createdAt: Date
+    public var completedAt: Date?
+}
+
+extension TaskStore {
+    /// The newest tasks, of one kind and status when given (the operators' view of the queue).
+    public func list(kind: TaskKind?, status: TaskStatus?, limit: Int) async throws -> [TaskSummary] {
+        try await pool.query(
+            """
+            SELECT id, kind, environment, status, attempts, requested_by, created_at, completed_at, error_code, error_message,
+                   CASE WHEN status = \(sql: TaskStatus.pending.literal) THEN next_attempt_at END AS next_attempt_at,
+                   coalesce(original_transaction_id, transaction_id, 'import ' || import_id::text,
+                            to_char(range_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || '..'
+                            || to_char(range_end AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), '') AS subject
+              FROM fulfillment_task
+             WHERE (\(kind?.rawValue)::text IS NULL OR kind = \(kind?.rawValue))
+               AND (\(status?.rawValue)::text IS NULL OR status = \(status?.rawValue))
+             ORDER BY id DESC LIMIT \(limit)
+            """
+        ).map { row in
+            TaskSummary(
+                id: try row.decode("id"), kind: try row.decode("kind"), environment: try row.decode("environment"),
+                subject: try row.decode("subject"), status: try row.decode("status"), attempts: try row.decode("attempts"),
+                nextAttemptAt: try row.decode("next_attempt_at"), errorCode: try row.decode("error_code"),
+                errorMessage: try row.decode("error_message"), requestedBy: try row.decode("requested_by"),
+                createdAt: try row.decode("created_at"), completedAt: try row.decode("completed_at"))
+        }
+    }
+}

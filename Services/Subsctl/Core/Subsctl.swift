@@ -50,6 +50,7 @@ public enum Subsctl {
             VerifyCommand.self, BenchVerifyCommand.self, CatalogApplyCommand.self, DevTokenCommand.self, DemoSignerCommand.self,
             DemoCommand.self, BenchSignNotificationsCommand.self, RequeryCommand.self, RecoverCommand.self,
             ConsentCommand.self, ConsentRestoreCommand.self, TestUserCommand.self, ReplayCommand.self, RatesApplyCommand.self,
+            TasksCommand.self,
             CreditsRunJobsCommand.self,
             CreditsAdjustCommand.self, MigrateCommand.self, ChainAttributeCommand.self, ChainUnfreezeCommand.self,
             AppleTestNotificationCommand.self, AppleExtendCommand.self, AppleExtendAllCommand.self,
