@@ -90,12 +90,15 @@ struct FinishTransactionTests {
         #expect(try await pair.outcome(of: try await pair.notify(.subscribed, .initialBuy, transaction: refused)) == .succeeded)
         #expect(try await eventually(timeout: 30) { try await pair.value(Self.task(refusedID), as: String.self) == "FAILED" })
         #expect(Self.finishRequests(harness.mock, refusedID) == 1)
+        // The audit row follows the task's FAILED in a transaction of its own: wait for it.
         #expect(
-            try await pair.count(
-                """
-                SELECT count(*) FROM audit_log
-                 WHERE action = 'FINISH_TRANSACTION_FAILED' AND after->>'transaction_id' = \(refusedID)
-                """) == 1)
+            try await eventually(timeout: 30) {
+                try await pair.count(
+                    """
+                    SELECT count(*) FROM audit_log
+                     WHERE action = 'FINISH_TRANSACTION_FAILED' AND after->>'transaction_id' = \(refusedID)
+                    """) == 1
+            })
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="finished"}"#, reaching: 3) == 3)
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="not_found"}"#, reaching: 1) == 1)
         #expect(try await pair.metric(#"subs_apple_finish_transactions_total{outcome="failed"}"#, reaching: 1) == 1)
